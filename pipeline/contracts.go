@@ -1,0 +1,143 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Source streams committed changes in commit order.
+//
+// The runtime calls Open once, then Read from one goroutine until it stops,
+// and Ack from another single goroutine (the committer). Close is called
+// last, after Read and Ack have returned for good.
+type Source interface {
+	// Open connects and prepares to resume strictly after from (nil: start
+	// from scratch, which includes the initial snapshot when configured). It
+	// fails fast with an actionable error when preflight checks fail.
+	Open(ctx context.Context, from Position) error
+	// Read blocks until at least one record or a checkpointable position is
+	// available and returns them. On ctx cancellation it returns ctx.Err()
+	// promptly; records it had not returned are re-read after a restart from
+	// the last acknowledged position. io.EOF means the source is finished
+	// (bounded sources such as a fixed generate run).
+	Read(ctx context.Context) (Batch, error)
+	// Ack tells the source that everything up to and including upTo is
+	// durable in every sink and committed in the checkpoint store
+	// (Invariant 1); the source may now release it upstream (Postgres flush
+	// LSN). Calls come in position order from one goroutine and must not
+	// block for long; an error is logged and retried on the next Ack.
+	Ack(ctx context.Context, upTo Position) error
+	// Close releases connections. It must not acknowledge anything.
+	Close(ctx context.Context) error
+}
+
+// Sink writes records idempotently: Invariant 4 — a record whose version is
+// not newer than what the sink holds for its key changes nothing, deletes
+// leave versioned tombstones and truncates are versioned table barriers.
+type Sink interface {
+	// Open connects and prepares the target. It may be retried.
+	Open(ctx context.Context) error
+	// Write applies the records (in order; a batch may hold several changes
+	// of one key, and replays of earlier batches). It returns nil only when
+	// every record is durable. A *BatchError reports per-record failures
+	// (records not named in it are durable); any other error means none of
+	// the batch may be taken as durable and the runtime retries the whole
+	// batch with backoff. Errors wrapped with Fatal stop the pipeline.
+	// Write honours ctx cancellation by returning ctx.Err().
+	Write(ctx context.Context, records []Record) error
+	// Close flushes nothing new (Write already made data durable) and
+	// releases resources.
+	Close(ctx context.Context) error
+}
+
+// Operator transforms records between source and sinks. Stateless
+// operators return nil from Snapshot. Outputs derived from inputs inherit
+// their acks because the runtime acknowledges per source batch, after the
+// batch's outputs are durable.
+type Operator interface {
+	// Process maps one batch's records to output records. It must not keep
+	// references to in after returning unless it is stateful.
+	Process(ctx context.Context, in []Record) ([]Record, error)
+	// Snapshot returns state to store with the checkpoint (Invariant 5); nil
+	// for stateless operators. Stateful operators arrive with the windowed
+	// transform issue; the runtime refuses them until then.
+	Snapshot() ([]byte, error)
+	// Restore loads state saved by Snapshot.
+	Restore([]byte) error
+}
+
+// Checkpoint is what the offset store keeps for a pipeline.
+type Checkpoint struct {
+	Pipeline  string                     `json:"pipeline"`
+	Position  json.RawMessage            `json:"position"`
+	Operators map[string]json.RawMessage `json:"operators,omitempty"`
+	// Seq counts commits; it increases by one with each Commit.
+	Seq         uint64    `json:"seq"`
+	CommittedAt time.Time `json:"committed_at"`
+}
+
+// OffsetStore keeps checkpoints durably.
+type OffsetStore interface {
+	// Load returns the newest valid checkpoint of pipeline, false when none
+	// was ever committed. A corrupt or foreign checkpoint is an error that
+	// names the file (or row) and the recovery choices; it is never replaced
+	// silently.
+	Load(ctx context.Context, pipeline string) (Checkpoint, bool, error)
+	// Commit stores cp atomically and durably before returning; after a
+	// crash at any moment Load returns either cp or the previous checkpoint.
+	Commit(ctx context.Context, cp Checkpoint) error
+	// Close releases locks and handles.
+	Close() error
+}
+
+// DeadLetter is one poison record (Invariant 7).
+type DeadLetter struct {
+	Time     time.Time       `json:"time"`
+	Pipeline string          `json:"pipeline"`
+	Stage    string          `json:"stage"` // "source", "transform", or "sink:<name>"
+	Table    string          `json:"table,omitempty"`
+	Op       string          `json:"op,omitempty"`
+	Version  string          `json:"version,omitempty"`
+	Position json.RawMessage `json:"position,omitempty"`
+	Error    string          `json:"error"`
+	// Raw is the record as the stage saw it (JSON of its images for sinks,
+	// the undecodable bytes for sources).
+	Raw []byte `json:"raw"`
+}
+
+// DLQ stores dead letters.
+type DLQ interface {
+	// Put appends letters durably before returning; the runtime treats the
+	// records as handled only after Put returns nil.
+	Put(ctx context.Context, letters []DeadLetter) error
+	// Depth and OldestAge feed the metrics.
+	Depth() int64
+	OldestAge() time.Duration
+	Close() error
+}
+
+// StatusReporter is implemented by sources that can report progress for
+// /status and `sluice status`.
+type StatusReporter interface {
+	Status() SourceStatus
+}
+
+// SourceStatus is a source's progress report.
+type SourceStatus struct {
+	Phase  string        `json:"phase"` // "snapshot", "stream"
+	Tables []TableStatus `json:"tables,omitempty"`
+	// LagBytes is how far the source is behind the server's log end.
+	LagBytes int64 `json:"lag_bytes"`
+	// LastEventTime is the commit time of the last transaction handed over.
+	LastEventTime time.Time `json:"last_event_time"`
+	Connected     bool      `json:"connected"`
+}
+
+// TableStatus is a table's snapshot progress.
+type TableStatus struct {
+	Table     string `json:"table"`
+	RowsDone  int64  `json:"rows_done"`
+	RowsTotal int64  `json:"rows_total"` // estimate; 0 when unknown
+	Done      bool   `json:"done"`
+}

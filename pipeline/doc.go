@@ -1,0 +1,22 @@
+// Package pipeline holds sluice's shared record model, the contracts every
+// source, sink, operator and offset store implements, and the runtime that
+// wires them together with an ack ledger.
+//
+// Delivery invariants (from DESIGN.md; cited in code as "Invariant N"):
+//
+//  1. A position is acknowledged upstream only after every record at or before
+//     it is durable in every sink and the checkpoint holding it is committed.
+//     Order: sink write → checkpoint commit → source ack, from one goroutine.
+//  2. Checkpoints sit on transaction boundaries.
+//  3. The stream never starts later than the snapshot's position.
+//  4. Every sink rejects a write whose version is older than what it holds;
+//     deletes leave versioned tombstones; truncate is a versioned barrier.
+//  5. Operator state is committed atomically with the position it reflects.
+//  6. Memory is bounded: an in-flight cap (records and bytes) blocks the
+//     source — backpressure, never dropping.
+//  7. A record that cannot be processed goes to the dead-letter queue with raw
+//     bytes, error and position, and is then acknowledged.
+//  8. Idle databases still advance: heartbeats flow through the pipeline as
+//     position-carrying control records.
+//  9. Every condition that risks loss or delay is a metric and a log line.
+package pipeline

@@ -1,0 +1,55 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// RecordError is the failure of one record of a batch.
+type RecordError struct {
+	Index int   // index into the records passed to Write
+	Err   error // the target's error
+	// Permanent errors (a document the target rejects) go to the DLQ
+	// (Invariant 7); transient ones are retried with the batch.
+	Permanent bool
+}
+
+// BatchError reports per-record failures of a Sink.Write. Records not listed
+// are durable.
+type BatchError struct {
+	Failed []RecordError
+}
+
+func (e *BatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d record(s) failed", len(e.Failed))
+	for i, f := range e.Failed {
+		if i == 3 {
+			b.WriteString("; …")
+			break
+		}
+		fmt.Fprintf(&b, "; #%d: %v", f.Index, f.Err)
+	}
+	return b.String()
+}
+
+type fatalError struct{ err error }
+
+func (e fatalError) Error() string { return e.err.Error() }
+func (e fatalError) Unwrap() error { return e.err }
+
+// Fatal marks err as one the runtime must not retry: the pipeline stops
+// (without acknowledging anything not durable) and sluice exits non-zero.
+func Fatal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fatalError{err}
+}
+
+// IsFatal reports whether err was marked with Fatal.
+func IsFatal(err error) bool {
+	var f fatalError
+	return errors.As(err, &f)
+}

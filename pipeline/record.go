@@ -1,0 +1,268 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// Type is a column's logical type in the record model. Sources map their
+// database types onto it; sinks and the schema module map it onward.
+type Type uint8
+
+const (
+	TypeText Type = iota // unknown source type kept in its text form
+	TypeBool
+	TypeInt16
+	TypeInt32
+	TypeInt64
+	TypeUint8
+	TypeUint16
+	TypeUint32
+	TypeUint64
+	TypeFloat32
+	TypeFloat64
+	TypeDecimal
+	TypeString
+	TypeBytes
+	TypeUUID
+	TypeJSON
+	TypeDate
+	TypeTime
+	TypeTimeTZ
+	TypeTimestamp
+	TypeTimestampTZ
+	TypeInterval
+	TypeInet
+	TypeMacaddr
+	TypeEnum
+	TypeSet
+	TypeBit
+	TypeGeometry
+	TypeArray
+)
+
+var typeNames = [...]string{"text", "bool", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+	"float32", "float64", "decimal", "string", "bytes", "uuid", "json", "date", "time", "timetz",
+	"timestamp", "timestamptz", "interval", "inet", "macaddr", "enum", "set", "bit", "geometry", "array"}
+
+func (t Type) String() string {
+	if int(t) < len(typeNames) {
+		return typeNames[t]
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Column describes one column of a table shape.
+type Column struct {
+	Name       string
+	Type       Type
+	Elem       Type     // element type when Type is TypeArray
+	Nullable   bool     // false when the source declares NOT NULL
+	Key        bool     // part of the primary key / replica identity
+	Precision  int      // decimals: total digits, 0 when unconstrained; strings: max length, 0 when none
+	Scale      int      // decimals: digits after the point; -1 when unconstrained
+	Enum       []string // labels of an enum/set type, in declaration order
+	SourceType string   // the database's own type name, e.g. "numeric(10,2)", "character varying(40)"
+	Comment    string
+}
+
+// TableID names a captured table.
+type TableID struct {
+	Database string
+	Schema   string
+	Table    string
+}
+
+func (t TableID) String() string { return t.Schema + "." + t.Table }
+
+// Table is one shape of a table: columns as the source described them at the
+// time of the records that point to it. A schema change produces a new *Table;
+// records keep the shape they were decoded with. Tables are immutable once
+// published on a record.
+type Table struct {
+	ID      TableID
+	Columns []Column
+	KeyIdx  []int // indexes into Columns of the key columns, in key order
+	// Generation increases each time the source sees a new shape of the table.
+	Generation int
+}
+
+// Op is what a record does.
+type Op uint8
+
+const (
+	OpInsert    Op = iota + 1 // "c"
+	OpUpdate                  // "u"
+	OpDelete                  // "d"
+	OpRead                    // "r": a row read by a snapshot
+	OpTruncate                // "t": every row of the table with a lower version is gone
+	OpHeartbeat               // control: no table; carries a position and a source time
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpInsert:
+		return "c"
+	case OpUpdate:
+		return "u"
+	case OpDelete:
+		return "d"
+	case OpRead:
+		return "r"
+	case OpTruncate:
+		return "t"
+	case OpHeartbeat:
+		return "heartbeat"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// IsData reports whether the op changes rows of a table.
+func (o Op) IsData() bool { return o >= OpInsert && o <= OpTruncate }
+
+// Version totally orders the changes of one row. Components compare
+// numerically, most significant first. Sources fill it as follows:
+//
+//	Postgres stream:   {0, commit LSN, 0, 1 + index of the change in its transaction}
+//	Postgres snapshot: {0, consistent point LSN, 0, 0} — below every stream change
+//	                   committed after that point (their commit LSN is greater)
+//	MySQL/MariaDB:     {epoch, binlog file number, transaction start position, row index}
+type Version [4]uint64
+
+// Compare returns -1, 0 or +1.
+func (v Version) Compare(o Version) int {
+	for i := range v {
+		if v[i] < o[i] {
+			return -1
+		}
+		if v[i] > o[i] {
+			return 1
+		}
+	}
+	return 0
+}
+
+// Less reports v < o.
+func (v Version) Less(o Version) bool { return v.Compare(o) < 0 }
+
+// Bytes is the 32-byte big-endian form; byte-wise order equals version order,
+// so sinks can store and compare it as an opaque blob or string.
+func (v Version) Bytes() []byte {
+	b := make([]byte, 32)
+	for i, c := range v {
+		binary.BigEndian.PutUint64(b[i*8:], c)
+	}
+	return b
+}
+
+// String is the 64-hex-digit form of Bytes; string order equals version order.
+func (v Version) String() string { return hex.EncodeToString(v.Bytes()) }
+
+// ParseVersion reads the String or Bytes form.
+func ParseVersion(s string) (Version, error) {
+	b := []byte(s)
+	if len(s) == 64 {
+		var err error
+		if b, err = hex.DecodeString(s); err != nil {
+			return Version{}, fmt.Errorf("version %q: %w", s, err)
+		}
+	}
+	if len(b) != 32 {
+		return Version{}, fmt.Errorf("version %q: want 64 hex digits or 32 bytes", s)
+	}
+	var v Version
+	for i := range v {
+		v[i] = binary.BigEndian.Uint64(b[i*8:])
+	}
+	return v, nil
+}
+
+// Position is a source's resume token, opaque to everything but the source
+// that made it (JSON by convention, so checkpoints stay readable). It covers
+// both the snapshot and the stream phase.
+type Position []byte
+
+// Record is one change. Before and After are aligned with Table.Columns
+// (nil slices when absent: no Before on insert/read, no After on delete).
+type Record struct {
+	Op      Op
+	Table   *Table // nil for heartbeats
+	Before  []any
+	After   []any
+	Version Version
+	// EventTime is the source commit time (or the snapshot time for reads).
+	EventTime time.Time
+	TxID      uint64
+	// Pos is the position of the transaction this record belongs to, for
+	// diagnostics and the DLQ; the ledger uses Batch.Pos.
+	Pos Position
+	// Size estimates the record's memory in bytes, for the in-flight cap.
+	Size int
+}
+
+// Key returns the record's key values (from After, else Before).
+func (r *Record) Key() []any {
+	img := r.After
+	if img == nil {
+		img = r.Before
+	}
+	if r.Table == nil || img == nil {
+		return nil
+	}
+	k := make([]any, len(r.Table.KeyIdx))
+	for i, idx := range r.Table.KeyIdx {
+		k[i] = img[idx]
+	}
+	return k
+}
+
+// Batch is what a source hands over in one Read. Pos, when not nil, is a
+// checkpointable position (a transaction boundary, Invariant 2) reached once
+// every record in this and all earlier batches is durable. Batches in the
+// middle of a large transaction carry a nil Pos.
+type Batch struct {
+	Records []Record
+	Pos     Position
+	// Bytes estimates the batch's memory; 0 means "sum the records' Size".
+	Bytes int
+}
+
+// Weight returns the batch's byte estimate used by the in-flight cap.
+func (b *Batch) Weight() int {
+	if b.Bytes > 0 {
+		return b.Bytes
+	}
+	n := 0
+	for i := range b.Records {
+		n += b.Records[i].Size
+		if b.Records[i].Size == 0 {
+			n += EstimateSize(&b.Records[i])
+		}
+	}
+	return n
+}
+
+// EstimateSize is a cheap memory estimate of a record.
+func EstimateSize(r *Record) int {
+	n := 96 + len(r.Pos)
+	for _, img := range [][]any{r.Before, r.After} {
+		for _, v := range img {
+			n += 16
+			switch x := v.(type) {
+			case string:
+				n += len(x)
+			case []byte:
+				n += len(x)
+			case JSON:
+				n += len(x)
+			case Decimal:
+				n += 32
+			case []any:
+				n += 16 * len(x)
+			}
+		}
+	}
+	return n
+}
