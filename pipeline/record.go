@@ -126,9 +126,13 @@ func (o Op) IsData() bool { return o >= OpInsert && o <= OpTruncate }
 // numerically, most significant first. Sources fill it as follows:
 //
 //	Postgres stream:   {0, commit LSN, 0, 1 + index of the change in its transaction}
-//	Postgres snapshot: {0, consistent point LSN, 0, 0} — below every stream change
-//	                   committed after that point (their commit LSN is greater)
+//	Postgres snapshot: rows {0, consistent point LSN, 0, 1}, preceded per table by
+//	                   a truncate barrier at {0, consistent point LSN, 0, 0} so a
+//	                   fresh load clears whatever an interrupted earlier load left;
+//	                   both sort below every stream change committed after the
+//	                   consistent point (their commit LSN is greater)
 //	MySQL/MariaDB:     {epoch, binlog file number, transaction start position, row index}
+//	generate:          {0, 0, 0, sequence number}
 type Version [4]uint64
 
 // Compare returns -1, 0 or +1.

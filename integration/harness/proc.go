@@ -1,0 +1,136 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// InCI reports whether the tests run in CI, where missing services fail.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// skipOrFail skips the test when a service is missing on a developer machine
+// and fails it in CI.
+func skipOrFail(t testing.TB, err error) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("harness (CI=true, services are required): %v", err)
+	}
+	t.Skipf("harness: %v (set CI=true to make this a failure)", err)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// serviceUser returns the credential to run a server under when we are root
+// (PostgreSQL and MariaDB refuse to run as root), or nil.
+func serviceUser(name string) (*syscall.Credential, int, int, error) {
+	if os.Geteuid() != 0 {
+		return nil, os.Getuid(), os.Getgid(), nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("running as root needs the %q system user (installed with the package): %w", name, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
+}
+
+// mkTemp makes a temp dir owned by uid:gid.
+func mkTemp(prefix string, uid, gid int) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
+	}
+	return dir, os.Chown(dir, uid, gid)
+}
+
+// waitFor polls ready until it succeeds, the process exits or timeout passes.
+func waitFor(what string, timeout time.Duration, exited <-chan struct{}, logFile string, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		if last = ready(); last == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited during start-up: %v\n%s", what, last, tail(logFile, 4000))
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s: %v\n%s", what, timeout, last, tail(logFile, 4000))
+		}
+	}
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// process is a running server child.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+}
+
+func startProcess(cmd *exec.Cmd) (*process, error) {
+	// Own process group, so a test's Ctrl-C does not reach the server first.
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+// stop sends sig and waits up to grace, then kills.
+func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+	return errors.New("server did not stop in time and was killed")
+}
