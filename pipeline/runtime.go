@@ -1,0 +1,309 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Config tunes the runtime. Zero fields take the documented defaults.
+type Config struct {
+	Pipeline           string
+	MaxInFlightRecords int           // default 200000
+	MaxInFlightBytes   int64         // default 256 MiB
+	BatchMaxRecords    int           // default 10000
+	BatchMaxBytes      int64         // default 16 MiB
+	BatchLinger        time.Duration // default 100ms
+	CheckpointInterval time.Duration // default 1s
+	ShutdownTimeout    time.Duration // default 30s
+	RetryInitial       time.Duration // default 100ms
+	RetryMax           time.Duration // default 30s
+	RetryMaxAttempts   int           // 0: retry transient errors forever
+}
+
+func (c *Config) defaults() {
+	if c.MaxInFlightRecords <= 0 {
+		c.MaxInFlightRecords = 200000
+	}
+	if c.MaxInFlightBytes <= 0 {
+		c.MaxInFlightBytes = 256 << 20
+	}
+	if c.BatchMaxRecords <= 0 {
+		c.BatchMaxRecords = 10000
+	}
+	if c.BatchMaxBytes <= 0 {
+		c.BatchMaxBytes = 16 << 20
+	}
+	if c.BatchLinger <= 0 {
+		c.BatchLinger = 100 * time.Millisecond
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.RetryInitial <= 0 {
+		c.RetryInitial = 100 * time.Millisecond
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 30 * time.Second
+	}
+}
+
+// NamedSink is a sink with the name used in metrics, logs and the DLQ.
+type NamedSink struct {
+	Name string
+	Sink Sink
+}
+
+// NamedOperator is an operator with the name its state is stored under.
+type NamedOperator struct {
+	Name     string
+	Operator Operator
+}
+
+// Runtime runs one pipeline: source → operators → sinks, with the ack ledger
+// and the checkpoint loop.
+type Runtime struct {
+	cfg   Config
+	src   Source
+	ops   []NamedOperator
+	sinks []NamedSink
+	store OffsetStore
+	dlq   DLQ
+	obs   Observer
+	log   *zap.Logger
+
+	ledger *ledger
+	state  atomic.Value // string
+	ready  atomic.Bool
+
+	mu         sync.Mutex
+	lastCP     Checkpoint
+	written    map[string]int64
+	runErr     error
+	pendingPos Position
+}
+
+// Options carries the runtime's optional collaborators.
+type Options struct {
+	Operators []NamedOperator
+	DLQ       DLQ
+	Observer  Observer
+	Log       *zap.Logger
+}
+
+// New builds a runtime. Stateful operators are refused until the checkpoint
+// barrier of the windowed-transform work exists (Invariant 5).
+func New(cfg Config, src Source, sinks []NamedSink, store OffsetStore, opts Options) (*Runtime, error) {
+	cfg.defaults()
+	if src == nil || store == nil || len(sinks) == 0 {
+		return nil, errors.New("runtime: a source, an offset store and at least one sink are required")
+	}
+	for _, op := range opts.Operators {
+		st, err := op.Operator.Snapshot()
+		if err != nil || st != nil {
+			return nil, fmt.Errorf("runtime: operator %q is stateful; stateful operators are not supported yet", op.Name)
+		}
+	}
+	r := &Runtime{cfg: cfg, src: src, ops: opts.Operators, sinks: sinks, store: store, dlq: opts.DLQ,
+		obs: opts.Observer, log: opts.Log, written: map[string]int64{}}
+	if r.obs == nil {
+		r.obs = NopObserver{}
+	}
+	if r.log == nil {
+		r.log = zap.NewNop()
+	}
+	r.ledger = newLedger(cfg.MaxInFlightRecords, cfg.MaxInFlightBytes)
+	r.state.Store("starting")
+	return r, nil
+}
+
+// Stats is a snapshot of the runtime for /status.
+type Stats struct {
+	State           string
+	InFlightRecords int
+	InFlightBytes   int64
+	LastCheckpoint  Checkpoint
+	Written         map[string]int64
+	Err             error
+}
+
+// Stats returns the current runtime figures.
+func (r *Runtime) Stats() Stats {
+	recs, bytes := r.ledger.inFlight()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := make(map[string]int64, len(r.written))
+	for k, v := range r.written {
+		w[k] = v
+	}
+	return Stats{State: r.state.Load().(string), InFlightRecords: recs, InFlightBytes: bytes,
+		LastCheckpoint: r.lastCP, Written: w, Err: r.runErr}
+}
+
+// Ready reports nil once the source and every sink are open and running.
+func (r *Runtime) Ready() error {
+	if !r.ready.Load() {
+		return fmt.Errorf("pipeline %s is %s", r.cfg.Pipeline, r.state.Load())
+	}
+	return nil
+}
+
+// item is one source batch on its way to the sinks.
+type item struct {
+	seq     uint64
+	records []Record
+	bytes   int64
+	read    time.Time
+}
+
+// Run resumes from the stored checkpoint and runs until ctx is cancelled
+// (graceful stop: stop reading, drain within ShutdownTimeout, final
+// checkpoint, close sinks then source), the source ends (io.EOF) or a fatal
+// error. It returns nil on a clean stop.
+func (r *Runtime) Run(ctx context.Context) (err error) {
+	cp, found, err := r.store.Load(ctx, r.cfg.Pipeline)
+	if err != nil {
+		r.state.Store("failed")
+		return fmt.Errorf("load checkpoint: %w", err)
+	}
+	var from Position
+	if found {
+		r.lastCP = cp
+		if len(cp.Position) > 0 && string(cp.Position) != "null" {
+			from = Position(cp.Position)
+		}
+		r.log.Info("resuming from checkpoint", zap.Uint64("seq", cp.Seq), zap.ByteString("position", cp.Position))
+	}
+	// Work contexts outlive ctx so that a graceful stop can drain.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	if err := r.src.Open(ctx, from); err != nil {
+		r.state.Store("failed")
+		return fmt.Errorf("open source: %w", err)
+	}
+	closeSource := func() {
+		cctx, cancel := context.WithTimeout(workCtx, 10*time.Second)
+		defer cancel()
+		if err := r.src.Close(cctx); err != nil {
+			r.log.Warn("close source", zap.Error(err))
+		}
+	}
+	for i, s := range r.sinks {
+		if err := r.openSink(ctx, s); err != nil {
+			for _, o := range r.sinks[:i] {
+				_ = o.Sink.Close(workCtx)
+			}
+			closeSource()
+			r.state.Store("failed")
+			return err
+		}
+	}
+	r.ready.Store(true)
+	r.state.Store("running")
+
+	readCtx, stopReading := context.WithCancel(workCtx)
+	defer stopReading()
+	writeCtx, stopWriting := context.WithCancel(workCtx)
+	defer stopWriting()
+	commitCtx, stopCommitting := context.WithCancel(workCtx)
+	defer stopCommitting()
+
+	items := make(chan item, 4)
+	durable := make(chan struct{}, 1)
+	readerErr, writerErr, commitErr := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	go func() { readerErr <- r.read(readCtx, items) }()
+	go func() { writerErr <- r.write(writeCtx, items, durable) }()
+	go func() { commitErr <- r.commitLoop(commitCtx, durable) }()
+
+	var errs []error
+	keep := func(e error) {
+		if e != nil && !errors.Is(e, context.Canceled) && !errors.Is(e, io.EOF) {
+			errs = append(errs, e)
+		}
+	}
+	readerExited, writerExited, committerExited := false, false, false
+	select {
+	case <-ctx.Done():
+		r.log.Info("stopping: draining in-flight records", zap.Duration("deadline", r.cfg.ShutdownTimeout))
+	case e := <-readerErr:
+		readerExited = true
+		keep(e)
+		if errors.Is(e, io.EOF) {
+			r.log.Info("source finished; draining")
+		}
+	case e := <-writerErr:
+		writerExited = true
+		keep(e)
+	case e := <-commitErr:
+		committerExited = true
+		keep(e)
+	}
+	r.state.Store("draining")
+	r.ready.Store(false)
+	stopReading()
+	if len(errs) > 0 {
+		// A fatal error: stop at once; nothing undurable is checkpointed.
+		stopWriting()
+	}
+	drain := time.AfterFunc(r.cfg.ShutdownTimeout, func() {
+		r.log.Warn("drain deadline passed; stopping without the undrained records (they are re-read on restart)")
+		stopWriting()
+	})
+	if !readerExited {
+		keep(<-readerErr)
+	}
+	if !writerExited {
+		keep(<-writerErr)
+	}
+	drain.Stop()
+	stopCommitting()
+	if !committerExited {
+		keep(<-commitErr)
+	}
+	// Invariant 1: the final checkpoint covers only what is durable.
+	if err := r.commit(workCtx); err != nil {
+		keep(err)
+	}
+	for _, s := range r.sinks {
+		if err := s.Sink.Close(workCtx); err != nil {
+			r.log.Warn("close sink", zap.String("sink", s.Name), zap.Error(err))
+		}
+	}
+	closeSource()
+	if len(errs) > 0 {
+		r.state.Store("failed")
+		r.mu.Lock()
+		r.runErr = errs[0]
+		r.mu.Unlock()
+		return errs[0]
+	}
+	r.state.Store("stopped")
+	return nil
+}
+
+func (r *Runtime) openSink(ctx context.Context, s NamedSink) error {
+	b := newBackoff(r.cfg.RetryInitial, r.cfg.RetryMax)
+	for attempt := 1; ; attempt++ {
+		err := s.Sink.Open(ctx)
+		if err == nil {
+			return nil
+		}
+		if IsFatal(err) || (r.cfg.RetryMaxAttempts > 0 && attempt >= r.cfg.RetryMaxAttempts) {
+			return fmt.Errorf("open sink %s: %w", s.Name, err)
+		}
+		r.log.Warn("open sink failed; retrying", zap.String("sink", s.Name), zap.Error(err))
+		if err := b.wait(ctx); err != nil {
+			return fmt.Errorf("open sink %s: %w", s.Name, err)
+		}
+	}
+}

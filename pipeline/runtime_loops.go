@@ -1,0 +1,338 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// read pulls batches from the source, registers them in the ledger (blocking
+// at the in-flight cap, Invariant 6), runs the operators and hands them to
+// the writer. It closes items when it returns.
+func (r *Runtime) read(ctx context.Context, items chan<- item) error {
+	defer close(items)
+	for {
+		b, err := r.src.Read(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if len(b.Records) == 0 && b.Pos == nil {
+			continue
+		}
+		now := time.Now()
+		r.obs.Records("source", len(b.Records))
+		weight := int64(b.Weight())
+		seq, err := r.ledger.acquire(ctx, len(b.Records), weight, b.Pos)
+		if err != nil {
+			return err
+		}
+		recs := b.Records
+		for _, op := range r.ops {
+			t0 := time.Now()
+			out, err := op.Operator.Process(ctx, recs)
+			if err != nil {
+				// A transform failure on a batch is not attributable to one
+				// record: stop rather than skip (nothing is acknowledged).
+				return Fatal(fmt.Errorf("transform %s: %w", op.Name, err))
+			}
+			recs = out
+			r.obs.BatchDuration("transform", time.Since(t0))
+			r.obs.Records("transform", len(recs))
+		}
+		recsN, bytesN := r.ledger.inFlight()
+		r.obs.InFlight(recsN, bytesN)
+		select {
+		case items <- item{seq: seq, records: recs, bytes: weight, read: now}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// write coalesces items into sink batches (by count, bytes and linger),
+// writes each batch to every sink and marks its items durable in the ledger.
+func (r *Runtime) write(ctx context.Context, items <-chan item, durable chan<- struct{}) error {
+	var (
+		batch   []item
+		recs    int
+		bytes   int64
+		linger  *time.Timer
+		lingerC <-chan time.Time
+	)
+	flush := func() error {
+		if linger != nil {
+			linger.Stop()
+			linger, lingerC = nil, nil
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		err := r.writeBatch(ctx, batch)
+		if err != nil {
+			return err
+		}
+		for _, it := range batch {
+			r.ledger.done(it.seq)
+		}
+		n, b := r.ledger.inFlight()
+		r.obs.InFlight(n, b)
+		batch, recs, bytes = batch[:0], 0, 0
+		select {
+		case durable <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	for {
+		select {
+		case it, ok := <-items:
+			if !ok {
+				return flush()
+			}
+			batch = append(batch, it)
+			recs += len(it.records)
+			bytes += it.bytes
+			if recs >= r.cfg.BatchMaxRecords || bytes >= r.cfg.BatchMaxBytes {
+				if err := flush(); err != nil {
+					return err
+				}
+			} else if linger == nil {
+				linger = time.NewTimer(r.cfg.BatchLinger)
+				lingerC = linger.C
+			}
+		case <-lingerC:
+			linger, lingerC = nil, nil
+			if err := flush(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// writeBatch writes the records of batch to every sink concurrently and
+// returns when all are durable (or dead-lettered, Invariant 7).
+func (r *Runtime) writeBatch(ctx context.Context, batch []item) error {
+	var recs []Record
+	for _, it := range batch {
+		recs = append(recs, it.records...)
+	}
+	if len(recs) > 0 {
+		errs := make(chan error, len(r.sinks))
+		for _, s := range r.sinks {
+			go func(s NamedSink) { errs <- r.writeSink(ctx, s, recs) }(s)
+		}
+		var first error
+		for range r.sinks {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		if first != nil {
+			return first
+		}
+	}
+	now := time.Now()
+	var newest time.Time
+	for i := range recs {
+		if recs[i].Op == OpHeartbeat && !recs[i].EventTime.IsZero() {
+			r.obs.EndToEnd(now.Sub(recs[i].EventTime))
+		} else if recs[i].Op != OpRead && recs[i].EventTime.After(newest) {
+			newest = recs[i].EventTime
+		}
+	}
+	if !newest.IsZero() {
+		r.obs.EndToEnd(now.Sub(newest))
+	}
+	return nil
+}
+
+// writeSink writes recs to one sink with retries; permanent per-record
+// failures go to the DLQ.
+func (r *Runtime) writeSink(ctx context.Context, s NamedSink, recs []Record) error {
+	stage := "sink:" + s.Name
+	b := newBackoff(r.cfg.RetryInitial, r.cfg.RetryMax)
+	todo := recs
+	for attempt := 1; ; attempt++ {
+		t0 := time.Now()
+		err := s.Sink.Write(ctx, todo)
+		r.obs.BatchDuration(stage, time.Since(t0))
+		if err == nil {
+			r.obs.Records(stage, len(todo))
+			r.mu.Lock()
+			r.written[s.Name] += int64(len(todo))
+			r.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if IsFatal(err) {
+			return fmt.Errorf("sink %s: %w", s.Name, err)
+		}
+		var be *BatchError
+		if errors.As(err, &be) {
+			var retry []Record
+			var letters []DeadLetter
+			for _, f := range be.Failed {
+				if f.Index < 0 || f.Index >= len(todo) {
+					return Fatal(fmt.Errorf("sink %s: reported failure for record %d of %d", s.Name, f.Index, len(todo)))
+				}
+				if f.Permanent {
+					letters = append(letters, r.deadLetter(stage, &todo[f.Index], f.Err))
+				} else {
+					retry = append(retry, todo[f.Index])
+				}
+			}
+			if len(letters) > 0 {
+				if err := r.putDLQ(ctx, stage, letters); err != nil {
+					return err
+				}
+			}
+			ok := len(todo) - len(be.Failed)
+			r.obs.Records(stage, ok)
+			r.mu.Lock()
+			r.written[s.Name] += int64(ok)
+			r.mu.Unlock()
+			if len(retry) == 0 {
+				return nil
+			}
+			todo = retry
+			err = be
+		}
+		if r.cfg.RetryMaxAttempts > 0 && attempt >= r.cfg.RetryMaxAttempts {
+			return fmt.Errorf("sink %s: giving up after %d attempts: %w", s.Name, attempt, err)
+		}
+		r.obs.SinkRetry(s.Name)
+		r.log.Warn("sink write failed; retrying", zap.String("sink", s.Name), zap.Int("attempt", attempt),
+			zap.Int("records", len(todo)), zap.Error(err))
+		if err := b.wait(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// deadLetter describes a record for the DLQ.
+func (r *Runtime) deadLetter(stage string, rec *Record, cause error) DeadLetter {
+	dl := DeadLetter{Time: time.Now().UTC(), Pipeline: r.cfg.Pipeline, Stage: stage, Op: rec.Op.String(),
+		Version: rec.Version.String(), Error: cause.Error()}
+	if rec.Table != nil {
+		dl.Table = rec.Table.ID.String()
+	}
+	if json.Valid(rec.Pos) {
+		dl.Position = json.RawMessage(rec.Pos)
+	}
+	dl.Raw = MarshalRecord(rec)
+	return dl
+}
+
+func (r *Runtime) putDLQ(ctx context.Context, stage string, letters []DeadLetter) error {
+	if r.dlq == nil {
+		// Invariant 7: a poison record never vanishes silently.
+		return Fatal(fmt.Errorf("%s: %d record(s) failed permanently and no dead-letter queue is configured: %s",
+			stage, len(letters), letters[0].Error))
+	}
+	if err := r.dlq.Put(ctx, letters); err != nil {
+		return Fatal(fmt.Errorf("dead-letter queue: %w", err))
+	}
+	r.obs.DeadLetters(stage, len(letters))
+	for _, l := range letters {
+		r.log.Warn("record sent to the dead-letter queue", zap.String("stage", stage), zap.String("table", l.Table),
+			zap.String("version", l.Version), zap.String("error", l.Error))
+	}
+	return nil
+}
+
+// commitLoop commits the checkpoint every CheckpointInterval (and soon after
+// durable progress), then acknowledges the source. It is the only goroutine
+// that commits or acks (Invariant 1).
+func (r *Runtime) commitLoop(ctx context.Context, durable <-chan struct{}) error {
+	t := time.NewTicker(r.cfg.CheckpointInterval)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-durable:
+			if time.Since(last) < r.cfg.CheckpointInterval {
+				continue
+			}
+		}
+		last = time.Now()
+		if err := r.commit(ctx); err != nil {
+			if IsFatal(err) {
+				return err
+			}
+			r.log.Warn("checkpoint commit failed; will retry", zap.Error(err))
+		}
+	}
+}
+
+// commit stores the newest durable position and then acks the source.
+func (r *Runtime) commit(ctx context.Context) error {
+	if pos := r.ledger.lowWater(); pos != nil {
+		r.pendingPos = pos
+	}
+	if r.pendingPos == nil {
+		return nil
+	}
+	if !json.Valid(r.pendingPos) {
+		return Fatal(fmt.Errorf("source produced a position that is not JSON: %q", r.pendingPos))
+	}
+	r.mu.Lock()
+	seq := r.lastCP.Seq + 1
+	r.mu.Unlock()
+	cp := Checkpoint{Pipeline: r.cfg.Pipeline, Position: json.RawMessage(r.pendingPos), Seq: seq, CommittedAt: time.Now().UTC()}
+	t0 := time.Now()
+	// Invariant 1: sink write (done: the ledger only yields durable
+	// positions) → checkpoint commit → source ack.
+	if err := r.store.Commit(ctx, cp); err != nil {
+		return fmt.Errorf("commit checkpoint: %w", err)
+	}
+	r.obs.CheckpointCommitted(time.Since(t0), cp.CommittedAt, cp.Seq)
+	r.mu.Lock()
+	r.lastCP = cp
+	r.mu.Unlock()
+	pos := r.pendingPos
+	r.pendingPos = nil
+	if err := r.src.Ack(ctx, pos); err != nil {
+		r.log.Warn("source ack failed; the next checkpoint acks again", zap.Error(err))
+	}
+	return nil
+}
+
+// backoff is capped exponential backoff with full jitter.
+type backoff struct {
+	cur, max time.Duration
+}
+
+func newBackoff(initial, max time.Duration) *backoff { return &backoff{cur: initial, max: max} }
+
+func (b *backoff) wait(ctx context.Context) error {
+	d := b.cur/2 + time.Duration(rand.Int64N(int64(b.cur/2)+1))
+	if b.cur < b.max {
+		b.cur *= 2
+		if b.cur > b.max {
+			b.cur = b.max
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
