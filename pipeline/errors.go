@@ -53,3 +53,14 @@ func IsFatal(err error) bool {
 	var f fatalError
 	return errors.As(err, &f)
 }
+
+// OpenError is a failure to start a part of the pipeline (preflight,
+// privileges, a lost slot, an unreachable sink): the operator must act
+// before a restart can help.
+type OpenError struct {
+	What string
+	Err  error
+}
+
+func (e *OpenError) Error() string { return "open " + e.What + ": " + e.Err.Error() }
+func (e *OpenError) Unwrap() error { return e.Err }

@@ -189,7 +189,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 
 	if err := r.src.Open(ctx, from); err != nil {
 		r.state.Store("failed")
-		return fmt.Errorf("open source: %w", err)
+		return &OpenError{What: "source", Err: err}
 	}
 	closeSource := func() {
 		cctx, cancel := context.WithTimeout(workCtx, 10*time.Second)
@@ -299,7 +299,7 @@ func (r *Runtime) openSink(ctx context.Context, s NamedSink) error {
 			return nil
 		}
 		if IsFatal(err) || (r.cfg.RetryMaxAttempts > 0 && attempt >= r.cfg.RetryMaxAttempts) {
-			return fmt.Errorf("open sink %s: %w", s.Name, err)
+			return &OpenError{What: "sink " + s.Name, Err: err}
 		}
 		r.log.Warn("open sink failed; retrying", zap.String("sink", s.Name), zap.Error(err))
 		if err := b.wait(ctx); err != nil {

@@ -1,0 +1,33 @@
+# The README's commands. `make test` is what CI runs.
+GO ?= go
+PKGS := ./...
+
+.PHONY: deps build test vet unit fuzz quickstart bench-postgres clean
+
+deps:
+	bash scripts/install-deps.sh
+	$(GO) mod download
+
+build:
+	$(GO) build -o bin/sluice ./cmd/sluice
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet $(PKGS)
+
+# vet, then every test (unit, conformance, integration against real
+# PostgreSQL, MariaDB and Redis started by integration/harness) under -race.
+test: vet
+	$(GO) test -race -count=1 -timeout 45m $(PKGS)
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config/
+
+quickstart:
+	$(GO) run ./cmd/quickstart
+
+bench-postgres:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./sources/postgres/
+
+clean:
+	rm -rf bin

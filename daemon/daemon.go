@@ -1,0 +1,214 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/config"
+	"github.com/sluice-cdc/sluice/dlq"
+	"github.com/sluice-cdc/sluice/obs"
+	"github.com/sluice-cdc/sluice/offsets"
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// RunFlags are the command-line switches of `sluice run`.
+type RunFlags struct {
+	// ResetOffsets moves the stored checkpoint aside (never deletes it) and
+	// starts over, with a fresh snapshot.
+	ResetOffsets bool
+	// FromPreviousCheckpoint resumes from the checkpoint before the newest,
+	// after a corrupt newest checkpoint was reported.
+	FromPreviousCheckpoint bool
+	// DropSlotOnExit drops the Postgres replication slot at exit (throwaway
+	// runs only: the slot's position is lost).
+	DropSlotOnExit bool
+	// HTTPListen overrides http.listen when not empty.
+	HTTPListen string
+	// OnListen is called with the bound HTTP address (tests, quickstart).
+	OnListen func(addr string)
+}
+
+// Exit codes of `sluice run` (documented in the README).
+const (
+	ExitOK          = 0
+	ExitFailure     = 1   // the pipeline failed while running
+	ExitConfig      = 2   // the config (or a flag) is invalid
+	ExitSetup       = 3   // a source or sink refused to start (preflight, privileges, lost slot)
+	ExitCheckpoint  = 4   // the stored checkpoint is corrupt, foreign or from a newer sluice
+	ExitInterrupted = 130 // a second signal stopped sluice without draining
+)
+
+// ExitCode maps an error returned by Run to the documented exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ce *config.Errors
+	var corrupt *offsets.CorruptError
+	var format *offsets.FormatError
+	var foreign *offsets.ForeignError
+	var open *pipeline.OpenError
+	switch {
+	case errors.As(err, &ce):
+		return ExitConfig
+	case errors.As(err, &corrupt), errors.As(err, &format), errors.As(err, &foreign):
+		return ExitCheckpoint
+	case errors.As(err, &open):
+		return ExitSetup
+	}
+	return ExitFailure
+}
+
+// RegisterSecrets tells the log redactor about every secret in cfg.
+func RegisterSecrets(cfg *config.Config) {
+	if p := cfg.Source.Postgres; p != nil {
+		if p.Password != "" {
+			obs.RegisterSecret(p.Password)
+		}
+		if u, err := url.Parse(p.DSN); err == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				obs.RegisterSecret(pw)
+			}
+		}
+	}
+}
+
+// Run builds the pipeline from cfg and runs it until ctx is cancelled (a
+// graceful stop) or it fails.
+func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logger) error {
+	RegisterSecrets(cfg)
+	log = log.With(zap.String("pipeline", cfg.Pipeline))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := obs.NewMetrics(reg, cfg.Pipeline)
+
+	store, err := offsets.OpenDir(cfg.Offsets.Dir, cfg.Pipeline, offsets.WithLogger(log.Named("offsets")))
+	if err != nil {
+		return &pipeline.OpenError{What: "offset store", Err: err}
+	}
+	defer store.Close()
+	var st pipeline.OffsetStore = store
+	switch {
+	case flags.ResetOffsets:
+		if err := store.Reset(ctx); err != nil {
+			return err
+		}
+		log.Warn("offsets reset: starting over with a fresh snapshot", zap.String("dir", cfg.Offsets.Dir))
+	case flags.FromPreviousCheckpoint:
+		cp, ok, err := store.LoadPrevious(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("--from-previous-checkpoint: no previous checkpoint in %s", cfg.Offsets.Dir)
+		}
+		log.Warn("resuming from the previous checkpoint", zap.Uint64("seq", cp.Seq))
+		st = &previousStore{DirStore: store, cp: cp}
+	}
+
+	deadLetters, err := dlq.OpenFile(cfg.DLQ.Dir, cfg.Pipeline, dlq.WithRegisterer(reg))
+	if err != nil {
+		return &pipeline.OpenError{What: "dead-letter queue", Err: err}
+	}
+	defer deadLetters.Close()
+
+	src, err := buildSource(cfg, flags, log, reg)
+	if err != nil {
+		return &pipeline.OpenError{What: "source", Err: err}
+	}
+	sinks, err := buildSinks(cfg, log)
+	if err != nil {
+		return err
+	}
+	rt, err := pipeline.New(runtimeConfig(cfg), src, sinks, st, pipeline.Options{
+		DLQ: deadLetters, Observer: metrics, Log: log.Named("runtime"),
+	})
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	status := func() any { return Report(cfg.Pipeline, started, rt, src, deadLetters) }
+	metrics.SetCheckpointAge(func() float64 {
+		s := rt.Stats()
+		if s.LastCheckpoint.CommittedAt.IsZero() {
+			return 0
+		}
+		return time.Since(s.LastCheckpoint.CommittedAt).Seconds()
+	})
+	listen := cfg.HTTP.Listen
+	if flags.HTTPListen != "" {
+		listen = flags.HTTPListen
+	}
+	if listen != "" {
+		srv := obs.NewServer(listen, reg, status, rt.Ready, log.Named("http"))
+		if err := srv.Start(); err != nil {
+			return &pipeline.OpenError{What: "http server", Err: err}
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		log.Info("serving /metrics /healthz /readyz /status", zap.String("addr", srv.Addr()))
+		if flags.OnListen != nil {
+			flags.OnListen(srv.Addr())
+		}
+	}
+	log.Info("pipeline starting", zap.String("source", cfg.Source.Kind()), zap.Int("sinks", len(sinks)))
+	err = rt.Run(ctx)
+	if err != nil {
+		log.Error("pipeline stopped with an error", zap.Error(err))
+		return err
+	}
+	log.Info("pipeline stopped")
+	return nil
+}
+
+// Report builds the /status document.
+func Report(name string, started time.Time, rt *pipeline.Runtime, src pipeline.Source, q pipeline.DLQ) obs.StatusReport {
+	s := rt.Stats()
+	r := obs.StatusReport{
+		Pipeline:        name,
+		State:           s.State,
+		StartedAt:       started,
+		InFlightRecords: s.InFlightRecords,
+		InFlightBytes:   s.InFlightBytes,
+		CheckpointSeq:   s.LastCheckpoint.Seq,
+		DLQDepth:        q.Depth(),
+		DLQOldestAgeSec: q.OldestAge().Seconds(),
+		SinkRecords:     s.Written,
+	}
+	if !s.LastCheckpoint.CommittedAt.IsZero() {
+		r.LastCheckpoint = s.LastCheckpoint.CommittedAt
+		r.CheckpointAgeSec = time.Since(s.LastCheckpoint.CommittedAt).Seconds()
+	}
+	if sr, ok := src.(pipeline.StatusReporter); ok {
+		r.Source = sr.Status()
+	}
+	if s.Err != nil {
+		r.Error = obs.Redact(s.Err.Error())
+	}
+	return r
+}
+
+// previousStore serves the previous checkpoint once, then commits normally.
+type previousStore struct {
+	*offsets.DirStore
+	cp     pipeline.Checkpoint
+	served bool
+}
+
+func (p *previousStore) Load(ctx context.Context, name string) (pipeline.Checkpoint, bool, error) {
+	if !p.served {
+		p.served = true
+		return p.cp, true, nil
+	}
+	return p.DirStore.Load(ctx, name)
+}
