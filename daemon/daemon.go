@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sort"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -128,19 +129,19 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 		return err
 	}
 	rt, err := pipeline.New(runtimeConfig(cfg), src, sinks, st, pipeline.Options{
-		DLQ: deadLetters, Observer: metrics, Log: log.Named("runtime"),
+		DLQ: deadLetters, Observer: metricsObserver{metrics}, Log: log.Named("runtime"),
 	})
 	if err != nil {
 		return err
 	}
 	started := time.Now()
 	status := func() any { return Report(cfg.Pipeline, started, rt, src, deadLetters) }
-	metrics.SetCheckpointAge(func() float64 {
+	metrics.SetCheckpointAgeFunc(func() time.Duration {
 		s := rt.Stats()
 		if s.LastCheckpoint.CommittedAt.IsZero() {
-			return 0
+			return time.Since(started)
 		}
-		return time.Since(s.LastCheckpoint.CommittedAt).Seconds()
+		return time.Since(s.LastCheckpoint.CommittedAt)
 	})
 	listen := cfg.HTTP.Listen
 	if flags.HTTPListen != "" {
@@ -175,27 +176,49 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 func Report(name string, started time.Time, rt *pipeline.Runtime, src pipeline.Source, q pipeline.DLQ) obs.StatusReport {
 	s := rt.Stats()
 	r := obs.StatusReport{
-		Pipeline:        name,
-		State:           s.State,
-		StartedAt:       started,
-		InFlightRecords: s.InFlightRecords,
-		InFlightBytes:   s.InFlightBytes,
-		CheckpointSeq:   s.LastCheckpoint.Seq,
-		DLQDepth:        q.Depth(),
-		DLQOldestAgeSec: q.OldestAge().Seconds(),
-		SinkRecords:     s.Written,
+		Pipeline:            name,
+		State:               s.State,
+		StartedAt:           started,
+		InFlightRecords:     int64(s.InFlightRecords),
+		InFlightBytes:       s.InFlightBytes,
+		CheckpointSeq:       s.LastCheckpoint.Seq,
+		DLQDepth:            q.Depth(),
+		DLQOldestAgeSeconds: q.OldestAge().Seconds(),
+	}
+	for _, n := range sortedKeys(s.Written) {
+		r.Sinks = append(r.Sinks, obs.SinkStatus{Name: n, RecordsWritten: s.Written[n]})
 	}
 	if !s.LastCheckpoint.CommittedAt.IsZero() {
 		r.LastCheckpoint = s.LastCheckpoint.CommittedAt
-		r.CheckpointAgeSec = time.Since(s.LastCheckpoint.CommittedAt).Seconds()
+		r.CheckpointAgeSeconds = time.Since(s.LastCheckpoint.CommittedAt).Seconds()
 	}
 	if sr, ok := src.(pipeline.StatusReporter); ok {
 		r.Source = sr.Status()
+		if r.State == "running" {
+			r.State = obs.StateStreaming
+			if r.Source.Phase == "snapshot" {
+				r.State = obs.StateSnapshot
+			}
+		}
+		if !r.Source.LastEventTime.IsZero() {
+			r.LagSeconds = time.Since(r.Source.LastEventTime).Seconds()
+		}
+	} else if r.State == "running" {
+		r.State = obs.StateStreaming
 	}
 	if s.Err != nil {
 		r.Error = obs.Redact(s.Err.Error())
 	}
 	return r
+}
+
+func sortedKeys(m map[string]int64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // previousStore serves the previous checkpoint once, then commits normally.

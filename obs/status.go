@@ -1,0 +1,169 @@
+package obs
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// Pipeline states reported in StatusReport.State.
+const (
+	StateStarting  = "starting"
+	StateSnapshot  = "snapshot"
+	StateStreaming = "streaming"
+	StateDraining  = "draining"
+	StateStopped   = "stopped"
+	StateFailed    = "failed"
+)
+
+// StatusReport is the /status document: the daemon fills it, `sluice
+// status` renders it with RenderStatus. Ages are computed when the report is
+// made.
+type StatusReport struct {
+	Pipeline string                `json:"pipeline"`
+	State    string                `json:"state"`
+	Source   pipeline.SourceStatus `json:"source"`
+	// LagSeconds is how far the stream is behind the database (the
+	// sluice_source_lag_seconds gauge); LagBytes is in Source.
+	LagSeconds float64 `json:"lag_seconds"`
+
+	LastCheckpoint       time.Time `json:"last_checkpoint,omitzero"`
+	CheckpointAgeSeconds float64   `json:"checkpoint_age_seconds"`
+	CheckpointSeq        uint64    `json:"checkpoint_seq"`
+
+	InFlightRecords int64 `json:"in_flight_records"`
+	InFlightBytes   int64 `json:"in_flight_bytes"`
+
+	DLQDepth            int64   `json:"dlq_depth"`
+	DLQOldestAgeSeconds float64 `json:"dlq_oldest_age_seconds"`
+
+	Sinks     []SinkStatus `json:"sinks,omitempty"`
+	StartedAt time.Time    `json:"started_at"`
+	Error     string       `json:"error,omitempty"`
+}
+
+// SinkStatus is one sink's progress.
+type SinkStatus struct {
+	Name           string `json:"name"`
+	RecordsWritten int64  `json:"records_written"`
+}
+
+// barWidth is the number of cells in a snapshot progress bar.
+const barWidth = 20
+
+// RenderStatus writes a human view of r to w: state, per-table snapshot
+// progress bars, stream lag, last checkpoint, in-flight load, DLQ and sinks.
+// Error text is redacted. It returns the first write error.
+func RenderStatus(w io.Writer, r StatusReport) error {
+	ew := &errWriter{w: w}
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+
+	row("pipeline", "%s", r.Pipeline)
+	state := r.State
+	if state == "" {
+		state = "unknown"
+	}
+	if !r.StartedAt.IsZero() {
+		state += " (started " + r.StartedAt.UTC().Format(time.RFC3339) + ")"
+	}
+	row("state", "%s", state)
+	conn := "disconnected"
+	if r.Source.Connected {
+		conn = "connected"
+	}
+	if r.Source.Phase != "" {
+		conn += ", phase " + r.Source.Phase
+	}
+	row("source", "%s", conn)
+	row("lag", "%s behind, %s of log unread", seconds(r.LagSeconds), bytesText(r.Source.LagBytes))
+	if r.CheckpointSeq == 0 && r.LastCheckpoint.IsZero() {
+		row("checkpoint", "none yet")
+	} else {
+		row("checkpoint", "seq %d, %s ago (%s)", r.CheckpointSeq, seconds(r.CheckpointAgeSeconds),
+			r.LastCheckpoint.UTC().Format(time.RFC3339))
+	}
+	row("in flight", "%d records, %s", r.InFlightRecords, bytesText(r.InFlightBytes))
+	if r.DLQDepth == 0 {
+		row("dead letters", "0")
+	} else {
+		row("dead letters", "%d (oldest %s ago)", r.DLQDepth, seconds(r.DLQOldestAgeSeconds))
+	}
+	for _, s := range r.Sinks {
+		row("sink "+s.Name, "%d records written", s.RecordsWritten)
+	}
+	if r.Error != "" {
+		row("error", "%s", Redact(r.Error))
+	}
+	tw.Flush()
+
+	if len(r.Source.Tables) > 0 {
+		fmt.Fprintln(ew, "\nsnapshot")
+		width := 0
+		for _, t := range r.Source.Tables {
+			width = max(width, len(t.Table))
+		}
+		for _, t := range r.Source.Tables {
+			fmt.Fprintf(ew, "  %-*s   %s\n", width, t.Table, tableProgress(t))
+		}
+	}
+	return ew.err
+}
+
+// tableProgress renders "[#####-----]  50%  5000/10000".
+func tableProgress(t pipeline.TableStatus) string {
+	switch {
+	case t.Done:
+		return fmt.Sprintf("[%s] 100%%  %d/%d done", strings.Repeat("#", barWidth), t.RowsDone, max(t.RowsTotal, t.RowsDone))
+	case t.RowsTotal <= 0:
+		return fmt.Sprintf("[%s]    ?  %d/?", strings.Repeat("?", barWidth), t.RowsDone)
+	}
+	frac := float64(t.RowsDone) / float64(t.RowsTotal)
+	// Totals are estimates: an unfinished table never shows 100%.
+	frac = min(max(frac, 0), 0.99)
+	filled := int(frac * barWidth)
+	return fmt.Sprintf("[%s%s] %3d%%  %d/%d", strings.Repeat("#", filled), strings.Repeat("-", barWidth-filled),
+		int(frac*100), t.RowsDone, t.RowsTotal)
+}
+
+func seconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%.2fs", s)
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", s)
+	}
+	return d.Round(time.Second).String()
+}
+
+func bytesText(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}

@@ -1,0 +1,3 @@
+// Package offsetstoretest is the conformance suite every
+// pipeline.OffsetStore implementation runs from its own tests.
+package offsetstoretest
