@@ -1,0 +1,183 @@
+package config
+
+// The sluice pipeline schema. One file configures one pipeline. Defaults,
+// bounds and allowed values are declared in the struct tags (see strict.go
+// for their meaning); rules spanning several fields are in validate.go.
+// configs/reference.yaml documents every key.
+
+// Config is one pipeline's configuration.
+type Config struct {
+	// Pipeline names the pipeline; it is part of replication slot and
+	// publication names, so it is restricted to lower-case identifiers.
+	Pipeline string  `yaml:"pipeline" required:"true" pattern:"^[a-z][a-z0-9_]{0,62}$" doc:"a name such as shop"`
+	Source   Source  `yaml:"source" required:"true" doc:"a generate or postgres block"`
+	Sinks    []Sink  `yaml:"sinks" required:"true" min:"1" doc:"a list with at least one sink, e.g. - duckdb: {path: ./sluice.duckdb}"`
+	Offsets  Offsets `yaml:"offsets"`
+	DLQ      DLQ     `yaml:"dlq"`
+	Runtime  Runtime `yaml:"runtime"`
+	HTTP     HTTP    `yaml:"http"`
+	Log      Log     `yaml:"log"`
+
+	// File is the config file name as given to Load or Parse.
+	File string `yaml:"-"`
+	// Dir is the directory relative paths were resolved against.
+	Dir string `yaml:"-"`
+}
+
+// Source selects the change source: exactly one field is set.
+type Source struct {
+	Generate *GenerateSource `yaml:"generate"`
+	Postgres *PostgresSource `yaml:"postgres"`
+}
+
+func (*Source) exclusive() {}
+
+// Kind returns "generate" or "postgres" (or "" when none is set).
+func (s Source) Kind() string {
+	switch {
+	case s.Generate != nil:
+		return "generate"
+	case s.Postgres != nil:
+		return "postgres"
+	}
+	return ""
+}
+
+// GenerateSource configures the built-in synthetic data generator, which
+// writes to three fixed typed tables: customers, orders and events.
+type GenerateSource struct {
+	Seed        int64   `yaml:"seed" default:"1"`
+	Tables      int     `yaml:"tables" default:"3" min:"1" max:"3"`
+	InitialRows int64   `yaml:"initial_rows" default:"1000" min:"0"`
+	Changes     int64   `yaml:"changes" default:"0" min:"0"` // 0: unbounded
+	Rate        float64 `yaml:"rate" default:"0" min:"0"`    // changes per second; 0: unthrottled
+	Mix         Mix     `yaml:"mix"`
+	Batch       int     `yaml:"batch" default:"500" min:"1" max:"100000"`
+}
+
+// Mix is the percentage of each change kind the generator produces; the
+// three sum to 100.
+type Mix struct {
+	Insert int `yaml:"insert" default:"30" min:"0" max:"100"`
+	Update int `yaml:"update" default:"60" min:"0" max:"100"`
+	Delete int `yaml:"delete" default:"10" min:"0" max:"100"`
+}
+
+// PostgresSource configures logical replication (pgoutput) from Postgres.
+type PostgresSource struct {
+	// DSN is a postgres:// URL or a key=value connection string.
+	DSN string `yaml:"dsn" required:"true" secret:"true" doc:"e.g. postgres://user@127.0.0.1:5432/db"`
+	// Password, when set, overrides the DSN's password.
+	Password string `yaml:"password" secret:"true"`
+	// Tables lists the captured tables as "schema.table"; after loading,
+	// every entry is qualified (unqualified names mean schema public).
+	Tables []string `yaml:"tables" required:"true" min:"1" doc:"e.g. [public.orders]"`
+	// Publication and Slot default to "sluice_<pipeline>" (filled in by
+	// Parse).
+	Publication string `yaml:"publication" pattern:"^[a-z_][a-z0-9_]{0,62}$"`
+	Slot        string `yaml:"slot" pattern:"^[a-z_][a-z0-9_]{0,62}$"`
+	// FullIdentityTables may lack a primary key or replica identity index
+	// (they use REPLICA IDENTITY FULL); each must be in Tables. Qualified
+	// like Tables after loading.
+	FullIdentityTables []string         `yaml:"full_identity_tables"`
+	HeartbeatInterval  Duration         `yaml:"heartbeat_interval" default:"10s" min:"0s"` // 0: no heartbeats
+	Streaming          bool             `yaml:"streaming" default:"true"`
+	SpillThreshold     ByteSize         `yaml:"spill_threshold" default:"64MiB" min:"1MiB"`
+	StatusInterval     Duration         `yaml:"status_interval" default:"10s" min:"100ms"`
+	ReconnectBackoff   ReconnectBackoff `yaml:"reconnect_backoff"`
+	Snapshot           Snapshot         `yaml:"snapshot"`
+}
+
+// ReconnectBackoff bounds the exponential wait between reconnect attempts.
+type ReconnectBackoff struct {
+	Initial Duration `yaml:"initial" default:"1s" min:"1ms"`
+	Max     Duration `yaml:"max" default:"30s" min:"1ms"`
+}
+
+// Snapshot configures the initial copy of existing rows.
+type Snapshot struct {
+	Mode      string `yaml:"mode" default:"initial" enum:"initial|never"`
+	Parallel  int    `yaml:"parallel" default:"2" min:"1" max:"64"`
+	ChunkRows int64  `yaml:"chunk_rows" default:"100000" min:"1"`
+}
+
+// Sink is one list item of sinks: exactly one field (the sink kind) is set.
+type Sink struct {
+	DuckDB *DuckDBSink `yaml:"duckdb"`
+}
+
+func (*Sink) exclusive() {}
+
+// Kind returns the sink kind, e.g. "duckdb".
+func (s Sink) Kind() string {
+	if s.DuckDB != nil {
+		return "duckdb"
+	}
+	return ""
+}
+
+// Name returns the sink's name (always set after loading).
+func (s Sink) Name() string {
+	if s.DuckDB != nil {
+		return s.DuckDB.Name
+	}
+	return ""
+}
+
+// DuckDBSink writes into a DuckDB database file.
+type DuckDBSink struct {
+	// Name defaults to the kind ("duckdb"), or kind_<index in sinks> when
+	// several sinks share the kind (filled in by Parse).
+	Name string `yaml:"name" pattern:"^[a-z][a-z0-9_-]*$"`
+	// Path is the database file; relative paths are resolved against the
+	// config file's directory. ":memory:" is kept as is.
+	Path         string   `yaml:"path" required:"true" doc:"the DuckDB database file, e.g. ./sluice.duckdb"`
+	Schema       string   `yaml:"schema" default:"main" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$"`
+	HardDelete   bool     `yaml:"hard_delete" default:"false"`
+	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
+}
+
+// Offsets configures the checkpoint store.
+type Offsets struct {
+	// Dir holds checkpoints; relative paths are resolved against the config
+	// file's directory.
+	Dir string `yaml:"dir" default:"./.sluice"`
+}
+
+// DLQ configures the dead-letter queue.
+type DLQ struct {
+	// Dir defaults to <offsets.dir>/dlq (filled in by Parse); relative
+	// paths are resolved against the config file's directory.
+	Dir string `yaml:"dir"`
+}
+
+// Runtime bounds memory and paces batching, checkpointing and retries.
+type Runtime struct {
+	MaxInFlightRecords int      `yaml:"max_in_flight_records" default:"200000" min:"1"`
+	MaxInFlightBytes   ByteSize `yaml:"max_in_flight_bytes" default:"256MiB" min:"1MiB"`
+	BatchMaxRecords    int      `yaml:"batch_max_records" default:"10000" min:"1"`
+	BatchMaxBytes      ByteSize `yaml:"batch_max_bytes" default:"16MiB" min:"1KiB"`
+	BatchLinger        Duration `yaml:"batch_linger" default:"100ms" min:"0s"`
+	CheckpointInterval Duration `yaml:"checkpoint_interval" default:"1s" min:"1ms"`
+	ShutdownTimeout    Duration `yaml:"shutdown_timeout" default:"30s" min:"1ms"`
+	Retry              Retry    `yaml:"retry"`
+}
+
+// Retry bounds the exponential backoff of failed sink writes.
+type Retry struct {
+	Initial     Duration `yaml:"initial" default:"100ms" min:"1ms"`
+	Max         Duration `yaml:"max" default:"30s" min:"1ms"`
+	MaxAttempts int      `yaml:"max_attempts" default:"0" min:"0"` // 0: retry forever
+}
+
+// HTTP configures the metrics/status server.
+type HTTP struct {
+	// Listen is host:port; "" disables the server.
+	Listen string `yaml:"listen" default:"127.0.0.1:9090"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level  string `yaml:"level" default:"info" enum:"debug|info|warn|error"`
+	Format string `yaml:"format" default:"json" enum:"json|console"`
+}

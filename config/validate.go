@@ -1,0 +1,299 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Rules that span several fields, and values derived from other fields
+// (publication and slot names, sink names, the DLQ directory). Each check
+// skips fields that already failed to decode, so one mistake is reported
+// once.
+
+var (
+	identPart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+	slotName  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+)
+
+// validate checks cross-field rules and fills derived defaults.
+func (d *decoder) validate(c *Config) {
+	if g := c.Source.Generate; g != nil && !d.failed("source.generate.mix") {
+		if sum := g.Mix.Insert + g.Mix.Update + g.Mix.Delete; sum != 100 {
+			d.errAt("source.generate.mix", fmt.Sprintf("percentages sum to %d, not 100", sum),
+				"entries left out default to insert 30, update 60, delete 10; make the three add up to 100")
+		}
+	}
+	if p := c.Source.Postgres; p != nil {
+		d.validatePostgres(c, p)
+	}
+	d.nameSinks(c)
+	d.checkOrder("source.postgres.reconnect_backoff", c.Source.Postgres != nil, func() (a, b Duration) {
+		return c.Source.Postgres.ReconnectBackoff.Initial, c.Source.Postgres.ReconnectBackoff.Max
+	})
+	d.checkOrder("runtime.retry", true, func() (a, b Duration) { return c.Runtime.Retry.Initial, c.Runtime.Retry.Max })
+	r := c.Runtime
+	if !d.failed("runtime.batch_max_records", "runtime.max_in_flight_records") && r.BatchMaxRecords > r.MaxInFlightRecords {
+		d.capErr("runtime.batch_max_records", "runtime.max_in_flight_records",
+			strconv.Itoa(r.BatchMaxRecords), strconv.Itoa(r.MaxInFlightRecords))
+	}
+	if !d.failed("runtime.batch_max_bytes", "runtime.max_in_flight_bytes") && r.BatchMaxBytes > r.MaxInFlightBytes {
+		d.capErr("runtime.batch_max_bytes", "runtime.max_in_flight_bytes",
+			r.BatchMaxBytes.String(), r.MaxInFlightBytes.String())
+	}
+	if l := c.HTTP.Listen; l != "" && !d.failed("http.listen") {
+		host, port, err := net.SplitHostPort(l)
+		n, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || n < 0 || n > 65535 || strings.ContainsAny(host, " /") {
+			d.errAt("http.listen", "expected host:port, got "+d.describe(d.node("http.listen"), nil),
+				`e.g. 127.0.0.1:9090 or :9090; use "" to disable the server`)
+		}
+	}
+	if c.Offsets.Dir == "" && !d.failed("offsets.dir") {
+		d.errAt("offsets.dir", "must not be empty", "leave the key out for the default ./.sluice")
+	}
+}
+
+// capErr reports a batch limit above its in-flight cap, at whichever of
+// the two the file sets (the batch limit when both are set).
+func (d *decoder) capErr(batch, limit, batchVal, limitVal string) {
+	const hint = "a batch larger than the in-flight cap could never be admitted; lower the batch limit or raise the cap"
+	if n := d.at[batch]; n != nil && n.Kind == yaml.ScalarNode || d.at[limit] == nil || d.at[limit].Kind != yaml.ScalarNode {
+		d.errAt(batch, "must not exceed "+limit+" ("+limitVal+")", hint)
+		return
+	}
+	d.errAt(limit, "must be at least "+batch+" ("+batchVal+")", hint)
+}
+
+// checkOrder reports initial > max for the backoff at path.
+func (d *decoder) checkOrder(path string, present bool, get func() (a, b Duration)) {
+	if !present || d.failed(path) {
+		return
+	}
+	if a, b := get(); a > b {
+		d.errAt(path+".initial", fmt.Sprintf("initial delay %s is longer than max %s", a, b),
+			"lower initial or raise max")
+	}
+}
+
+func (d *decoder) validatePostgres(c *Config, p *PostgresSource) {
+	const base = "source.postgres"
+	if !d.failed(base + ".dsn") {
+		if msg, hint := checkDSN(p.DSN); msg != "" {
+			d.errAt(base+".dsn", msg, hint)
+		}
+	}
+	seen := map[string]int{}
+	for i, t := range p.Tables {
+		path := index(base+".tables", i)
+		if d.failed(path) {
+			continue
+		}
+		q, ok := qualify(t)
+		if !ok {
+			d.errAt(path, "invalid table name "+d.named(d.node(path), nil),
+				`write "schema.table" or "table" (schema public), using letters, digits and _`)
+			continue
+		}
+		if j, dup := seen[q]; dup {
+			d.errAt(path, fmt.Sprintf("table listed twice (also tables[%d])", j), "remove the duplicate")
+			continue
+		}
+		seen[q] = i
+		p.Tables[i] = q
+	}
+	for i, t := range p.FullIdentityTables {
+		path := index(base+".full_identity_tables", i)
+		if d.failed(path) {
+			continue
+		}
+		q, ok := qualify(t)
+		if !ok {
+			d.errAt(path, "invalid table name "+d.named(d.node(path), nil),
+				`write "schema.table" or "table" (schema public), using letters, digits and _`)
+			continue
+		}
+		if _, listed := seen[q]; !listed && !d.bad[base+".tables"] {
+			d.errAt(path, "table is not in source.postgres.tables", "add it to tables or remove it here")
+			continue
+		}
+		p.FullIdentityTables[i] = q
+	}
+	if d.failed("pipeline") {
+		return
+	}
+	for _, x := range []struct {
+		key string
+		v   *string
+	}{{"publication", &p.Publication}, {"slot", &p.Slot}} {
+		if *x.v != "" {
+			continue
+		}
+		def := "sluice_" + c.Pipeline
+		if !slotName.MatchString(def) {
+			d.errAt("pipeline", fmt.Sprintf("too long for the default %s name sluice_<pipeline> (at most 63 characters)", x.key),
+				"shorten pipeline to at most 56 characters, or set source.postgres."+x.key)
+			continue
+		}
+		*x.v = def
+	}
+}
+
+// qualify returns t as "schema.table" (schema public when omitted).
+func qualify(t string) (string, bool) {
+	parts := strings.Split(t, ".")
+	if len(parts) == 1 {
+		parts = []string{"public", parts[0]}
+	}
+	if len(parts) != 2 || !identPart.MatchString(parts[0]) || !identPart.MatchString(parts[1]) {
+		return "", false
+	}
+	return parts[0] + "." + parts[1], true
+}
+
+// checkDSN returns a problem with a postgres connection string, or "". Its
+// messages never include the string, which may hold a password.
+func checkDSN(s string) (msg, hint string) {
+	s = strings.TrimSpace(s)
+	const want = "use a postgres:// URL or key=value pairs such as host=127.0.0.1 dbname=db"
+	if i := strings.Index(s, "://"); i >= 0 {
+		scheme := strings.ToLower(s[:i])
+		if scheme != "postgres" && scheme != "postgresql" {
+			return "connection URL has an unsupported scheme", want
+		}
+		if _, err := url.Parse(s); err != nil {
+			// Multi-host URLs (h1:5432,h2:5432) are valid for Postgres but
+			// not for net/url: check them with the first host only.
+			if _, err2 := url.Parse(firstHost(s)); err2 != nil {
+				return "connection URL does not parse", "check its syntax; percent-encode special characters in the user and password"
+			}
+		}
+		return "", ""
+	}
+	pairs := 0
+	for i := 0; i < len(s); {
+		if s[i] == ' ' || s[i] == '\t' || s[i] == '\n' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && (s[j] >= 'a' && s[j] <= 'z' || s[j] == '_') {
+			j++
+		}
+		k := j
+		for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
+			k++
+		}
+		if j == i || k >= len(s) || s[k] != '=' {
+			return "connection string is neither a URL nor key=value pairs", want
+		}
+		k++
+		for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
+			k++
+		}
+		if k < len(s) && s[k] == '\'' {
+			k++
+			for k < len(s) && s[k] != '\'' {
+				if s[k] == '\\' {
+					k++
+				}
+				k++
+			}
+			if k >= len(s) {
+				return "connection string has an unterminated quoted value", "close the quote with '"
+			}
+			k++
+		} else {
+			for k < len(s) && s[k] != ' ' && s[k] != '\t' && s[k] != '\n' {
+				if s[k] == '\\' {
+					k++
+				}
+				k++
+			}
+		}
+		pairs++
+		i = k
+	}
+	if pairs == 0 {
+		return "connection string is empty", want
+	}
+	return "", ""
+}
+
+// firstHost rewrites scheme://user@h1,h2/db to scheme://user@h1/db.
+func firstHost(s string) string {
+	i := strings.Index(s, "://") + 3
+	rest := s[i:]
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	auth := rest[:end]
+	at := strings.LastIndexByte(auth, '@')
+	hosts := auth[at+1:]
+	if c := strings.IndexByte(hosts, ','); c >= 0 {
+		hosts = hosts[:c]
+	}
+	return s[:i] + auth[:at+1] + hosts + rest[end:]
+}
+
+// nameSinks fills default sink names and rejects duplicates.
+func (d *decoder) nameSinks(c *Config) {
+	perKind := map[string]int{}
+	for _, s := range c.Sinks {
+		perKind[s.Kind()]++
+	}
+	used := map[string]int{}
+	for i, s := range c.Sinks {
+		if s.DuckDB == nil {
+			continue
+		}
+		path := index("sinks", i) + ".duckdb.name"
+		if d.failed(path) {
+			continue
+		}
+		name := &s.DuckDB.Name
+		shown := d.named(d.node(path), nil)
+		if *name == "" {
+			*name = "duckdb"
+			if perKind["duckdb"] > 1 {
+				*name += "_" + strconv.Itoa(i)
+			}
+			shown = strconv.Quote(*name) + " (the default)"
+		}
+		if j, dup := used[*name]; dup {
+			d.errAt(path, fmt.Sprintf("duplicate sink name %s (also used by sinks[%d])", shown, j),
+				"give every sink a distinct name:")
+			continue
+		}
+		used[*name] = i
+	}
+}
+
+// resolvePaths makes relative paths absolute against dir (or relative to
+// it, when dir itself is relative) and fills the DLQ directory default.
+func resolvePaths(c *Config, dir string) {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	c.Offsets.Dir = abs(c.Offsets.Dir)
+	if c.DLQ.Dir == "" {
+		c.DLQ.Dir = filepath.Join(c.Offsets.Dir, "dlq")
+	} else {
+		c.DLQ.Dir = abs(c.DLQ.Dir)
+	}
+	for _, s := range c.Sinks {
+		if s.DuckDB != nil && s.DuckDB.Path != ":memory:" {
+			s.DuckDB.Path = abs(s.DuckDB.Path)
+		}
+	}
+}
