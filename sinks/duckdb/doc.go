@@ -1,0 +1,31 @@
+// Package duckdb is the embedded analytics-store sink: it keeps a DuckDB
+// database file in step with the captured tables, idempotently.
+//
+// Each source table maps to one target table "<schema>_<table>" created from
+// the record's shape (types mapped faithfully: DECIMAL(p,s) up to 38 digits
+// and exact text beyond, TIMESTAMPTZ, INTERVAL by fields, UUID, LIST for
+// arrays, ...). Columns that appear in a newer shape are added; dropped
+// columns stay, nullable.
+//
+// Write converts a batch in Go, keeps the highest-version change per key,
+// fills a temporary staging table through the DuckDB Appender and applies it
+// with one MERGE per table, all in one transaction that is committed before
+// Write returns. Delivery guarantees (Invariant 4):
+//
+//   - a change whose version is not newer than the stored row's changes
+//     nothing, so replays and duplicates are harmless;
+//   - a delete leaves a tombstone (_sluice_deleted = true with the delete's
+//     version), so a late snapshot row cannot resurrect the key; in
+//     HardDelete mode tombstones are purged once older than TombstoneTTL;
+//   - a truncate turns every older row into a tombstone and stores a
+//     barrier in _sluice_barriers; records older than it are ignored.
+//
+// Unchanged values (unchanged TOAST) keep the stored value on update. When
+// such a record inserts a key the target does not hold, the column is NULL:
+// there is nothing to keep.
+//
+// Values DuckDB cannot hold (decimal NaN or infinity in a DECIMAL column,
+// dates and timestamps outside its range, invalid JSON, multi-dimensional
+// arrays) fail their record permanently through a *pipeline.BatchError so
+// the runtime dead-letters it (Invariant 7); the rest of the batch applies.
+package duckdb

@@ -1,0 +1,334 @@
+package duckdb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/duckdb/duckdb-go/v2" // registers the "duckdb" database/sql driver
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// Options configures a Sink.
+type Options struct {
+	// Name identifies the sink in logs.
+	Name string
+	// Path is the DuckDB database file; it is created when absent.
+	Path string
+	// Schema is the DuckDB schema holding the target tables ("main" when
+	// empty); it is created when absent.
+	Schema string
+	// HardDelete removes tombstone rows physically once they are older than
+	// TombstoneTTL. Without it tombstones are kept forever (soft delete).
+	HardDelete bool
+	// TombstoneTTL is how long a tombstone is kept in HardDelete mode
+	// (24h when zero). It must exceed the longest replay horizon: a record
+	// older than a purged tombstone could bring its row back.
+	TombstoneTTL time.Duration
+}
+
+const (
+	defaultTTL    = 24 * time.Hour
+	maxPurgeEvery = 10 * time.Minute
+	barrierTable  = "_sluice_barriers"
+	colVersion    = "_sluice_version"
+	colDeleted    = "_sluice_deleted"
+	colUpdatedAt  = "_sluice_updated_at"
+)
+
+// Sink writes change records into a DuckDB database file, one target table
+// per source table, idempotently (Invariant 4). It implements pipeline.Sink.
+//
+// Each target table is named "<source schema>_<source table>" and has the
+// source's columns plus _sluice_version (the row's pipeline.Version in its
+// 32-byte form, whose byte order is version order), _sluice_deleted and
+// _sluice_updated_at, with a primary key on the source key columns.
+//
+// A Sink is safe for concurrent use; Write calls are serialized.
+type Sink struct {
+	opts Options
+	log  *zap.Logger
+	now  func() time.Time
+
+	mu   sync.Mutex
+	db   *sql.DB
+	conn *sql.Conn
+	// tables maps a target table name (lower case) to its columns (lower
+	// case name → DuckDB type), as they exist in the database.
+	tables map[string]map[string]string
+	// barriers maps a target table name (lower case) to its truncate
+	// barrier: records with a lower version are ignored.
+	barriers  map[string]pipeline.Version
+	lastPurge time.Time
+}
+
+var _ pipeline.Sink = (*Sink)(nil)
+
+// New returns an unopened Sink. A nil logger logs nothing.
+func New(opts Options, log *zap.Logger) *Sink {
+	if opts.Schema == "" {
+		opts.Schema = "main"
+	}
+	if opts.Name == "" {
+		opts.Name = "duckdb"
+	}
+	if opts.TombstoneTTL <= 0 {
+		opts.TombstoneTTL = defaultTTL
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now}
+}
+
+// Open opens (or creates) the database file, the schema and the barrier
+// table, and loads what already exists. It may be retried; opening an open
+// Sink does nothing.
+func (s *Sink) Open(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		return nil
+	}
+	if s.opts.Path == "" {
+		return pipeline.Fatal(errors.New("duckdb sink: path is required"))
+	}
+	db, err := sql.Open("duckdb", s.opts.Path)
+	if err != nil {
+		return fmt.Errorf("duckdb sink: open %s: %w", s.opts.Path, err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("duckdb sink: open %s: %w", s.opts.Path, err)
+	}
+	s.db, s.conn = db, conn
+	setup := []string{
+		"SET TimeZone = 'UTC'",
+		"CREATE SCHEMA IF NOT EXISTS " + quote(s.opts.Schema),
+		"CREATE TABLE IF NOT EXISTS " + s.qualified(barrierTable) +
+			` ("table" VARCHAR PRIMARY KEY, version BLOB NOT NULL, updated_at TIMESTAMPTZ)`,
+	}
+	for _, q := range setup {
+		if _, err = conn.ExecContext(ctx, q); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = s.load(ctx)
+	}
+	if err != nil {
+		s.closeLocked()
+		return fmt.Errorf("duckdb sink: prepare %s: %w", s.opts.Path, err)
+	}
+	s.log.Info("duckdb sink open", zap.String("path", s.opts.Path), zap.Int("tables", len(s.tables)))
+	return nil
+}
+
+// Close releases the database; Write already made everything durable.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closeLocked()
+}
+
+func (s *Sink) closeLocked() error {
+	if s.db == nil {
+		return nil
+	}
+	err := errors.Join(s.conn.Close(), s.db.Close())
+	s.db, s.conn = nil, nil
+	return err
+}
+
+// load reads the existing target tables' columns and the barriers.
+func (s *Sink) load(ctx context.Context) error {
+	tables := map[string]map[string]string{}
+	rows, err := s.conn.QueryContext(ctx, `SELECT table_name, column_name, data_type FROM duckdb_columns()
+		WHERE database_name = current_database() AND schema_name = ?`, s.opts.Schema)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var t, c, typ string
+		if err := rows.Scan(&t, &c, &typ); err != nil {
+			rows.Close()
+			return err
+		}
+		t = strings.ToLower(t)
+		if t == barrierTable {
+			continue
+		}
+		if tables[t] == nil {
+			tables[t] = map[string]string{}
+		}
+		tables[t][strings.ToLower(c)] = typ
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	barriers := map[string]pipeline.Version{}
+	rows, err = s.conn.QueryContext(ctx, `SELECT "table", version FROM `+s.qualified(barrierTable))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var t string
+		var b []byte
+		if err := rows.Scan(&t, &b); err != nil {
+			rows.Close()
+			return err
+		}
+		v, err := pipeline.ParseVersion(string(b))
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("barrier of %s: %w", t, err)
+		}
+		barriers[strings.ToLower(t)] = v
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	s.tables, s.barriers = tables, barriers
+	return nil
+}
+
+// Write applies records in one DuckDB transaction and returns once it is
+// committed (durable). Records DuckDB cannot hold fail permanently and are
+// reported in a *pipeline.BatchError; the others are applied.
+func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return errors.New("duckdb sink: write before open")
+	}
+	batches, failed := s.prepare(records)
+	for _, f := range failed {
+		r := &records[f.Index]
+		table := ""
+		if r.Table != nil {
+			table = r.Table.ID.String()
+		}
+		// Invariant 9: a record that will be dead-lettered is logged.
+		s.log.Warn("record rejected", zap.Int("index", f.Index), zap.String("table", table),
+			zap.String("version", r.Version.String()), zap.Error(f.Err))
+	}
+	if len(batches) > 0 {
+		if err := s.apply(ctx, batches); err != nil {
+			if lerr := s.load(context.Background()); lerr != nil {
+				s.log.Warn("reload after failed write", zap.Error(lerr))
+			}
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return fmt.Errorf("duckdb sink: %w", err)
+		}
+	}
+	s.purge(ctx)
+	if len(failed) > 0 {
+		return &pipeline.BatchError{Failed: failed}
+	}
+	return nil
+}
+
+// purge removes expired tombstones in HardDelete mode, at most once per
+// min(TombstoneTTL, 10m). It runs after the batch committed, in its own
+// transactions; a failure is logged and retried later.
+func (s *Sink) purge(ctx context.Context) {
+	if !s.opts.HardDelete {
+		return
+	}
+	now := s.now()
+	every := min(s.opts.TombstoneTTL, maxPurgeEvery)
+	if !s.lastPurge.IsZero() && now.Sub(s.lastPurge) < every {
+		return
+	}
+	s.lastPurge = now
+	cutoff := now.Add(-s.opts.TombstoneTTL)
+	for t := range s.tables {
+		res, err := s.conn.ExecContext(ctx, "DELETE FROM "+s.qualified(t)+" WHERE "+quote(colDeleted)+
+			" AND "+quote(colUpdatedAt)+" < ?", cutoff)
+		if err != nil {
+			s.log.Warn("tombstone purge failed", zap.String("table", t), zap.Error(err))
+			continue
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			s.log.Info("tombstones purged", zap.String("table", t), zap.Int64("rows", n))
+		}
+	}
+}
+
+// Rows returns the live (not deleted) rows of a source table, ordered by
+// key, with values aligned with table.Columns in the record model's value
+// types (columns the target lacks read as nil). It is a verification
+// helper; an absent target table has no rows.
+func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil, errors.New("duckdb sink: read before open")
+	}
+	target := targetName(table.ID)
+	have, ok := s.tables[strings.ToLower(target)]
+	if !ok {
+		return nil, nil
+	}
+	exprs := make([]string, len(table.Columns))
+	for i := range table.Columns {
+		c := &table.Columns[i]
+		if _, ok := have[strings.ToLower(c.Name)]; !ok {
+			exprs[i] = "NULL"
+			continue
+		}
+		exprs[i] = quote(c.Name)
+		if ct := typeOf(c); ct.read != nil {
+			exprs[i] = ct.read(quote(c.Name))
+		}
+	}
+	order := make([]string, 0, len(table.KeyIdx))
+	for _, k := range table.KeyIdx {
+		order = append(order, quote(table.Columns[k].Name))
+	}
+	q := "SELECT " + strings.Join(exprs, ", ") + " FROM " + s.qualified(target) +
+		" WHERE NOT " + quote(colDeleted)
+	if len(order) > 0 {
+		q += " ORDER BY " + strings.Join(order, ", ")
+	}
+	rows, err := s.conn.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out [][]any
+	for rows.Next() {
+		raw := make([]any, len(exprs))
+		ptrs := make([]any, len(exprs))
+		for i := range raw {
+			ptrs[i] = &raw[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		for i := range raw {
+			if raw[i], err = fromRead(&table.Columns[i], raw[i]); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, raw)
+	}
+	return out, rows.Err()
+}
+
+// targetName is the target table of a source table.
+func targetName(id pipeline.TableID) string { return id.Schema + "_" + id.Table }
+
+func (s *Sink) qualified(table string) string { return quote(s.opts.Schema) + "." + quote(table) }

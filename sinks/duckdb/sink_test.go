@@ -1,0 +1,325 @@
+package duckdb
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/big"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/sinktest"
+)
+
+var ctx = context.Background()
+
+func ver(minor uint64) pipeline.Version { return pipeline.Version{0, 7, 0, minor} }
+
+func dec(s string) pipeline.Decimal {
+	d, err := pipeline.ParseDecimal(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+func openSink(t *testing.T, opts Options) *Sink {
+	t.Helper()
+	if opts.Path == "" {
+		opts.Path = filepath.Join(t.TempDir(), "t.duckdb")
+	}
+	s := New(opts, nil)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(ctx) })
+	return s
+}
+
+func mustWrite(t *testing.T, s *Sink, recs ...pipeline.Record) {
+	t.Helper()
+	if err := s.Write(ctx, recs); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+func rows(t *testing.T, s *Sink, table *pipeline.Table) map[string][]any {
+	t.Helper()
+	rs, err := s.Rows(ctx, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]any{}
+	for _, r := range rs {
+		out[sinktest.RowKey(table, r)] = r
+	}
+	return out
+}
+
+func expectRows(t *testing.T, s *Sink, table *pipeline.Table, want ...[]any) {
+	t.Helper()
+	w := map[string][]any{}
+	for _, r := range want {
+		w[sinktest.RowKey(table, r)] = r
+	}
+	if d := sinktest.Diff(table, w, rows(t, s, table)); d != "" {
+		t.Fatalf("rows differ:\n%s", d)
+	}
+}
+
+var people = &pipeline.Table{
+	ID: pipeline.TableID{Schema: "public", Table: "people"},
+	Columns: []pipeline.Column{
+		{Name: "id", Type: pipeline.TypeInt64, Key: true},
+		{Name: "name", Type: pipeline.TypeString},
+		{Name: "bio", Type: pipeline.TypeText},
+	},
+	KeyIdx: []int{0}, Generation: 1,
+}
+
+func upsert(op pipeline.Op, v uint64, row ...any) pipeline.Record {
+	return pipeline.Record{Op: op, Table: people, After: row, Version: ver(v)}
+}
+
+func del(v uint64, id int64) pipeline.Record {
+	return pipeline.Record{Op: pipeline.OpDelete, Table: people, Before: []any{id, nil, nil}, Version: ver(v)}
+}
+
+// stored returns the raw target row of a key: version, deleted flag.
+func stored(t *testing.T, s *Sink, id int64) (pipeline.Version, bool, bool) {
+	t.Helper()
+	var b []byte
+	var deleted bool
+	err := s.conn.QueryRowContext(ctx, `SELECT _sluice_version, _sluice_deleted FROM main."public_people" WHERE id = ?`, id).Scan(&b, &deleted)
+	if err != nil {
+		return pipeline.Version{}, false, false
+	}
+	v, err := pipeline.ParseVersion(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, deleted, true
+}
+
+func TestCreateUpsertStaleDelete(t *testing.T) {
+	s := openSink(t, Options{})
+	mustWrite(t, s, upsert(pipeline.OpInsert, 2, int64(1), "ann", "x"), upsert(pipeline.OpInsert, 2, int64(2), "bob", "y"),
+		pipeline.Record{Op: pipeline.OpHeartbeat, Version: ver(3)})
+	types := columnTypes(t, s, "public_people")
+	for col, want := range map[string]string{"id": "BIGINT", "name": "VARCHAR", "bio": "VARCHAR",
+		"_sluice_version": "BLOB", "_sluice_deleted": "BOOLEAN", "_sluice_updated_at": "TIMESTAMP WITH TIME ZONE"} {
+		if types[col] != want {
+			t.Errorf("column %s: type %q, want %q", col, types[col], want)
+		}
+	}
+	mustWrite(t, s, upsert(pipeline.OpUpdate, 1, int64(1), "stale", "s"), upsert(pipeline.OpUpdate, 4, int64(2), "bobby", "y"))
+	expectRows(t, s, people, []any{int64(1), "ann", "x"}, []any{int64(2), "bobby", "y"})
+	// Delete leaves a tombstone; a late snapshot row does not resurrect it.
+	mustWrite(t, s, del(5, 1))
+	mustWrite(t, s, upsert(pipeline.OpRead, 0, int64(1), "snapshot", "z"))
+	expectRows(t, s, people, []any{int64(2), "bobby", "y"})
+	if v, deleted, ok := stored(t, s, 1); !ok || !deleted || v != ver(5) {
+		t.Fatalf("tombstone: version %v deleted %v present %v", v, deleted, ok)
+	}
+	// A newer insert revives the key.
+	mustWrite(t, s, upsert(pipeline.OpInsert, 6, int64(1), "ann again", nil))
+	expectRows(t, s, people, []any{int64(1), "ann again", nil}, []any{int64(2), "bobby", "y"})
+}
+
+func columnTypes(t *testing.T, s *Sink, table string) map[string]string {
+	t.Helper()
+	rs, err := s.conn.QueryContext(ctx, `SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ?`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	out := map[string]string{}
+	for rs.Next() {
+		var c, typ string
+		if err := rs.Scan(&c, &typ); err != nil {
+			t.Fatal(err)
+		}
+		out[c] = typ
+	}
+	return out
+}
+
+func TestTruncateBarrierSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.duckdb")
+	s := openSink(t, Options{Path: path})
+	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", nil), upsert(pipeline.OpInsert, 3, int64(2), "b", nil))
+	mustWrite(t, s, pipeline.Record{Op: pipeline.OpTruncate, Table: people, Version: ver(5)},
+		upsert(pipeline.OpInsert, 6, int64(3), "c", nil))
+	expectRows(t, s, people, []any{int64(3), "c", nil})
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = openSink(t, Options{Path: path})
+	// Records below the barrier are ignored, even for keys never seen.
+	mustWrite(t, s, upsert(pipeline.OpUpdate, 4, int64(2), "late", nil), upsert(pipeline.OpRead, 0, int64(9), "snap", nil))
+	expectRows(t, s, people, []any{int64(3), "c", nil})
+	if v, deleted, ok := stored(t, s, 2); !ok || !deleted || v != ver(5) {
+		t.Fatalf("truncated row: version %v deleted %v present %v", v, deleted, ok)
+	}
+	var n int
+	if err := s.conn.QueryRowContext(ctx, `SELECT count(*) FROM main._sluice_barriers WHERE "table" = 'public_people'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("barrier rows %d, %v", n, err)
+	}
+}
+
+func TestUnchangedKeepsStoredValue(t *testing.T) {
+	s := openSink(t, Options{})
+	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", "long text"))
+	mustWrite(t, s, upsert(pipeline.OpUpdate, 2, int64(1), "a2", pipeline.UnchangedValue))
+	// A new key whose only change leaves the column Unchanged gets NULL.
+	mustWrite(t, s, upsert(pipeline.OpUpdate, 3, int64(2), "b", pipeline.UnchangedValue))
+	expectRows(t, s, people, []any{int64(1), "a2", "long text"}, []any{int64(2), "b", nil})
+}
+
+func TestAddColumnEvolution(t *testing.T) {
+	s := openSink(t, Options{})
+	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", "x"))
+	gen2 := &pipeline.Table{ID: people.ID, KeyIdx: []int{0}, Generation: 2,
+		Columns: append(append([]pipeline.Column{}, people.Columns[:2]...), // bio dropped
+			pipeline.Column{Name: "score", Type: pipeline.TypeDecimal, Precision: 6, Scale: 1})}
+	mustWrite(t, s, pipeline.Record{Op: pipeline.OpInsert, Table: gen2, After: []any{int64(2), "b", dec("12.5")}, Version: ver(2)},
+		pipeline.Record{Op: pipeline.OpUpdate, Table: gen2, After: []any{int64(1), "a2", nil}, Version: ver(3)})
+	wide := &pipeline.Table{ID: people.ID, KeyIdx: []int{0}, Columns: append(append([]pipeline.Column{}, people.Columns...), gen2.Columns[2])}
+	// The dropped column keeps its last value; the new one is added.
+	expectRows(t, s, wide, []any{int64(1), "a2", "x", nil}, []any{int64(2), "b", nil, dec("12.5")})
+}
+
+func TestPermanentFailuresApplyTheRest(t *testing.T) {
+	s := openSink(t, Options{})
+	money := &pipeline.Table{ID: pipeline.TableID{Schema: "s", Table: "money"}, KeyIdx: []int{0},
+		Columns: []pipeline.Column{{Name: "id", Type: pipeline.TypeInt64, Key: true},
+			{Name: "amount", Type: pipeline.TypeDecimal, Precision: 10, Scale: 2},
+			{Name: "at", Type: pipeline.TypeTimestamp}}}
+	rec := func(id int64, amount pipeline.Decimal, at pipeline.Timestamp) pipeline.Record {
+		return pipeline.Record{Op: pipeline.OpInsert, Table: money, After: []any{id, amount, at}, Version: ver(uint64(id))}
+	}
+	err := s.Write(ctx, []pipeline.Record{
+		rec(1, dec("1.5"), pipeline.Timestamp{}),
+		rec(2, pipeline.Decimal{Special: pipeline.NaN}, pipeline.Timestamp{}),
+		rec(3, dec("2"), pipeline.Timestamp{Micros: math.MinInt64}),
+		rec(4, dec("123456789.12"), pipeline.Timestamp{}), // 11 digits > 10
+		rec(5, dec("3"), pipeline.Timestamp{Special: pipeline.PosInfinity}),
+		{Op: pipeline.OpInsert, Version: ver(6)}, // no table
+	})
+	var be *pipeline.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("want BatchError, got %v", err)
+	}
+	failed := map[int]bool{}
+	for _, f := range be.Failed {
+		if !f.Permanent {
+			t.Errorf("record %d failure not permanent: %v", f.Index, f.Err)
+		}
+		failed[f.Index] = true
+	}
+	if len(failed) != 4 || !failed[1] || !failed[2] || !failed[3] || !failed[5] {
+		t.Fatalf("failed %v: %v", failed, err)
+	}
+	expectRows(t, s, money, []any{int64(1), dec("1.50"), pipeline.Timestamp{}},
+		[]any{int64(5), dec("3"), pipeline.Timestamp{Special: pipeline.PosInfinity}})
+}
+
+func TestHardDeletePurgesExpiredTombstones(t *testing.T) {
+	s := openSink(t, Options{HardDelete: true, TombstoneTTL: time.Hour})
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return now }
+	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", nil), upsert(pipeline.OpInsert, 1, int64(2), "b", nil))
+	mustWrite(t, s, del(2, 1))
+	if _, deleted, ok := stored(t, s, 1); !ok || !deleted {
+		t.Fatal("tombstone must be kept until it expires")
+	}
+	now = now.Add(2 * time.Hour)
+	mustWrite(t, s, upsert(pipeline.OpUpdate, 3, int64(2), "b2", nil))
+	if _, _, ok := stored(t, s, 1); ok {
+		t.Fatal("expired tombstone not purged")
+	}
+	expectRows(t, s, people, []any{int64(2), "b2", nil})
+}
+
+func TestWriteHonoursCancellation(t *testing.T) {
+	s := openSink(t, Options{})
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.Write(c, []pipeline.Record{upsert(pipeline.OpInsert, 1, int64(1), "a", nil)}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestTypesRoundTrip(t *testing.T) {
+	cols := []pipeline.Column{
+		{Name: "k", Type: pipeline.TypeUUID, Key: true},
+		{Name: "b", Type: pipeline.TypeBool},
+		{Name: "i16", Type: pipeline.TypeInt16},
+		{Name: "i32", Type: pipeline.TypeInt32},
+		{Name: "i64", Type: pipeline.TypeInt64},
+		{Name: "u8", Type: pipeline.TypeUint8},
+		{Name: "u64", Type: pipeline.TypeUint64},
+		{Name: "f32", Type: pipeline.TypeFloat32},
+		{Name: "f64", Type: pipeline.TypeFloat64},
+		{Name: "d38", Type: pipeline.TypeDecimal, Precision: 38, Scale: 10},
+		{Name: "dbig", Type: pipeline.TypeDecimal, Precision: 60, Scale: 20},
+		{Name: "dfree", Type: pipeline.TypeDecimal, Scale: -1},
+		{Name: "s", Type: pipeline.TypeString},
+		{Name: "blob", Type: pipeline.TypeBytes},
+		{Name: "j", Type: pipeline.TypeJSON},
+		{Name: "d", Type: pipeline.TypeDate},
+		{Name: "tod", Type: pipeline.TypeTime},
+		{Name: "ttz", Type: pipeline.TypeTimeTZ},
+		{Name: "ts", Type: pipeline.TypeTimestamp},
+		{Name: "tstz", Type: pipeline.TypeTimestampTZ},
+		{Name: "iv", Type: pipeline.TypeInterval},
+		{Name: "inet", Type: pipeline.TypeInet},
+		{Name: "mood", Type: pipeline.TypeEnum, Enum: []string{"ok", "sad"}},
+		{Name: "ints", Type: pipeline.TypeArray, Elem: pipeline.TypeInt32},
+		{Name: "decs", Type: pipeline.TypeArray, Elem: pipeline.TypeDecimal, Precision: 5, Scale: 2},
+		{Name: "days", Type: pipeline.TypeArray, Elem: pipeline.TypeDate},
+		{Name: "stamps", Type: pipeline.TypeArray, Elem: pipeline.TypeTimestampTZ},
+	}
+	table := &pipeline.Table{ID: pipeline.TableID{Schema: "s", Table: "all_types"}, Columns: cols, KeyIdx: []int{0}}
+	big38, _ := new(big.Int).SetString("1234567890123456789012345678", 10)
+	rowA := []any{pipeline.UUID{0xde, 0xad, 0xbe, 0xef, 15: 1}, true, int64(-32768), int64(math.MaxInt32), int64(math.MinInt64),
+		uint64(255), uint64(math.MaxUint64), float64(float32(1.25)), math.Inf(-1),
+		pipeline.Decimal{Unscaled: big38, Scale: 10},
+		dec("-12345678901234567890123456789012345678.12345678901234567890"),
+		dec("1.50000000000000000000000000000000000000000000001"),
+		"héllo \"quoted\"", []byte{0, 1, 0xff}, pipeline.JSON(`{"a": [1, 2.5, null], "b": "x"}`),
+		pipeline.Date{Days: -719528}, pipeline.TimeOfDay(86400_000_000), pipeline.TimeTZ{Micros: 45296_789012, OffsetSec: -(3*3600 + 30*60)},
+		pipeline.Timestamp{Micros: -62135596800_000_000}, pipeline.Timestamp{Micros: 1700000000_123456},
+		pipeline.Interval{Months: -14, Days: -3, Micros: -4_000_005}, "10.0.0.0/8", "sad",
+		[]any{int64(1), nil, int64(-3)}, []any{dec("1.5"), nil}, []any{pipeline.Date{Special: pipeline.PosInfinity}, pipeline.Date{Days: 1}},
+		[]any{pipeline.Timestamp{Special: pipeline.NegInfinity}, pipeline.Timestamp{Micros: 1}}}
+	rowB := make([]any, len(cols))
+	rowB[0] = pipeline.UUID{1}
+	rowB[11] = pipeline.Decimal{Special: pipeline.NaN} // exact text keeps NaN
+	rowB[15] = pipeline.Date{Special: pipeline.NegInfinity}
+	rowB[18] = pipeline.Timestamp{Special: pipeline.PosInfinity}
+	rowB[19] = pipeline.Timestamp{Special: pipeline.NegInfinity}
+	rowB[23] = []any{}
+	path := filepath.Join(t.TempDir(), "t.duckdb")
+	s := openSink(t, Options{Path: path, Schema: "analytics"})
+	mustWrite(t, s, pipeline.Record{Op: pipeline.OpInsert, Table: table, After: rowA, Version: ver(1)},
+		pipeline.Record{Op: pipeline.OpRead, Table: table, After: rowB, Version: ver(1)})
+	s.Close(ctx)
+	s = openSink(t, Options{Path: path, Schema: "analytics"}) // restart keeps state
+	expectRows(t, s, table, rowA, rowB)
+	types := columnTypes(t, s, "s_all_types")
+	for col, want := range map[string]string{"k": "UUID", "i16": "SMALLINT", "u64": "UBIGINT", "d38": "DECIMAL(38,10)",
+		"dbig": "VARCHAR", "dfree": "VARCHAR", "j": "JSON", "d": "DATE", "tod": "TIME", "ttz": "TIME WITH TIME ZONE",
+		"ts": "TIMESTAMP", "tstz": "TIMESTAMP WITH TIME ZONE", "iv": "INTERVAL", "blob": "BLOB", "mood": "VARCHAR",
+		"ints": "INTEGER[]", "decs": "DECIMAL(5,2)[]", "stamps": "TIMESTAMP WITH TIME ZONE[]"} {
+		if types[col] != want {
+			t.Errorf("column %s: type %q, want %q", col, types[col], want)
+		}
+	}
+	got := rows(t, s, table)[sinktest.RowKey(table, rowA)]
+	if got[9].(pipeline.Decimal).Scale != 10 || got[10].(pipeline.Decimal).String() != rowA[10].(pipeline.Decimal).String() {
+		t.Fatalf("decimals lost their exact form: %v %v", got[9], got[10])
+	}
+}

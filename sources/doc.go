@@ -1,0 +1,3 @@
+// Package sources groups the pipeline.Source implementations, one
+// sub-package per kind of source.
+package sources
