@@ -27,14 +27,14 @@ type Options struct {
 	// HardDelete removes tombstone rows physically once they are older than
 	// TombstoneTTL. Without it tombstones are kept forever (soft delete).
 	HardDelete bool
-	// TombstoneTTL is how long a tombstone is kept in HardDelete mode
-	// (24h when zero). It must exceed the longest replay horizon: a record
+	// TombstoneTTL is how long a tombstone is kept in HardDelete mode;
+	// zero keeps tombstones forever (the config defaults it to 168h). It
+	// must exceed the longest replay horizon: a record
 	// older than a purged tombstone could bring its row back.
 	TombstoneTTL time.Duration
 }
 
 const (
-	defaultTTL    = 24 * time.Hour
 	maxPurgeEvery = 10 * time.Minute
 	barrierTable  = "_sluice_barriers"
 	colVersion    = "_sluice_version"
@@ -77,9 +77,6 @@ func New(opts Options, log *zap.Logger) *Sink {
 	}
 	if opts.Name == "" {
 		opts.Name = "duckdb"
-	}
-	if opts.TombstoneTTL <= 0 {
-		opts.TombstoneTTL = defaultTTL
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -244,7 +241,7 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 // min(TombstoneTTL, 10m). It runs after the batch committed, in its own
 // transactions; a failure is logged and retried later.
 func (s *Sink) purge(ctx context.Context) {
-	if !s.opts.HardDelete {
+	if !s.opts.HardDelete || s.opts.TombstoneTTL <= 0 {
 		return
 	}
 	now := s.now()
