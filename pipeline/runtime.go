@@ -188,6 +188,11 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	defer cancelWork()
 
 	if err := r.src.Open(ctx, from); err != nil {
+		if ctx.Err() != nil {
+			// Stopped during start-up: nothing was read, nothing to commit.
+			r.state.Store("stopped")
+			return nil
+		}
 		r.state.Store("failed")
 		return &OpenError{What: "source", Err: err}
 	}
@@ -204,6 +209,10 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 				_ = o.Sink.Close(workCtx)
 			}
 			closeSource()
+			if ctx.Err() != nil {
+				r.state.Store("stopped")
+				return nil
+			}
 			r.state.Store("failed")
 			return err
 		}

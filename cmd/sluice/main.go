@@ -115,17 +115,7 @@ ever checkpointed, so a restart resumes without loss.`,
 			defer cancel()
 			sigs := make(chan os.Signal, 2)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			go func() {
-				s := <-sigs
-				log.Sugar().Infof("received %s: draining (send it again to exit at once)", s)
-				cancel()
-				<-sigs
-				// The checkpoint only ever names durable records, so exiting
-				// here loses nothing: the restart re-reads the rest.
-				log.Sugar().Warn("second signal: exiting without draining")
-				_ = log.Sync()
-				os.Exit(daemon.ExitInterrupted)
-			}()
+			go handleSignals(sigs, cancel, func(code int) { _ = log.Sync(); os.Exit(code) }, log.Sugar().Infof)
 			if err := daemon.Run(ctx, cfg, flags, log); err != nil {
 				return &exitError{code: daemon.ExitCode(err), err: err}
 			}
@@ -140,6 +130,18 @@ ever checkpointed, so a restart resumes without loss.`,
 	c.Flags().BoolVar(&flags.DropSlotOnExit, "drop-slot-on-exit", false, "drop the Postgres replication slot at exit (throwaway runs)")
 	c.Flags().StringVar(&flags.HTTPListen, "http-listen", "", "override http.listen (host:port)")
 	return c
+}
+
+// handleSignals cancels the run on the first signal (graceful drain) and
+// exits with 130 on the second. Exiting then loses nothing: the checkpoint
+// only ever names durable records, so the restart re-reads the rest.
+func handleSignals(sigs <-chan os.Signal, cancel func(), exit func(int), logf func(string, ...any)) {
+	s := <-sigs
+	logf("received %s: draining (send it again to exit at once)", s)
+	cancel()
+	s = <-sigs
+	logf("received %s again: exiting without draining", s)
+	exit(daemon.ExitInterrupted)
 }
 
 func validateCmd(stdout io.Writer) *cobra.Command {

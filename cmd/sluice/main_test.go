@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -86,5 +88,23 @@ func TestVersionAndUsage(t *testing.T) {
 	}
 	if code, _, _ := runCLI(t, "bogus"); code != 2 {
 		t.Fatalf("unknown command: exit %d, want 2", code)
+	}
+}
+
+func TestFirstSignalDrainsSecondExits130(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go handleSignals(sigs, cancel, func(code int) { exited <- code }, t.Logf)
+	sigs <- syscall.SIGTERM
+	<-ctx.Done() // the first signal starts the graceful drain
+	select {
+	case code := <-exited:
+		t.Fatalf("exited with %d on the first signal", code)
+	default:
+	}
+	sigs <- syscall.SIGINT
+	if code := <-exited; code != 130 {
+		t.Fatalf("second signal: exit %d, want 130", code)
 	}
 }
