@@ -1,12 +1,14 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -51,6 +53,27 @@ func serviceUser(name string) (*syscall.Credential, int, int, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
 }
 
+// binDirs are searched, after PATH, for server and client binaries: Debian
+// puts daemons in /usr/sbin, which is often not on a non-root user's PATH.
+var binDirs = []string{"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin", "/sbin", "/bin", "/usr/libexec"}
+
+// lookBinary returns the path of the first of names found on PATH or in
+// binDirs, or an error that names them all and the hint (e.g. the package).
+func lookBinary(hint string, names ...string) (string, error) {
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p, nil
+		}
+		for _, d := range binDirs {
+			p := filepath.Join(d, n)
+			if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("none of %v found on PATH or in %v (%s)", names, binDirs, hint)
+}
+
 // mkTemp makes a temp dir owned by uid:gid.
 func mkTemp(prefix string, uid, gid int) (string, error) {
 	dir, err := os.MkdirTemp("", prefix)
@@ -65,6 +88,11 @@ func mkTemp(prefix string, uid, gid int) (string, error) {
 
 // waitFor polls ready until it succeeds, the process exits or timeout passes.
 func waitFor(what string, timeout time.Duration, exited <-chan struct{}, logFile string, ready func() error) error {
+	return waitForCtx(context.Background(), what, timeout, exited, logFile, ready)
+}
+
+// waitForCtx is waitFor that also gives up when ctx is done.
+func waitForCtx(ctx context.Context, what string, timeout time.Duration, exited <-chan struct{}, logFile string, ready func() error) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -76,6 +104,8 @@ func waitFor(what string, timeout time.Duration, exited <-chan struct{}, logFile
 		select {
 		case <-exited:
 			return fmt.Errorf("%s exited during start-up: %v\n%s", what, last, tail(logFile, 4000))
+		case <-ctx.Done():
+			return fmt.Errorf("%s start-up: %w (last: %v)", what, ctx.Err(), last)
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {

@@ -1,0 +1,455 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// KafkaVersion is the Apache Kafka broker version the harness runs. Keep it
+// in step with <kafka.version> in integration/kafka/pom.xml.
+const KafkaVersion = "4.4.0"
+
+// kafkaJarsTimeout bounds the one-time Maven fetch of the broker's jars.
+const kafkaJarsTimeout = 10 * time.Minute
+
+// KafkaOptions tunes a throwaway single-node Kafka (KRaft) broker.
+type KafkaOptions struct {
+	// AutoCreateTopics sets auto.create.topics.enable (default false).
+	AutoCreateTopics bool
+	// Partitions is num.partitions, for auto-created topics (default 1).
+	Partitions int
+	// Settings are extra or overriding server.properties entries.
+	Settings map[string]string
+	// JVMArgs replace the default heap and GC flags
+	// (-Xmx512m -Xms256m -XX:+UseSerialGC).
+	JVMArgs []string
+	// StartTimeout bounds the start-up after storage formatting (default 90s).
+	StartTimeout time.Duration
+}
+
+// Kafka is a running throwaway Apache Kafka broker in combined
+// broker+controller KRaft mode, PLAINTEXT on 127.0.0.1.
+type Kafka struct {
+	Host           string
+	Port           int // the broker (PLAINTEXT) listener
+	ControllerPort int // the KRaft controller listener
+	ClusterID      string
+	Dir            string // config, data and logs
+	JarDir         string
+	proc           *process
+	log            string
+}
+
+// Brokers returns the bootstrap addresses ("127.0.0.1:port").
+func (k *Kafka) Brokers() []string {
+	return []string{k.Addr()}
+}
+
+// Addr returns the broker listener address "127.0.0.1:port".
+func (k *Kafka) Addr() string { return k.Host + ":" + strconv.Itoa(k.Port) }
+
+// Log returns the tail of the broker log.
+func (k *Kafka) Log() string { return tail(k.log, 8000) }
+
+// Client returns a franz-go client seeded with the broker; close it after use.
+func (k *Kafka) Client(opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers()...)}, opts...)...)
+}
+
+// CreateTopic creates topic with the given partitions (replication factor 1)
+// and optional topic configs.
+func (k *Kafka) CreateTopic(ctx context.Context, topic string, partitions int32, configs map[string]*string) error {
+	cl, err := k.Client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, configs, topic)
+	if err != nil {
+		return err
+	}
+	return resp.Err
+}
+
+// Stop shuts the broker down (SIGTERM, controlled shutdown) and removes its
+// directory.
+func (k *Kafka) Stop() error {
+	err := k.proc.stop(syscall.SIGTERM, 30*time.Second)
+	os.RemoveAll(k.Dir)
+	return err
+}
+
+// Kill stops the broker with SIGKILL and keeps its directory (crash tests).
+func (k *Kafka) Kill() { _ = k.proc.stop(syscall.SIGKILL, time.Second) }
+
+// KafkaT starts a broker for a test and stops it at cleanup. Missing Java or
+// jars (and no Maven to fetch them) skip the test, except in CI where they
+// fail it.
+func KafkaT(t testing.TB, opts ...KafkaOptions) *Kafka {
+	t.Helper()
+	var o KafkaOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	k, err := StartKafka(context.Background(), o)
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	t.Cleanup(func() { _ = k.Stop() })
+	return k
+}
+
+// StartKafka formats a KRaft log dir and starts a single-node broker on
+// random 127.0.0.1 ports. It returns once a client can fetch metadata that
+// lists the broker. Stop it with Stop.
+func StartKafka(ctx context.Context, opts KafkaOptions) (*Kafka, error) {
+	java, err := javaBinary()
+	if err != nil {
+		return nil, err
+	}
+	jars, err := KafkaJarDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := mkTemp("sluice-kafka-", os.Getuid(), os.Getgid())
+	if err != nil {
+		return nil, err
+	}
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = 90 * time.Second
+	}
+	for attempt := 0; ; attempt++ {
+		k, err := startKafkaOnce(ctx, java, jars, dir, opts, timeout)
+		if err == nil {
+			return k, nil
+		}
+		// A port taken between FreePort and the bind is worth another try;
+		// anything else is not, and neither is a cancelled ctx.
+		if attempt >= 2 || ctx.Err() != nil || !strings.Contains(err.Error(), "Address already in use") {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+}
+
+func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptions, timeout time.Duration) (*Kafka, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	cport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	for cport == port {
+		if cport, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	clusterID, err := newKafkaClusterID()
+	if err != nil {
+		return nil, err
+	}
+	k := &Kafka{Host: "127.0.0.1", Port: port, ControllerPort: cport, ClusterID: clusterID,
+		Dir: dir, JarDir: jars, log: filepath.Join(dir, "server.log")}
+
+	data := filepath.Join(dir, "data")
+	if err := os.RemoveAll(data); err != nil {
+		return nil, err
+	}
+	props := filepath.Join(dir, "server.properties")
+	if err := os.WriteFile(props, []byte(k.serverProperties(data, opts)), 0o644); err != nil {
+		return nil, err
+	}
+	log4j := filepath.Join(dir, "log4j2.properties")
+	if err := os.WriteFile(log4j, []byte(kafkaLog4j(k.log)), 0o644); err != nil {
+		return nil, err
+	}
+	cp := filepath.Join(jars, "*")
+	jvm := opts.JVMArgs
+	if len(jvm) == 0 {
+		jvm = []string{"-Xmx512m", "-Xms256m", "-XX:+UseSerialGC"}
+	}
+	common := append(append([]string{}, jvm...),
+		"-Djava.awt.headless=true",
+		"-Dlog4j2.configurationFile="+log4j,
+		"-cp", cp)
+
+	// Format the log dir as a standalone (single-voter, dynamic) quorum.
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	format := exec.CommandContext(fctx, java, append(append([]string{}, common...),
+		"kafka.tools.StorageTool", "format",
+		"-t", clusterID, "-c", props, "--standalone")...)
+	format.Dir = dir
+	out, err := format.CombinedOutput()
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("kafka storage format: %v\n%s%s", err, out, tail(k.log, 4000))
+	}
+
+	lf, err := os.OpenFile(k.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(java, append(append([]string{}, common...), "kafka.Kafka", props)...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = lf, lf
+	proc, err := startProcess(cmd)
+	lf.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start kafka: %w", err)
+	}
+	k.proc = proc
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr()), kgo.DialTimeout(time.Second),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }))
+	if err != nil {
+		_ = proc.stop(syscall.SIGKILL, time.Second)
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	err = waitForCtx(ctx, "kafka", timeout, proc.exited, k.log, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		md, err := adm.BrokerMetadata(rctx)
+		if err != nil {
+			return err
+		}
+		// The metadata lists only unfenced brokers: once ours is there,
+		// topics can be created and written.
+		if len(md.Brokers) == 0 {
+			return errors.New("metadata lists no unfenced broker yet")
+		}
+		if md.Controller < 0 {
+			return errors.New("metadata names no controller yet")
+		}
+		return nil
+	})
+	if err != nil {
+		_ = proc.stop(syscall.SIGKILL, time.Second)
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *Kafka) serverProperties(data string, opts KafkaOptions) string {
+	partitions := opts.Partitions
+	if partitions <= 0 {
+		partitions = 1
+	}
+	broker := fmt.Sprintf("127.0.0.1:%d", k.Port)
+	controller := fmt.Sprintf("127.0.0.1:%d", k.ControllerPort)
+	s := map[string]string{
+		"process.roles":                       "broker,controller",
+		"node.id":                             "1",
+		"controller.quorum.bootstrap.servers": controller,
+		"controller.listener.names":           "CONTROLLER",
+		"listeners":                           "PLAINTEXT://" + broker + ",CONTROLLER://" + controller,
+		"advertised.listeners":                "PLAINTEXT://" + broker + ",CONTROLLER://" + controller,
+		"inter.broker.listener.name":          "PLAINTEXT",
+		"listener.security.protocol.map":      "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"log.dirs":                            data,
+		"num.partitions":                      strconv.Itoa(partitions),
+		"default.replication.factor":          "1",
+		"min.insync.replicas":                 "1",
+		"auto.create.topics.enable":           strconv.FormatBool(opts.AutoCreateTopics),
+		"group.initial.rebalance.delay.ms":    "0",
+		// Internal topics: one replica, and few partitions so that the
+		// first consumer group or transaction does not wait for 50.
+		"offsets.topic.replication.factor":                 "1",
+		"offsets.topic.num.partitions":                     "1",
+		"transaction.state.log.replication.factor":         "1",
+		"transaction.state.log.min.isr":                    "1",
+		"transaction.state.log.num.partitions":             "1",
+		"share.coordinator.state.topic.replication.factor": "1",
+		"share.coordinator.state.topic.min.isr":            "1",
+		// Small test machine: few threads, no long retention.
+		"num.network.threads":               "2",
+		"num.io.threads":                    "2",
+		"num.recovery.threads.per.data.dir": "1",
+		"log.retention.hours":               "24",
+		"log.segment.bytes":                 strconv.Itoa(64 << 20),
+	}
+	for key, v := range opts.Settings {
+		s[key] = v
+	}
+	keys := make([]string, 0, len(s))
+	for key := range s {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("# Written by the sluice integration harness.\n")
+	for _, key := range keys {
+		fmt.Fprintf(&b, "%s=%s\n", key, escapeProperty(s[key]))
+	}
+	return b.String()
+}
+
+// escapeProperty escapes a value for a Java .properties file.
+func escapeProperty(v string) string {
+	r := strings.NewReplacer(`\`, `\\`, "\n", `\n`, "\r", `\r`, "\t", `\t`)
+	return r.Replace(v)
+}
+
+// kafkaLog4j is a log4j2 configuration that writes everything at INFO (and
+// the chattiest loggers at WARN) to path.
+func kafkaLog4j(path string) string {
+	return `status = warn
+name = sluice-kafka
+appender.file.type = File
+appender.file.name = file
+appender.file.append = true
+appender.file.fileName = ` + escapeProperty(path) + `
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.authorizer.name = kafka.authorizer.logger
+logger.authorizer.level = WARN
+`
+}
+
+// newKafkaClusterID makes a random Kafka Uuid in its base64 form, as
+// `kafka-storage random-uuid` does (never starting with '-').
+func newKafkaClusterID() (string, error) {
+	b := make([]byte, 16)
+	for {
+		if _, err := rand.Read(b); err != nil {
+			return "", err
+		}
+		id := base64.RawURLEncoding.EncodeToString(b)
+		if !strings.HasPrefix(id, "-") && !bytes.Equal(b, make([]byte, 16)) {
+			return id, nil
+		}
+	}
+}
+
+// javaBinary finds java: $JAVA_HOME/bin/java, then PATH.
+func javaBinary() (string, error) {
+	if h := os.Getenv("JAVA_HOME"); h != "" {
+		p := filepath.Join(h, "bin", "java")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	return lookBinary("Java 17+ runs the Kafka broker: apt-get install openjdk-17-jre-headless", "java")
+}
+
+// KafkaJarDir returns the directory holding the broker's jars: the one named
+// by SLUICE_KAFKA_JARS, else the cache
+// ${SLUICE_CACHE:-$HOME/.cache/sluice}/kafka-<KafkaVersion>, which is filled
+// first by running scripts/kafka-jars.sh (Maven) from the module root when
+// it is missing.
+func KafkaJarDir(ctx context.Context) (string, error) {
+	if d := os.Getenv("SLUICE_KAFKA_JARS"); d != "" {
+		if !hasKafkaJar(d) {
+			return "", fmt.Errorf("SLUICE_KAFKA_JARS=%s holds no kafka_2.13-*.jar", d)
+		}
+		return d, nil
+	}
+	cache := os.Getenv("SLUICE_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no SLUICE_CACHE and no home dir: %w", err)
+		}
+		cache = filepath.Join(home, ".cache", "sluice")
+	}
+	dir := filepath.Join(cache, "kafka-"+KafkaVersion)
+	if kafkaCacheComplete(dir) {
+		return dir, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	script := filepath.Join(root, "scripts", "kafka-jars.sh")
+	if _, err := os.Stat(script); err != nil {
+		return "", fmt.Errorf("kafka jars missing in %s and no fetch script: %w", dir, err)
+	}
+	if _, err := exec.LookPath("mvn"); err != nil {
+		return "", fmt.Errorf("kafka jars missing in %s and Maven is not installed to fetch them (apt-get install maven, then run scripts/kafka-jars.sh)", dir)
+	}
+	fctx, cancel := context.WithTimeout(ctx, kafkaJarsTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(fctx, "bash", script)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "SLUICE_CACHE="+cache)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("scripts/kafka-jars.sh: %v\n%s", err, tailBytes(stderr.Bytes(), 4000))
+	}
+	if got := strings.TrimSpace(lastLine(string(out))); got != "" && got != dir {
+		return "", fmt.Errorf("scripts/kafka-jars.sh filled %s, expected %s (is KafkaVersion in step with the POM?)", got, dir)
+	}
+	if !kafkaCacheComplete(dir) {
+		return "", fmt.Errorf("scripts/kafka-jars.sh left no complete jar set in %s", dir)
+	}
+	return dir, nil
+}
+
+func kafkaCacheComplete(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, ".complete"))
+	return err == nil && hasKafkaJar(dir)
+}
+
+func hasKafkaJar(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "kafka_2.13-*.jar"))
+	return len(m) > 0
+}
+
+// moduleRoot walks up from the working directory to the directory of go.mod.
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod above %s", wd)
+		}
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+func tailBytes(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
