@@ -101,6 +101,13 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 log "$(go version)"
 
+# fastavro: an independent Avro decoder the schema tests check against.
+if ! python3 -c 'import fastavro' >/dev/null 2>&1; then
+	log "installing fastavro (pip)"
+	python3 -m pip install --quiet fastavro ||
+		python3 -m pip install --quiet --break-system-packages fastavro
+fi
+
 # Apache Kafka's broker jars (through Maven), cached across runs.
 log "kafka jars: $("$(dirname "${BASH_SOURCE[0]}")/kafka-jars.sh")"
 log "ok"

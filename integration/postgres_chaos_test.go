@@ -1,0 +1,264 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+)
+
+const chaosSchema = `
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TABLE items (
+  id    bigint PRIMARY KEY,
+  name  text NOT NULL,
+  qty   integer,
+  price numeric(12,3),
+  ratio double precision,
+  tags  text[],
+  at    timestamptz,
+  day   date,
+  data  jsonb,
+  flag  boolean,
+  m     mood,
+  blob  bytea
+);
+CREATE TABLE events (
+  a       integer,
+  b       text,
+  payload text,
+  n       bigint,
+  PRIMARY KEY (a, b)
+);
+INSERT INTO items
+  SELECT g, 'item ' || g, g % 1000, (g % 9973) / 7.0, g / 3.0, ARRAY['a' || (g % 7), NULL],
+         timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute', date '2020-01-01' + (g % 2000),
+         jsonb_build_object('g', g, 'odd', g % 2 = 1), g % 3 = 0, (ARRAY['sad','ok','happy']::mood[])[1 + g % 3],
+         decode(md5(g::text), 'hex')
+  FROM generate_series(1, ITEMS) g;
+INSERT INTO events SELECT g % 500, 'k' || (g / 500), repeat('p', g % 50), g FROM generate_series(1, EVENTS) g;
+`
+
+// chaosWorkload keeps writing small transactions until ctx ends.
+func chaosWorkload(ctx context.Context, dsn string, maxID int64, writes *atomic.Int64) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	rng := rand.New(rand.NewPCG(7, 11))
+	next := maxID
+	for ctx.Err() == nil {
+		var err error
+		id := 1 + rng.Int64N(next)
+		switch n := rng.IntN(12); {
+		case n < 3:
+			next++
+			_, err = conn.Exec(ctx, `INSERT INTO items (id, name, qty, price, tags, at, data, flag, m)
+				VALUES ($1::bigint, 'new ' || $1::bigint::text, $2, $3, ARRAY['n'], now(), '{"new": true}', true, 'happy')`, next, rng.IntN(100), float64(rng.IntN(100000))/1000)
+		case n < 7:
+			_, err = conn.Exec(ctx, `UPDATE items SET qty = coalesce(qty, 0) + 1, price = price + 0.001, tags = array_append(tags, 'u'), m = 'ok' WHERE id = $1`, id)
+		case n < 8:
+			_, err = conn.Exec(ctx, `DELETE FROM items WHERE id = $1`, id)
+		case n < 9:
+			// A primary-key update.
+			next++
+			_, err = conn.Exec(ctx, `UPDATE items SET id = $2 WHERE id = $1`, id, next)
+		case n < 10:
+			_, err = conn.Exec(ctx, `INSERT INTO events VALUES ($1, $2, 'w', $3) ON CONFLICT (a, b) DO UPDATE SET n = events.n + 1, payload = events.payload || 'x'`,
+				rng.IntN(600), fmt.Sprintf("w%d", rng.IntN(50)), rng.Int64())
+		default:
+			// A multi-statement transaction across both tables.
+			tx, terr := conn.Begin(ctx)
+			if terr != nil {
+				err = terr
+				break
+			}
+			_, err = tx.Exec(ctx, `UPDATE items SET name = name || '+' WHERE id BETWEEN $1 AND $1 + 20`, id)
+			if err == nil {
+				_, err = tx.Exec(ctx, `DELETE FROM events WHERE a = $1 AND b = (SELECT min(b) FROM events WHERE a = $1)`, rng.IntN(500))
+			}
+			if err == nil {
+				err = tx.Commit(ctx)
+			} else {
+				_ = tx.Rollback(ctx)
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		writes.Add(1)
+	}
+	return nil
+}
+
+// 20 kill -9 of the real binary at random moments — ten during the initial
+// load and ten during the stream — under a concurrent write workload; the
+// DuckDB copy then equals PostgreSQL row by row.
+func TestKill9DuringLoadAndStreamPostgres(t *testing.T) {
+	pg := harness.PostgresT(t)
+	ctx := context.Background()
+	if err := pg.CreateDatabase(ctx, "chaos"); err != nil {
+		t.Fatal(err)
+	}
+	const items, events = 150000, 30000
+	if err := pg.Exec(ctx, "chaos", strings.NewReplacer("ITEMS", fmt.Sprint(items), "EVENTS", fmt.Sprint(events)).Replace(chaosSchema)); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pg.DSN("chaos")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pg.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`pipeline: pgchaos
+source:
+  postgres:
+    dsn: %s
+    tables: [public.items, public.events]
+    heartbeat_interval: 1s
+    status_interval: 1s
+    snapshot: {parallel: 2}
+sinks:
+  - duckdb: {path: ./sink.duckdb}
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: 100ms}
+`, dsn)), 0o644)
+	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
+
+	wctx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	var writes atomic.Int64
+	workErr := make(chan error, 1)
+	go func() { workErr <- chaosWorkload(wctx, dsn, items, &writes) }()
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	loadKills, streamKills := 0, 0
+	for attempt := 0; loadKills < 10 && attempt < 40; attempt++ {
+		d := startDaemon(t, cfg)
+		d.waitAddr(t, 2*time.Minute)
+		time.Sleep(time.Duration(50+rng.IntN(1200)) * time.Millisecond) // a random moment
+		d.signal(syscall.SIGKILL)
+		<-d.done
+		// No checkpoint yet means the kill landed before the load finished.
+		if _, err := os.Stat(checkpoint); errors.Is(err, os.ErrNotExist) {
+			loadKills++
+		} else {
+			streamKills++
+			break
+		}
+	}
+	if loadKills < 10 {
+		t.Logf("only %d kills landed during the load (it finished before the others)", loadKills)
+	}
+	for streamKills < 10 {
+		d := startDaemon(t, cfg)
+		d.waitAddr(t, 2*time.Minute)
+		// Let the load finish (it may be redone), then kill mid-stream.
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			if _, err := os.Stat(checkpoint); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("initial load never completed:\n%s", d.logs())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(100+rng.IntN(1500)) * time.Millisecond)
+		d.signal(syscall.SIGKILL)
+		<-d.done
+		streamKills++
+	}
+	if loadKills < 5 {
+		t.Fatalf("only %d of the kills landed during the initial load", loadKills)
+	}
+	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, writes.Load())
+
+	// Final run: stop the workload, let sluice confirm the last
+	// transaction (it only confirms what DuckDB holds), then stop it.
+	d := startDaemon(t, cfg)
+	d.waitAddr(t, 2*time.Minute)
+	time.Sleep(500 * time.Millisecond) // some live traffic on the final run too
+	stopWork()
+	if err := <-workErr; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	mark := commitMark(t, ctx, dsn)
+	waitSlotConfirmed(t, ctx, dsn, "sluice_pgchaos", mark, d)
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("final run exit %d:\n%s", code, d.logs())
+	}
+	duck := filepath.Join(dir, "sink.duckdb")
+	n1 := assertSinkEqualsSource(t, ctx, dsn, "chaos", duck, "public", "items")
+	n2 := assertSinkEqualsSource(t, ctx, dsn, "chaos", duck, "public", "events")
+	t.Logf("items: %d rows, events: %d rows equal after %d kills", n1, n2, loadKills+streamKills)
+}
+
+// commitMark commits a change to a captured table and returns an LSN inside
+// its transaction.
+func commitMark(t *testing.T, ctx context.Context, dsn string) string {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO events VALUES (-1, 'mark', 'mark', 0) ON CONFLICT (a, b) DO UPDATE SET n = events.n + 1`); err != nil {
+		t.Fatal(err)
+	}
+	var lsn string
+	if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// waitSlotConfirmed polls until the slot's confirmed position passes lsn.
+func waitSlotConfirmed(t *testing.T, ctx context.Context, dsn, slot, lsn string, d *daemonProc) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var ok bool
+		err := conn.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn > $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1`, slot, lsn).Scan(&ok)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("daemon exited (%d) before confirming %s:\n%s", d.exitCode(), lsn, d.logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot never confirmed %s:\n%s", lsn, d.logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

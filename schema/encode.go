@@ -1,0 +1,509 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"sync"
+	"time"
+
+	"github.com/hamba/avro/v2"
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// ErrNoRow is returned by EncodeKey and EncodeValue for records without a
+// row (truncates, heartbeats): they have no flattened form.
+var ErrNoRow = errors.New("schema: record has no row image")
+
+// ErrNotRepresentable marks values that no Avro type of their column can
+// hold: decimal NaN and ±Infinity, multi-dimensional array values, integers
+// out of their column's range. The runtime dead-letters such records.
+var ErrNotRepresentable = errors.New("value not representable in Avro")
+
+// EncodeError is a value that could not be encoded, naming the table, the
+// column, its type and the Go type of the value.
+type EncodeError struct {
+	Table  pipeline.TableID
+	Column string
+	Type   pipeline.Type
+	GoType string
+	Err    error
+}
+
+func (e *EncodeError) Error() string {
+	return fmt.Sprintf("schema: %s column %q (%s, value %s): %v", e.Table, e.Column, e.Type, e.GoType, e.Err)
+}
+
+func (e *EncodeError) Unwrap() error { return e.Err }
+
+// SourceInfo is what the Debezium envelope carries beyond the record itself.
+// Zero fields fall back as documented per field.
+type SourceInfo struct {
+	Version   string // sluice's version
+	Connector string // "" → Options.ConnectorName (or "sluice")
+	Name      string // "" → Options.ServerName
+	TsMs      int64  // source commit time in ms; 0 → Record.EventTime
+	Snapshot  string // "true", "false" or "last"; "" → "true" for reads, else "false"
+	DB        string // "" → TableID.Database, else TableID.Schema
+	Schema    string // "" → TableID.Schema
+	Table     string // "" → TableID.Table
+	Sequence  *string
+	TxID      *int64 // nil → Record.TxID when non-zero
+	LSN       *int64
+	Xmin      *int64
+	// Transaction fills the envelope's transaction block; nil writes null.
+	Transaction *Transaction
+	// ProcessedAt is the envelope's ts_ms; zero → time.Now().
+	ProcessedAt time.Time
+}
+
+// Transaction is the envelope's transaction block (Debezium's event.block).
+type Transaction struct {
+	ID                  string
+	TotalOrder          int64
+	DataCollectionOrder int64
+}
+
+// Codec encodes the records of one table shape. It owns a frozen hamba
+// configuration: hamba caches encoders by schema fingerprint, and two shapes
+// of one table share record names, so a Codec never shares caches with the
+// Codec of another shape. A Codec is safe for concurrent use.
+type Codec struct {
+	table    *pipeline.Table
+	opts     Options
+	api      avro.API
+	key      *avro.RecordSchema // nil when the table has no key
+	value    *avro.RecordSchema
+	envelope *avro.RecordSchema
+	keyPlan  []colPlan
+	rowPlan  []colPlan // value record columns (also the envelope's row)
+	envRow   string    // union branch name of the envelope's row record
+}
+
+// colPlan is how one column is written into one record.
+type colPlan struct {
+	idx      int
+	col      *pipeline.Column
+	name     string // Avro field name
+	nullable bool   // the field is ["null", T]
+	branch   string // union branch name of T
+	schema   avro.Schema
+	conv     func(any) (any, error)
+	zero     any // native zero value for columns a before image lacks
+}
+
+// NewCodec builds the key, value and envelope schemas of t and their
+// encoders. A table without key columns gets a Codec whose EncodeKey
+// returns ErrNoKey.
+func NewCodec(t *pipeline.Table, opts Options) (*Codec, error) {
+	c := &Codec{table: t, opts: opts, api: avro.Config{MaxByteSliceSize: -1}.Freeze()}
+	if t == nil {
+		return nil, errors.New("schema: nil table")
+	}
+	if len(t.KeyIdx) > 0 {
+		k, err := KeySchema(t, opts)
+		if err != nil {
+			return nil, err
+		}
+		c.key = k.(*avro.RecordSchema)
+		if c.keyPlan, err = c.plan(c.key, t.KeyIdx); err != nil {
+			return nil, err
+		}
+	}
+	v, err := ValueSchema(t, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.value = v.(*avro.RecordSchema)
+	all := make([]int, len(t.Columns))
+	for i := range all {
+		all[i] = i
+	}
+	if c.rowPlan, err = c.plan(c.value, all); err != nil {
+		return nil, err
+	}
+	e, err := EnvelopeSchema(t, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.envelope = e.(*avro.RecordSchema)
+	c.envRow = Namespace(opts.ServerName, t.ID) + ".Value"
+	return c, nil
+}
+
+// Table returns the shape the codec was built for.
+func (c *Codec) Table() *pipeline.Table { return c.table }
+
+// KeySchema returns the key record, nil when the table has no key.
+func (c *Codec) KeySchema() avro.Schema {
+	if c.key == nil {
+		return nil
+	}
+	return c.key
+}
+
+// ValueSchema returns the flattened value record (row image + metadata).
+func (c *Codec) ValueSchema() avro.Schema { return c.value }
+
+// EnvelopeSchema returns the Debezium-style envelope record.
+func (c *Codec) EnvelopeSchema() avro.Schema { return c.envelope }
+
+// API returns the codec's private hamba configuration, for decoding with
+// the same schemas without touching hamba's global caches.
+func (c *Codec) API() avro.API { return c.api }
+
+func (c *Codec) plan(rec *avro.RecordSchema, cols []int) ([]colPlan, error) {
+	fields := rec.Fields()
+	plans := make([]colPlan, len(cols))
+	for i, idx := range cols {
+		col := &c.table.Columns[idx]
+		f := fields[i]
+		p := colPlan{idx: idx, col: col, name: f.Name(), schema: f.Type()}
+		if u, ok := p.schema.(*avro.UnionSchema); ok {
+			p.nullable = true
+			p.schema = u.Types()[1]
+			p.branch = branchName(p.schema)
+		}
+		conv, err := c.converter(col, col.Type, p.schema)
+		if err != nil {
+			return nil, err
+		}
+		p.conv = conv
+		if p.zero, err = conv(zeroValue(col.Type)); err != nil {
+			return nil, c.encErr(col, nil, err)
+		}
+		plans[i] = p
+	}
+	return plans, nil
+}
+
+// EncodeKey encodes the key columns of r (from After, else Before) as Avro
+// binary, without framing.
+func (c *Codec) EncodeKey(r *pipeline.Record) ([]byte, error) {
+	if err := c.check(r); err != nil {
+		return nil, err
+	}
+	if c.key == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoKey, c.table.ID)
+	}
+	img, before := r.After, false
+	if img == nil {
+		img, before = r.Before, true
+	}
+	if img == nil || !r.Op.IsData() || r.Op == pipeline.OpTruncate {
+		return nil, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
+	}
+	m, err := c.image(c.keyPlan, img, before, false)
+	if err != nil {
+		return nil, err
+	}
+	return c.marshal(c.key, m)
+}
+
+// EncodeValue encodes r in the flattened form: the row image (After; for
+// deletes the Before image) plus __op, __version (hex), __deleted and
+// __source_ts_ms (EventTime in ms, 0 when unset). Truncates and heartbeats
+// return ErrNoRow.
+//
+// NULL in a NOT NULL column is an error, except in the image of a delete:
+// there columns that a key-only old tuple did not carry arrive as nil and
+// encode as their type's zero value (0, "", false, the epoch, empty bytes
+// or array), as Debezium does. pipeline.Unchanged values need
+// Options.Unchanged: they encode as null and are listed in
+// __sluice_unchanged; without it they are an error.
+func (c *Codec) EncodeValue(r *pipeline.Record) ([]byte, error) {
+	if err := c.check(r); err != nil {
+		return nil, err
+	}
+	var img []any
+	before := false
+	switch r.Op {
+	case pipeline.OpInsert, pipeline.OpUpdate, pipeline.OpRead:
+		img = r.After
+	case pipeline.OpDelete:
+		img, before = r.Before, true
+	}
+	if img == nil {
+		return nil, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
+	}
+	m, err := c.image(c.rowPlan, img, before, c.opts.Unchanged)
+	if err != nil {
+		return nil, err
+	}
+	m[FieldOp] = r.Op.String()
+	m[FieldVersion] = r.Version.String()
+	m[FieldDeleted] = r.Op == pipeline.OpDelete
+	m[FieldSourceTsMs] = millis(r.EventTime)
+	return c.marshal(c.value, m)
+}
+
+// EncodeEnvelope encodes r as a Debezium-style change event: before (the
+// Before image or null), after (the After image or null), source (from src
+// with the fallbacks documented on SourceInfo), op (c, u, d, r or t), ts_ms
+// and transaction. Images follow the rules of EncodeValue; the zero-value
+// fallback for missing NOT NULL columns applies to the before image.
+func (c *Codec) EncodeEnvelope(r *pipeline.Record, src SourceInfo) ([]byte, error) {
+	if err := c.check(r); err != nil {
+		return nil, err
+	}
+	if !r.Op.IsData() {
+		return nil, fmt.Errorf("schema: %s: %s record has no envelope", c.table.ID, r.Op)
+	}
+	m := make(map[string]any, 6)
+	for _, side := range []struct {
+		name   string
+		img    []any
+		before bool
+	}{{"before", r.Before, true}, {"after", r.After, false}} {
+		if side.img == nil {
+			m[side.name] = nullUnion
+			continue
+		}
+		row, err := c.image(c.rowPlan, side.img, side.before, c.opts.Unchanged)
+		if err != nil {
+			return nil, err
+		}
+		m[side.name] = map[string]any{c.envRow: row}
+	}
+	m["source"] = c.source(r, src)
+	m["op"] = r.Op.String()
+	at := src.ProcessedAt
+	if at.IsZero() {
+		at = time.Now()
+	}
+	m["ts_ms"] = map[string]any{"long": at.UnixMilli()}
+	m["transaction"] = nullUnion
+	if tx := src.Transaction; tx != nil {
+		m["transaction"] = map[string]any{"event.block": map[string]any{
+			"id": tx.ID, "total_order": tx.TotalOrder, "data_collection_order": tx.DataCollectionOrder,
+		}}
+	}
+	return c.marshal(c.envelope, m)
+}
+
+// nullUnion is the value hamba writes as the null branch of a union.
+var nullUnion = map[string]any(nil)
+
+func (c *Codec) source(r *pipeline.Record, s SourceInfo) map[string]any {
+	or := func(v, def string) string {
+		if v != "" {
+			return v
+		}
+		return def
+	}
+	connector := or(s.Connector, or(c.opts.ConnectorName, "sluice"))
+	snapshot := "false"
+	if r.Op == pipeline.OpRead {
+		snapshot = "true"
+	}
+	ts := s.TsMs
+	if ts == 0 {
+		ts = millis(r.EventTime)
+	}
+	txID := s.TxID
+	if txID == nil && r.TxID != 0 && r.TxID <= math.MaxInt64 {
+		v := int64(r.TxID)
+		txID = &v
+	}
+	id := c.table.ID
+	return map[string]any{
+		"version":   s.Version,
+		"connector": connector,
+		"name":      or(s.Name, c.opts.ServerName),
+		"ts_ms":     ts,
+		"snapshot":  or(s.Snapshot, snapshot),
+		"db":        or(s.DB, or(id.Database, id.Schema)),
+		"sequence":  optional("string", s.Sequence),
+		"schema":    or(s.Schema, id.Schema),
+		"table":     or(s.Table, id.Table),
+		"txId":      optional("long", txID),
+		"lsn":       optional("long", s.LSN),
+		"xmin":      optional("long", s.Xmin),
+	}
+}
+
+func optional[T any](branch string, v *T) map[string]any {
+	if v == nil {
+		return nullUnion
+	}
+	return map[string]any{branch: *v}
+}
+
+func millis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func (c *Codec) check(r *pipeline.Record) error {
+	if r == nil {
+		return errors.New("schema: nil record")
+	}
+	if r.Table != c.table {
+		name := "<nil>"
+		if r.Table != nil {
+			name = fmt.Sprintf("%s (generation %d)", r.Table.ID, r.Table.Generation)
+		}
+		return fmt.Errorf("schema: record of %s given to the codec of %s (generation %d)", name, c.table.ID, c.table.Generation)
+	}
+	return nil
+}
+
+func (c *Codec) marshal(s avro.Schema, m map[string]any) ([]byte, error) {
+	b, err := c.api.Marshal(s, m)
+	if err != nil {
+		return nil, fmt.Errorf("schema: %s: encode %s: %w", c.table.ID, s.(avro.NamedSchema).FullName(), err)
+	}
+	return b, nil
+}
+
+// image converts a row image into the map hamba encodes for plan's record.
+// before enables the zero-value fallback for NULL in NOT NULL columns;
+// listUnchanged adds the __sluice_unchanged field.
+func (c *Codec) image(plan []colPlan, img []any, before, listUnchanged bool) (map[string]any, error) {
+	if len(img) != len(c.table.Columns) {
+		return nil, fmt.Errorf("schema: %s: image has %d values, the shape %d columns", c.table.ID, len(img), len(c.table.Columns))
+	}
+	m := make(map[string]any, len(plan)+5)
+	var unchanged []string
+	for i := range plan {
+		p := &plan[i]
+		v := img[p.idx]
+		switch v.(type) {
+		case nil:
+			switch {
+			case p.nullable:
+				m[p.name] = nullUnion
+			case before:
+				m[p.name] = p.zero
+			default:
+				return nil, c.encErr(p.col, v, errors.New("NULL in a NOT NULL column"))
+			}
+			continue
+		case pipeline.Unchanged:
+			if !c.opts.Unchanged || !listUnchanged || !p.nullable || p.col.Key {
+				return nil, c.encErr(p.col, v, errors.New("unchanged value not representable (Options.Unchanged is off, or a key column)"))
+			}
+			m[p.name] = nullUnion
+			unchanged = append(unchanged, p.name)
+			continue
+		}
+		n, err := p.conv(v)
+		if err != nil {
+			return nil, c.encErr(p.col, v, err)
+		}
+		if p.nullable {
+			n = map[string]any{p.branch: n}
+		}
+		m[p.name] = n
+	}
+	if listUnchanged {
+		if unchanged == nil {
+			unchanged = []string{}
+		}
+		m[FieldUnchanged] = unchanged
+	}
+	return m, nil
+}
+
+func (c *Codec) encErr(col *pipeline.Column, v any, err error) error {
+	return &EncodeError{Table: c.table.ID, Column: col.Name, Type: col.Type, GoType: fmt.Sprintf("%T", v), Err: err}
+}
+
+// branchName is the name hamba uses for a union branch: the full name of a
+// named type, else the type with its logical type ("long.timestamp-micros").
+func branchName(s avro.Schema) string {
+	if r, ok := s.(*avro.RefSchema); ok {
+		s = r.Schema()
+	}
+	if n, ok := s.(avro.NamedSchema); ok {
+		return n.FullName()
+	}
+	name := string(s.Type())
+	if l, ok := s.(avro.LogicalTypeSchema); ok && l.Logical() != nil {
+		name += "." + string(l.Logical().Type())
+	}
+	return name
+}
+
+// Cache keeps one Codec per table shape. It retains the newest MaxShapes
+// shapes of each table (default 4); an evicted shape that shows up again is
+// rebuilt. Safe for concurrent use.
+type Cache struct {
+	Options   Options
+	MaxShapes int
+
+	mu     sync.Mutex
+	codecs map[*pipeline.Table]*Codec
+	shapes map[pipeline.TableID][]*pipeline.Table
+}
+
+// NewCache returns an empty cache building codecs with opts.
+func NewCache(opts Options) *Cache { return &Cache{Options: opts} }
+
+// Codec returns the codec of t's shape, building it on first use.
+func (c *Cache) Codec(t *pipeline.Table) (*Codec, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cd, ok := c.codecs[t]; ok {
+		return cd, nil
+	}
+	cd, err := NewCodec(t, c.Options)
+	if err != nil {
+		return nil, err
+	}
+	if c.codecs == nil {
+		c.codecs = map[*pipeline.Table]*Codec{}
+		c.shapes = map[pipeline.TableID][]*pipeline.Table{}
+	}
+	max := c.MaxShapes
+	if max <= 0 {
+		max = 4
+	}
+	list := append(c.shapes[t.ID], t)
+	for len(list) > max {
+		delete(c.codecs, list[0])
+		list = list[1:]
+	}
+	c.shapes[t.ID] = list
+	c.codecs[t] = cd
+	return cd, nil
+}
+
+// zeroValue is the pipeline value whose encoding stands in for a column a
+// before image did not carry.
+func zeroValue(t pipeline.Type) any {
+	switch t {
+	case pipeline.TypeBool:
+		return false
+	case pipeline.TypeInt16, pipeline.TypeInt32, pipeline.TypeInt64:
+		return int64(0)
+	case pipeline.TypeUint8, pipeline.TypeUint16, pipeline.TypeUint32, pipeline.TypeUint64:
+		return uint64(0)
+	case pipeline.TypeFloat32, pipeline.TypeFloat64:
+		return float64(0)
+	case pipeline.TypeDecimal:
+		return pipeline.Decimal{Unscaled: new(big.Int)}
+	case pipeline.TypeJSON:
+		return pipeline.JSON("{}")
+	case pipeline.TypeBytes, pipeline.TypeBit, pipeline.TypeGeometry:
+		return []byte{}
+	case pipeline.TypeUUID:
+		return pipeline.UUID{}
+	case pipeline.TypeDate:
+		return pipeline.Date{}
+	case pipeline.TypeTime:
+		return pipeline.TimeOfDay(0)
+	case pipeline.TypeTimeTZ:
+		return pipeline.TimeTZ{}
+	case pipeline.TypeTimestamp, pipeline.TypeTimestampTZ:
+		return pipeline.Timestamp{}
+	case pipeline.TypeInterval:
+		return pipeline.Interval{}
+	case pipeline.TypeArray:
+		return []any{}
+	}
+	return ""
+}
