@@ -1,0 +1,703 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// DecoderOptions configures a Decoder.
+type DecoderOptions struct {
+	// Database is the captured database; it becomes TableID.Database.
+	Database string
+	// Resolver resolves the types of new relations and added columns. When
+	// nil only built-in types (and domains over them, named by the server's
+	// Type messages) are decoded; other types pass as text.
+	Resolver TypeResolver
+	// Catalog, when set, is asked for the table's catalog shape each time a
+	// Relation message changes a table's shape; matching columns take their
+	// metadata (nullability, comments, primary key) from it. An error is
+	// logged and the shape is built from the message alone.
+	Catalog func(ctx context.Context, relOID uint32, schema, name string) (*TableShape, error)
+	// SpillDir holds spill files of streamed transactions (default: the
+	// system temp directory). SpillThreshold is the total size of streamed
+	// changes kept in memory before a transaction's changes go to its spill
+	// file (default 64 MiB).
+	SpillDir       string
+	SpillThreshold int64
+	// ChunkRecords caps the records of one Chunk (default 5000).
+	ChunkRecords int
+	// HeartbeatPrefix is the logical message prefix of heartbeats
+	// (default "sluice.heartbeat").
+	HeartbeatPrefix string
+	Log             *zap.Logger
+}
+
+// Chunk is a run of records of one transaction, in order. A transaction
+// arrives as zero or more non-final chunks followed by one Final chunk.
+type Chunk struct {
+	Records []pipeline.Record
+	// Final marks the last chunk of a transaction, or a heartbeat. Only a
+	// Final chunk's EndLSN may become a checkpoint (Invariant 2).
+	Final bool
+	// CommitLSN is the transaction's commit record LSN, the version
+	// component of its records (for a heartbeat: the message LSN).
+	CommitLSN pglogrepl.LSN
+	// EndLSN is set on Final chunks only: the position to checkpoint and,
+	// once the chunk is durable, acknowledge (Invariant 1) — the commit's
+	// TransactionEndLSN, or a heartbeat message's LSN.
+	EndLSN     pglogrepl.LSN
+	CommitTime time.Time
+	Xid        uint32
+}
+
+// DecoderStats reports the decoder's buffering of streamed transactions.
+type DecoderStats struct {
+	OpenStreams   int   // streamed transactions not yet committed or aborted
+	BufferedBytes int64 // their changes held in memory
+	SpillFiles    int   // spill files currently on disk
+	SpillBytes    int64 // bytes currently in spill files
+	SpilledTotal  int64 // bytes ever written to spill files
+}
+
+// Decoder turns pgoutput protocol v2 messages into records. Decode is
+// called from one goroutine in the order the server sends messages;
+// Tables and Stats may be called concurrently.
+//
+// Versions follow pipeline.Version: {0, commit LSN, 0, 1 + index of the
+// change in its transaction}, assigned at commit for streamed transactions.
+// Record.Pos is left nil for the source to fill.
+type Decoder struct {
+	opts     DecoderOptions
+	log      *zap.Logger
+	resolver TypeResolver
+
+	rels     map[uint32]*TableShape // relation cache by relation OID
+	typeMsgs map[uint32]pglogrepl.TypeMessage
+
+	txn       *txnState // open non-streamed transaction
+	inStream  bool
+	streamXid uint32
+	streams   map[uint32]*streamBuf
+	memBytes  int64
+
+	mu     sync.Mutex
+	latest map[pipeline.TableID]*TableShape // newest shape per table
+	stats  DecoderStats
+}
+
+type txnState struct {
+	xid        uint32
+	commitLSN  pglogrepl.LSN
+	commitTime time.Time
+	index      uint64
+	records    []pipeline.Record
+}
+
+// streamBuf holds the changes of one streamed transaction until it ends.
+type streamBuf struct {
+	xid     uint32
+	mem     []bufferedMsg
+	memSize int64
+	file    *spillFile
+	aborted map[uint32]bool // aborted subtransactions with changes in file
+}
+
+type bufferedMsg struct {
+	subxid uint32
+	data   []byte
+}
+
+// bufferedOverhead approximates the memory of a buffered message besides
+// its bytes.
+const bufferedOverhead = 48
+
+// NewDecoder returns a decoder with empty caches.
+func NewDecoder(opts DecoderOptions) (*Decoder, error) {
+	if opts.ChunkRecords <= 0 {
+		opts.ChunkRecords = 5000
+	}
+	if opts.SpillThreshold <= 0 {
+		opts.SpillThreshold = 64 << 20
+	}
+	if opts.HeartbeatPrefix == "" {
+		opts.HeartbeatPrefix = "sluice.heartbeat"
+	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	d := &Decoder{opts: opts, log: opts.Log, latest: map[pipeline.TableID]*TableShape{}}
+	d.resolver = &decoderResolver{d: d}
+	d.Reset()
+	return d, nil
+}
+
+// Reset prepares for a new replication connection: the relation cache is
+// emptied (the server resends Relation messages), an open transaction and
+// every in-progress streamed transaction are discarded (the server resends
+// them from the restart point) and their spill files removed. Shapes seen
+// before are remembered, so an identical Relation keeps its *pipeline.Table.
+func (d *Decoder) Reset() {
+	for _, sb := range d.streams {
+		d.dropStream(sb)
+	}
+	d.rels = map[uint32]*TableShape{}
+	d.typeMsgs = map[uint32]pglogrepl.TypeMessage{}
+	d.streams = map[uint32]*streamBuf{}
+	d.txn, d.inStream, d.streamXid, d.memBytes = nil, false, 0, 0
+	d.mu.Lock()
+	d.stats.OpenStreams, d.stats.BufferedBytes = 0, 0
+	d.mu.Unlock()
+}
+
+// Close removes spill files; the decoder must not be used afterwards.
+func (d *Decoder) Close() error {
+	d.Reset()
+	return nil
+}
+
+// Tables returns the newest shape of every table seen.
+func (d *Decoder) Tables() map[pipeline.TableID]*pipeline.Table {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[pipeline.TableID]*pipeline.Table, len(d.latest))
+	for id, s := range d.latest {
+		out[id] = s.Table
+	}
+	return out
+}
+
+// Stats reports streamed-transaction buffering (for metrics, Invariant 9).
+func (d *Decoder) Stats() DecoderStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats
+}
+
+// DecodeError reports a message or value the decoder could not turn into a
+// record; Text holds the undecodable value when there is one (for the
+// dead-letter queue, Invariant 7).
+type DecodeError struct {
+	WALStart pglogrepl.LSN
+	Table    pipeline.TableID
+	Column   string
+	Text     []byte
+	Err      error
+}
+
+func (e *DecodeError) Error() string {
+	if e.Column != "" {
+		return fmt.Sprintf("decode %s.%s at %s: %v", e.Table, e.Column, e.WALStart, e.Err)
+	}
+	return fmt.Sprintf("decode message at %s: %v", e.WALStart, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Decode consumes one pgoutput message (XLogData.WALData) and calls emit
+// for every chunk it completes. emit's error is returned as is. After any
+// error the decoder's transaction state is undefined: reconnect from the
+// last checkpoint and call Reset.
+func (d *Decoder) Decode(ctx context.Context, walData []byte, walStart pglogrepl.LSN, emit func(Chunk) error) error {
+	if len(walData) == 0 {
+		return &DecodeError{WALStart: walStart, Err: errors.New("empty message")}
+	}
+	if d.inStream {
+		switch pglogrepl.MessageType(walData[0]) {
+		case pglogrepl.MessageTypeRelation, pglogrepl.MessageTypeInsert, pglogrepl.MessageTypeUpdate,
+			pglogrepl.MessageTypeDelete, pglogrepl.MessageTypeTruncate:
+			return d.bufferStreamed(walData, walStart)
+		}
+	}
+	msg, err := parseMessage(walData, d.inStream)
+	if err != nil {
+		return &DecodeError{WALStart: walStart, Err: err}
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		if d.txn != nil {
+			return &DecodeError{WALStart: walStart, Err: fmt.Errorf("begin of xid %d inside open xid %d", m.Xid, d.txn.xid)}
+		}
+		d.txn = &txnState{xid: m.Xid, commitLSN: m.FinalLSN, commitTime: m.CommitTime}
+	case *pglogrepl.CommitMessage:
+		tx := d.txn
+		if tx == nil {
+			return &DecodeError{WALStart: walStart, Err: errors.New("commit without begin")}
+		}
+		if m.CommitLSN != tx.commitLSN {
+			return &DecodeError{WALStart: walStart, Err: fmt.Errorf("commit LSN %s differs from begin's final LSN %s", m.CommitLSN, tx.commitLSN)}
+		}
+		d.txn = nil
+		return d.flush(tx, true, m.TransactionEndLSN, emit)
+	case *pglogrepl.RelationMessageV2:
+		return d.applyRelation(ctx, &m.RelationMessage, walStart)
+	case *pglogrepl.TypeMessageV2:
+		d.typeMsgs[m.DataType] = m.TypeMessage
+		if f, ok := d.opts.Resolver.(interface{ Forget(uint32) }); ok {
+			f.Forget(m.DataType)
+		}
+	case *pglogrepl.InsertMessageV2, *pglogrepl.UpdateMessageV2, *pglogrepl.DeleteMessageV2, *pglogrepl.TruncateMessageV2:
+		if d.txn == nil {
+			return &DecodeError{WALStart: walStart, Err: fmt.Errorf("%T outside a transaction", m)}
+		}
+		return d.change(d.txn, msg, walStart, emit)
+	case *pglogrepl.LogicalDecodingMessageV2:
+		return d.logicalMessage(m, emit)
+	case *pglogrepl.StreamStartMessageV2:
+		d.inStream, d.streamXid = true, m.Xid
+		if sb := d.streams[m.Xid]; sb != nil && m.FirstSegment == 1 {
+			d.dropStream(sb) // a restart of the transaction's stream
+		}
+		if d.streams[m.Xid] == nil {
+			d.streams[m.Xid] = &streamBuf{xid: m.Xid}
+			d.updateStreamStats()
+		}
+	case *pglogrepl.StreamStopMessageV2:
+		d.inStream = false
+	case *pglogrepl.StreamCommitMessageV2:
+		return d.streamCommit(ctx, m, walStart, emit)
+	case *pglogrepl.StreamAbortMessageV2:
+		d.streamAbort(m)
+	case *pglogrepl.OriginMessage:
+		// Changes replayed from another origin are captured like any other.
+	default:
+		d.log.Debug("ignoring pgoutput message", zap.String("type", msg.Type().String()))
+	}
+	return nil
+}
+
+// parseMessage is pglogrepl.ParseV2, with a malformed message reported as
+// an error rather than a panic.
+func parseMessage(data []byte, inStream bool) (msg pglogrepl.Message, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg, err = nil, fmt.Errorf("malformed %q message: %v", data[0], r)
+		}
+	}()
+	return pglogrepl.ParseV2(data, inStream)
+}
+
+func (d *Decoder) logicalMessage(m *pglogrepl.LogicalDecodingMessageV2, emit func(Chunk) error) error {
+	if m.Transactional || m.Prefix != d.opts.HeartbeatPrefix {
+		d.log.Debug("ignoring logical message", zap.String("prefix", m.Prefix), zap.Bool("transactional", m.Transactional))
+		return nil
+	}
+	if d.txn != nil {
+		// Not produced by pgoutput (non-transactional messages are sent
+		// when decoded, transactions at commit); a Final chunk here would
+		// break Invariant 2, so the heartbeat is skipped.
+		d.log.Warn("heartbeat inside a transaction ignored", zap.Stringer("lsn", m.LSN))
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339Nano, string(m.Content))
+	if err != nil {
+		ts, perr := parseTimestampText(string(m.Content), true)
+		if perr != nil || ts.Special != pipeline.Finite {
+			d.log.Debug("heartbeat content is not a time", zap.ByteString("content", m.Content))
+		} else {
+			at, err = ts.Time(), nil
+		}
+	}
+	// Invariant 8: a heartbeat carries a position through the pipeline.
+	rec := pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: at.UTC(), Version: pipeline.Version{0, uint64(m.LSN), 0, 0}}
+	rec.Size = pipeline.EstimateSize(&rec)
+	return emit(Chunk{Records: []pipeline.Record{rec}, Final: true, CommitLSN: m.LSN, EndLSN: m.LSN, CommitTime: rec.EventTime})
+}
+
+// flush hands over the transaction's pending records. Non-final chunks
+// carry no EndLSN: the runtime checkpoints only on Final ones (Invariant 2).
+func (d *Decoder) flush(tx *txnState, final bool, end pglogrepl.LSN, emit func(Chunk) error) error {
+	c := Chunk{Records: tx.records, Final: final, CommitLSN: tx.commitLSN, CommitTime: tx.commitTime, Xid: tx.xid}
+	// Invariant 2: only the chunk that ends a transaction carries a
+	// position the runtime may checkpoint.
+	if final {
+		c.EndLSN = end
+	}
+	tx.records = nil
+	return emit(c)
+}
+
+// applyRelation caches a Relation message's shape. A message identical to
+// the table's newest shape keeps it; any difference makes a new shape with
+// the next Generation, while records already decoded keep theirs.
+func (d *Decoder) applyRelation(ctx context.Context, rel *pglogrepl.RelationMessage, walStart pglogrepl.LSN) error {
+	id := pipeline.TableID{Database: d.opts.Database, Schema: rel.Namespace, Table: rel.RelationName}
+	d.mu.Lock()
+	prev := d.latest[id]
+	d.mu.Unlock()
+	if prev != nil && prev.signature == relationSignature(rel) {
+		d.rels[rel.RelationID] = prev
+		return nil
+	}
+	base := prev
+	if d.opts.Catalog != nil {
+		cs, err := d.opts.Catalog(ctx, rel.RelationID, rel.Namespace, rel.RelationName)
+		if err != nil {
+			d.log.Warn("catalog lookup failed; shape built from the Relation message alone",
+				zap.Stringer("table", id), zap.Error(err))
+		} else if cs != nil {
+			base = mergeShapes(cs, prev)
+		}
+	}
+	gen := 1
+	if prev != nil {
+		gen = prev.Table.Generation + 1
+	}
+	s, err := ShapeFromRelation(ctx, d.opts.Database, rel, base, d.resolver, gen)
+	if err != nil {
+		return &DecodeError{WALStart: walStart, Table: id, Err: err}
+	}
+	if s.ReplicaIdentity == 'f' && len(s.Table.KeyIdx) == 0 && base == nil {
+		d.log.Warn("table has REPLICA IDENTITY FULL and no catalog shape: its key is unknown", zap.Stringer("table", id))
+	}
+	for _, ci := range s.Columns {
+		noteTextFallback(d.log, &ci.Type)
+	}
+	d.rels[rel.RelationID] = s
+	d.mu.Lock()
+	d.latest[id] = s
+	d.mu.Unlock()
+	if prev != nil {
+		d.log.Info("table shape changed", zap.Stringer("table", id), zap.Int("generation", gen))
+	}
+	return nil
+}
+
+// mergeShapes returns primary extended by the columns of fallback it lacks
+// (by name), so metadata of columns the catalog no longer has (dropped
+// since the change being decoded) still comes from the previous shape. Keys
+// and primary-key status are primary's.
+func mergeShapes(primary, fallback *TableShape) *TableShape {
+	if fallback == nil {
+		return primary
+	}
+	have := map[string]bool{}
+	for _, c := range primary.Columns {
+		have[c.Name] = true
+	}
+	m := *primary
+	t := *primary.Table
+	m.Columns = append([]ColumnInfo(nil), primary.Columns...)
+	t.Columns = append([]pipeline.Column(nil), primary.Table.Columns...)
+	for i, c := range fallback.Columns {
+		if !have[c.Name] {
+			m.Columns = append(m.Columns, c)
+			col := fallback.Table.Columns[i]
+			col.Key = false
+			t.Columns = append(t.Columns, col)
+		}
+	}
+	m.Table = &t
+	return &m
+}
+
+// change turns one Insert/Update/Delete/Truncate into records of tx.
+func (d *Decoder) change(tx *txnState, msg pglogrepl.Message, walStart pglogrepl.LSN, emit func(Chunk) error) error {
+	switch m := msg.(type) {
+	case *pglogrepl.InsertMessageV2:
+		s, err := d.relation(m.RelationID, walStart)
+		if err != nil {
+			return err
+		}
+		after, err := d.tuple(s, m.Tuple, walStart)
+		if err != nil {
+			return err
+		}
+		return d.add(tx, pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: after}, emit)
+	case *pglogrepl.UpdateMessageV2:
+		return d.update(tx, &m.UpdateMessage, walStart, emit)
+	case *pglogrepl.DeleteMessageV2:
+		s, err := d.relation(m.RelationID, walStart)
+		if err != nil {
+			return err
+		}
+		before, err := d.tuple(s, m.OldTuple, walStart)
+		if err != nil {
+			return err
+		}
+		return d.add(tx, pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: before}, emit)
+	case *pglogrepl.TruncateMessageV2:
+		for _, id := range m.RelationIDs {
+			s, err := d.relation(id, walStart)
+			if err != nil {
+				return err
+			}
+			if err := d.add(tx, pipeline.Record{Op: pipeline.OpTruncate, Table: s.Table}, emit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// update emits an update, or a delete of the old key followed by an insert
+// of the new one when the key changed. Unchanged TOAST values ('u') are
+// taken from the old tuple when it carries them (REPLICA IDENTITY FULL),
+// else they are pipeline.UnchangedValue — never NULL.
+func (d *Decoder) update(tx *txnState, m *pglogrepl.UpdateMessage, walStart pglogrepl.LSN, emit func(Chunk) error) error {
+	s, err := d.relation(m.RelationID, walStart)
+	if err != nil {
+		return err
+	}
+	after, err := d.tuple(s, m.NewTuple, walStart)
+	if err != nil {
+		return err
+	}
+	var before []any
+	if m.OldTuple != nil {
+		if before, err = d.tuple(s, m.OldTuple, walStart); err != nil {
+			return err
+		}
+		for i, c := range m.NewTuple.Columns {
+			if c.DataType == pglogrepl.TupleDataTypeToast && m.OldTuple.Columns[i].DataType == pglogrepl.TupleDataTypeText {
+				after[i] = before[i]
+			}
+		}
+	}
+	if m.OldTuple != nil && keyChanged(s.Table.KeyIdx, m.OldTuple, m.NewTuple) {
+		if err := d.add(tx, pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: before}, emit); err != nil {
+			return err
+		}
+		return d.add(tx, pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: after}, emit)
+	}
+	return d.add(tx, pipeline.Record{Op: pipeline.OpUpdate, Table: s.Table, Before: before, After: after}, emit)
+}
+
+// keyChanged compares the key columns' text of the old and new tuple; both
+// come from the same output function, so equal values have equal text.
+func keyChanged(keyIdx []int, old, new *pglogrepl.TupleData) bool {
+	for _, k := range keyIdx {
+		o, n := old.Columns[k], new.Columns[k]
+		if o.DataType == pglogrepl.TupleDataTypeToast || n.DataType == pglogrepl.TupleDataTypeToast {
+			continue
+		}
+		if o.DataType != n.DataType || string(o.Data) != string(n.Data) {
+			return true
+		}
+	}
+	return false
+}
+
+// add versions a record, appends it and emits a non-final chunk when the
+// chunk is full, so memory stays bounded (Invariant 6).
+func (d *Decoder) add(tx *txnState, r pipeline.Record, emit func(Chunk) error) error {
+	tx.index++
+	r.Version = pipeline.Version{0, uint64(tx.commitLSN), 0, tx.index}
+	r.EventTime = tx.commitTime
+	r.TxID = uint64(tx.xid)
+	r.Size = pipeline.EstimateSize(&r)
+	tx.records = append(tx.records, r)
+	// Invariant 6: a transaction is handed over in bounded chunks instead
+	// of being held whole.
+	if len(tx.records) >= d.opts.ChunkRecords {
+		return d.flush(tx, false, 0, emit)
+	}
+	return nil
+}
+
+func (d *Decoder) relation(id uint32, walStart pglogrepl.LSN) (*TableShape, error) {
+	s := d.rels[id]
+	if s == nil {
+		return nil, &DecodeError{WALStart: walStart, Err: fmt.Errorf("change for relation %d without a Relation message", id)}
+	}
+	return s, nil
+}
+
+// tuple decodes a tuple aligned with the shape's columns: 'n' is nil, 'u'
+// is pipeline.UnchangedValue, 't' goes through DecodeText. For a key-only
+// old tuple ('K') the non-key columns arrive as 'n' and stay nil.
+func (d *Decoder) tuple(s *TableShape, t *pglogrepl.TupleData, walStart pglogrepl.LSN) ([]any, error) {
+	if t == nil {
+		return nil, nil
+	}
+	if len(t.Columns) != len(s.Columns) {
+		return nil, &DecodeError{WALStart: walStart, Table: s.Table.ID,
+			Err: fmt.Errorf("tuple has %d columns, relation has %d", len(t.Columns), len(s.Columns))}
+	}
+	out := make([]any, len(t.Columns))
+	for i, c := range t.Columns {
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeNull:
+		case pglogrepl.TupleDataTypeToast:
+			out[i] = pipeline.UnchangedValue
+		case pglogrepl.TupleDataTypeText:
+			v, err := DecodeText(s.Columns[i], c.Data)
+			if err != nil {
+				// Invariant 7: the raw text travels with the error so the
+				// source can dead-letter the record.
+				return nil, &DecodeError{WALStart: walStart, Table: s.Table.ID, Column: s.Columns[i].Name, Text: c.Data, Err: err}
+			}
+			out[i] = v
+		default:
+			return nil, &DecodeError{WALStart: walStart, Table: s.Table.ID, Column: s.Columns[i].Name,
+				Err: fmt.Errorf("unsupported tuple data kind %q", c.DataType)}
+		}
+	}
+	return out, nil
+}
+
+// bufferStreamed keeps a change (or Relation) message of the open stream
+// block for its transaction. Messages are kept raw and decoded at Stream
+// Commit, so Relation messages of the stream shape exactly the changes that
+// follow them, in commit order.
+func (d *Decoder) bufferStreamed(walData []byte, walStart pglogrepl.LSN) error {
+	sb := d.streams[d.streamXid]
+	if sb == nil || len(walData) < 5 {
+		return &DecodeError{WALStart: walStart, Err: errors.New("streamed change outside a stream block")}
+	}
+	subxid := binary.BigEndian.Uint32(walData[1:5])
+	if sb.file != nil {
+		return d.spillAppend(sb, subxid, walData)
+	}
+	data := append([]byte(nil), walData...) // the caller may reuse walData
+	sb.mem = append(sb.mem, bufferedMsg{subxid: subxid, data: data})
+	sz := int64(len(data) + bufferedOverhead)
+	sb.memSize += sz
+	d.memBytes += sz
+	// Invariant 6: streamed transactions beyond the memory budget go to disk.
+	if d.memBytes > d.opts.SpillThreshold {
+		if err := d.spill(sb); err != nil {
+			return err
+		}
+	}
+	d.updateStreamStats()
+	return nil
+}
+
+// spill moves sb's in-memory messages to its spill file; later messages of
+// the transaction go straight to the file.
+func (d *Decoder) spill(sb *streamBuf) error {
+	f, err := createSpillFile(d.opts.SpillDir, sb.xid)
+	if err != nil {
+		return err
+	}
+	sb.file = f
+	// Invariant 9: spilling delays delivery; it is logged and counted.
+	d.log.Info("streamed transaction spills to disk", zap.Uint32("xid", sb.xid), zap.String("file", f.path),
+		zap.Int64("buffered_bytes", d.memBytes))
+	for _, m := range sb.mem {
+		if err := d.spillAppend(sb, m.subxid, m.data); err != nil {
+			return err
+		}
+	}
+	d.memBytes -= sb.memSize
+	sb.mem, sb.memSize = nil, 0
+	d.mu.Lock()
+	d.stats.SpillFiles++
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Decoder) spillAppend(sb *streamBuf, subxid uint32, data []byte) error {
+	before := sb.file.size
+	if err := sb.file.append(subxid, data); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.stats.SpillBytes += sb.file.size - before
+	d.stats.SpilledTotal += sb.file.size - before
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Decoder) updateStreamStats() {
+	d.mu.Lock()
+	d.stats.OpenStreams, d.stats.BufferedBytes = len(d.streams), d.memBytes
+	d.mu.Unlock()
+}
+
+// dropStream forgets a streamed transaction and removes its spill file.
+func (d *Decoder) dropStream(sb *streamBuf) {
+	d.memBytes -= sb.memSize
+	sb.mem, sb.memSize = nil, 0
+	if sb.file != nil {
+		if err := sb.file.remove(); err != nil {
+			d.log.Warn("spill file not removed", zap.Error(err))
+		}
+		d.mu.Lock()
+		d.stats.SpillFiles--
+		d.stats.SpillBytes -= sb.file.size
+		d.mu.Unlock()
+		sb.file = nil
+	}
+	delete(d.streams, sb.xid)
+	d.updateStreamStats()
+}
+
+// streamAbort drops a streamed transaction, or only one subtransaction's
+// changes when SubXid differs from Xid. Relation messages are kept: the
+// server does not resend a relation it already described for the
+// transaction, even when the subtransaction that carried it aborted.
+func (d *Decoder) streamAbort(m *pglogrepl.StreamAbortMessageV2) {
+	sb := d.streams[m.Xid]
+	if sb == nil {
+		return
+	}
+	if m.SubXid == m.Xid || m.SubXid == 0 {
+		d.dropStream(sb)
+		return
+	}
+	if sb.file != nil {
+		if sb.aborted == nil {
+			sb.aborted = map[uint32]bool{}
+		}
+		sb.aborted[m.SubXid] = true
+		return
+	}
+	kept := sb.mem[:0]
+	for _, b := range sb.mem {
+		if b.subxid == m.SubXid && pglogrepl.MessageType(b.data[0]) != pglogrepl.MessageTypeRelation {
+			sz := int64(len(b.data) + bufferedOverhead)
+			sb.memSize -= sz
+			d.memBytes -= sz
+			continue
+		}
+		kept = append(kept, b)
+	}
+	clear(sb.mem[len(kept):])
+	sb.mem = kept
+	d.updateStreamStats()
+}
+
+// streamCommit replays a streamed transaction in order at its commit LSN,
+// in chunks, and removes its buffers.
+func (d *Decoder) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMessageV2, walStart pglogrepl.LSN, emit func(Chunk) error) error {
+	tx := &txnState{xid: m.Xid, commitLSN: m.CommitLSN, commitTime: m.CommitTime}
+	sb := d.streams[m.Xid]
+	if sb != nil {
+		defer d.dropStream(sb)
+		replay := func(subxid uint32, data []byte) error {
+			isRel := pglogrepl.MessageType(data[0]) == pglogrepl.MessageTypeRelation
+			if sb.aborted[subxid] && !isRel {
+				return nil
+			}
+			msg, err := parseMessage(data, true)
+			if err != nil {
+				return &DecodeError{WALStart: walStart, Err: err}
+			}
+			if r, ok := msg.(*pglogrepl.RelationMessageV2); ok {
+				return d.applyRelation(ctx, &r.RelationMessage, walStart)
+			}
+			return d.change(tx, msg, walStart, emit)
+		}
+		for _, b := range sb.mem {
+			if err := replay(b.subxid, b.data); err != nil {
+				return err
+			}
+		}
+		if sb.file != nil {
+			if err := sb.file.replay(replay); err != nil {
+				return err
+			}
+		}
+	}
+	return d.flush(tx, true, m.TransactionEndLSN, emit)
+}

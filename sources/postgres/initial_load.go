@@ -1,0 +1,605 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+const (
+	// loadBatchRows and loadBatchBytes bound one snapshot batch.
+	loadBatchRows  = 2000
+	loadBatchBytes = 4 << 20
+	// loadBuffer is the number of snapshot batches queued ahead of Read.
+	loadBuffer = 4
+)
+
+var snapshotNamePattern = regexp.MustCompile(`^[0-9A-Fa-f-]{1,64}$`)
+
+// snapshotLoad copies the captured tables from the slot's exported snapshot.
+//
+// Every reader connection imports the snapshot in a REPEATABLE READ READ ONLY
+// transaction before START_REPLICATION is sent on the replication connection
+// (the snapshot is valid only until that connection's next command); the
+// readers keep it afterwards through their own transactions. Each table is
+// split into primary-key ranges whose boundaries the database supplies (an
+// index walk with LIMIT 1 OFFSET n, compared as rows, so composite keys and
+// collations follow the index), and each range is COPYed in text form and
+// decoded with DecodeText, so snapshot values equal stream values.
+//
+// Rows get version {0, consistent point, 0, 1} and each table's rows are
+// preceded by a truncate barrier at {0, consistent point, 0, 0}, so a fresh
+// load clears whatever an interrupted one left in the sinks (Invariant 4);
+// every stream change commits after the consistent point and sorts above
+// both. Batches carry no position: the load cannot be resumed, and a restart
+// before its end takes the fresh path again (new slot, new load). After the
+// last row an empty batch positioned at the consistent point starts the
+// stream phase (Invariant 3: the stream starts exactly at the snapshot).
+type snapshotLoad struct {
+	s     *Source
+	cp    pglogrepl.LSN
+	name  string
+	start time.Time
+	out   chan pipeline.Batch
+
+	connMu sync.Mutex
+	conns  []*pgx.Conn
+
+	errMu sync.Mutex
+	err   error
+
+	tablesMu sync.Mutex
+	tables   []*loadTable
+	done     atomic.Bool
+}
+
+type loadTable struct {
+	ref       TableRef
+	shape     *TableShape
+	total     atomic.Int64
+	rows      atomic.Int64
+	remaining atomic.Int64 // ranges not yet copied
+	finished  atomic.Bool
+	rowsDone  prometheus.Gauge
+	rowsTotal prometheus.Gauge
+}
+
+// loadJob is one key range of a table.
+type loadJob struct {
+	t     *loadTable
+	where string // SQL predicate, "" for the whole table
+}
+
+func newSnapshotLoad(s *Source, cp pglogrepl.LSN, name string) *snapshotLoad {
+	return &snapshotLoad{s: s, cp: cp, name: name, out: make(chan pipeline.Batch, loadBuffer)}
+}
+
+// importSnapshot opens Snapshot.Parallel reader connections and imports the
+// exported snapshot on each.
+func (l *snapshotLoad) importSnapshot(ctx context.Context) error {
+	if !snapshotNamePattern.MatchString(l.name) {
+		return fmt.Errorf("postgres source: unexpected snapshot name %q from slot creation", l.name)
+	}
+	cfg, err := pgx.ParseConfig(l.s.opts.DSN)
+	if err != nil {
+		return pipeline.Fatal(fmt.Errorf("postgres source: dsn: %w", redactDSNError(err)))
+	}
+	if l.s.opts.Password != "" {
+		cfg.Password = l.s.opts.Password
+	}
+	applySessionSettings(cfg.RuntimeParams, l.s.opts.Pipeline)
+	for i := 0; i < l.s.opts.Snapshot.Parallel; i++ {
+		conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		if err != nil {
+			return fmt.Errorf("postgres source: snapshot reader %d: %w", i, err)
+		}
+		l.connMu.Lock()
+		l.conns = append(l.conns, conn)
+		l.connMu.Unlock()
+		if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+			return fmt.Errorf("postgres source: snapshot reader %d: begin: %w", i, err)
+		}
+		if _, err := conn.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+l.name+"'"); err != nil {
+			return fmt.Errorf("postgres source: snapshot reader %d: import snapshot %s: %w", i, l.name, err)
+		}
+	}
+	return nil
+}
+
+// closeConns closes the reader connections still open.
+func (l *snapshotLoad) closeConns() {
+	l.connMu.Lock()
+	conns := l.conns
+	l.conns = nil
+	l.connMu.Unlock()
+	for _, c := range conns {
+		closeReader(c)
+	}
+}
+
+func closeReader(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// run plans and copies every table, then queues the stream position. It
+// closes l.out when it ends; l.err says why when it failed.
+func (l *snapshotLoad) run(ctx context.Context) {
+	defer close(l.out)
+	l.start = time.Now().UTC()
+	l.connMu.Lock()
+	conns := append([]*pgx.Conn(nil), l.conns...)
+	l.connMu.Unlock()
+	if l.s.redoLoad {
+		l.s.log.Warn("redoing the initial load: the previous one was interrupted before it completed (there is no checkpoint)")
+	}
+	l.s.log.Info("initial load started", zap.Int("tables", len(l.s.tables)), zap.Int("readers", len(conns)),
+		zap.Stringer("consistent_point", l.cp))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	q := newJobQueue()
+	stop := context.AfterFunc(ctx, q.close)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(conns))
+	work := func(conn *pgx.Conn) {
+		for {
+			job, ok := q.pop()
+			if !ok {
+				return
+			}
+			if err := l.copyRange(ctx, conn, job); err != nil {
+				errs <- err
+				cancel()
+				return
+			}
+		}
+	}
+	for _, c := range conns[1:] {
+		wg.Add(1)
+		go func() { defer wg.Done(); work(c) }()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := l.planAll(ctx, conns[0], q); err != nil {
+			errs <- err
+			cancel()
+			return
+		}
+		q.close()
+		work(conns[0])
+	}()
+	wg.Wait()
+	l.closeConns() // ends the snapshot transactions
+	close(errs)
+	if err := <-errs; err != nil {
+		l.fail(err)
+		return
+	}
+	if ctx.Err() != nil {
+		l.fail(ctx.Err())
+		return
+	}
+	var rows int64
+	for _, t := range l.progressTables() {
+		rows += t.rows.Load()
+	}
+	// Invariant 3: the first checkpointable position is the snapshot's
+	// consistent point, where the stream starts.
+	select {
+	case l.out <- pipeline.Batch{Pos: l.s.position(l.cp)}:
+	case <-ctx.Done():
+		l.fail(ctx.Err())
+		return
+	}
+	l.done.Store(true)
+	l.s.log.Info("initial load complete; streaming from the consistent point", zap.Int64("rows", rows),
+		zap.Duration("took", time.Since(l.start)), zap.Stringer("lsn", l.cp))
+}
+
+func (l *snapshotLoad) fail(err error) {
+	l.errMu.Lock()
+	l.err = fmt.Errorf("postgres source: initial load: %w (it is redone from a new snapshot on the next start)", err)
+	l.errMu.Unlock()
+}
+
+// next returns the next snapshot batch; ok is false once the load is over.
+func (l *snapshotLoad) next(ctx context.Context) (b pipeline.Batch, ok bool, err error) {
+	select {
+	case b, ok := <-l.out:
+		if !ok {
+			l.errMu.Lock()
+			defer l.errMu.Unlock()
+			return pipeline.Batch{}, false, l.err
+		}
+		return b, true, nil
+	case <-ctx.Done():
+		return pipeline.Batch{}, false, ctx.Err()
+	}
+}
+
+func (l *snapshotLoad) finished() bool { return l.done.Load() }
+
+func (l *snapshotLoad) progressTables() []*loadTable {
+	l.tablesMu.Lock()
+	defer l.tablesMu.Unlock()
+	return append([]*loadTable(nil), l.tables...)
+}
+
+// progress reports rows done and the estimated total per table.
+func (l *snapshotLoad) progress() []pipeline.TableStatus {
+	var out []pipeline.TableStatus
+	for _, t := range l.progressTables() {
+		out = append(out, pipeline.TableStatus{Table: tableName(t.ref), RowsDone: t.rows.Load(),
+			RowsTotal: t.total.Load(), Done: t.finished.Load()})
+	}
+	return out
+}
+
+// planAll reads each table's shape and key ranges in the snapshot, queues
+// its truncate barrier and then its ranges.
+func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue) error {
+	for _, ref := range l.s.tables {
+		shape, err := LoadTableShape(ctx, conn, l.s.database, ref)
+		if err != nil {
+			return err
+		}
+		t := &loadTable{ref: ref, shape: shape}
+		t.rowsDone, t.rowsTotal = l.s.m.snapshotGauges(tableName(ref))
+		var est int64
+		if err := conn.QueryRow(ctx, "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1", shape.RelationOID).Scan(&est); err != nil {
+			return fmt.Errorf("estimate rows of %s: %w", tableName(ref), err)
+		}
+		bounds, err := l.boundaries(ctx, conn, t)
+		if err != nil {
+			return fmt.Errorf("split %s into key ranges: %w", tableName(ref), err)
+		}
+		t.total.Store(max(est, int64(len(bounds))*int64(l.s.opts.Snapshot.ChunkRows)))
+		t.rowsTotal.Set(float64(t.total.Load()))
+		l.tablesMu.Lock()
+		l.tables = append(l.tables, t)
+		l.tablesMu.Unlock()
+
+		barrier := pipeline.Record{Op: pipeline.OpTruncate, Table: shape.Table, EventTime: l.start,
+			Version: pipeline.Version{0, uint64(l.cp), 0, 0}}
+		barrier.Size = pipeline.EstimateSize(&barrier)
+		select {
+		case l.out <- pipeline.Batch{Records: []pipeline.Record{barrier}}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+
+		jobs := rangeJobs(t, keyList(shape), bounds)
+		t.remaining.Store(int64(len(jobs)))
+		for _, j := range jobs {
+			q.push(j)
+		}
+	}
+	return nil
+}
+
+func keyList(shape *TableShape) string {
+	names := make([]string, len(shape.Table.KeyIdx))
+	for i, k := range shape.Table.KeyIdx {
+		names[i] = quoteIdent(shape.Table.Columns[k].Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// boundaries walks the key index: each boundary is the key of every
+// ChunkRows-th row, as SQL row literals. The values are the database's own
+// (their text form, compared back with the column types), never computed.
+func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTable) ([]string, error) {
+	shape := t.shape
+	if len(shape.Table.KeyIdx) == 0 {
+		return nil, nil
+	}
+	keys := keyList(shape)
+	texts := make([]string, len(shape.Table.KeyIdx))
+	for i, k := range shape.Table.KeyIdx {
+		texts[i] = quoteIdent(shape.Table.Columns[k].Name) + "::text"
+	}
+	var out []string
+	prev := ""
+	for {
+		where := ""
+		if prev != "" {
+			where = " WHERE (" + keys + ") > " + prev
+		}
+		sql := fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT 1 OFFSET %d",
+			strings.Join(texts, ", "), t.ref.quoted(), where, keys, l.s.opts.Snapshot.ChunkRows-1)
+		vals := make([]string, len(texts))
+		ptrs := make([]any, len(texts))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		err := conn.QueryRow(ctx, sql).Scan(ptrs...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		lits := make([]string, len(vals))
+		for i, v := range vals {
+			esc, err := conn.PgConn().EscapeString(v)
+			if err != nil {
+				return nil, err
+			}
+			lits[i] = "'" + esc + "'"
+		}
+		prev = "(" + strings.Join(lits, ", ") + ")"
+		out = append(out, prev)
+	}
+}
+
+// rangeJobs turns boundaries b1 < b2 < … into ranges (-∞, b1], (b1, b2], …,
+// (bn, +∞): each row falls in exactly one.
+func rangeJobs(t *loadTable, keys string, bounds []string) []loadJob {
+	if len(bounds) == 0 {
+		return []loadJob{{t: t}}
+	}
+	jobs := make([]loadJob, 0, len(bounds)+1)
+	for i := 0; i <= len(bounds); i++ {
+		var conds []string
+		if i > 0 {
+			conds = append(conds, "("+keys+") > "+bounds[i-1])
+		}
+		if i < len(bounds) {
+			conds = append(conds, "("+keys+") <= "+bounds[i])
+		}
+		jobs = append(jobs, loadJob{t: t, where: strings.Join(conds, " AND ")})
+	}
+	return jobs
+}
+
+// copyRange COPYs one range in text form and queues its rows.
+func (l *snapshotLoad) copyRange(ctx context.Context, conn *pgx.Conn, job loadJob) error {
+	t := job.t
+	cols := make([]string, len(t.shape.Table.Columns))
+	for i, c := range t.shape.Table.Columns {
+		cols[i] = quoteIdent(c.Name)
+	}
+	sql := "COPY (SELECT " + strings.Join(cols, ", ") + " FROM " + t.ref.quoted()
+	if job.where != "" {
+		sql += " WHERE " + job.where
+	}
+	if len(t.shape.Table.KeyIdx) > 0 {
+		sql += " ORDER BY " + keyList(t.shape)
+	}
+	sql += ") TO STDOUT"
+	w := &copyWriter{ctx: ctx, l: l, t: t}
+	if _, err := conn.PgConn().CopyTo(ctx, w, sql); err != nil {
+		if w.err != nil {
+			return w.err
+		}
+		return fmt.Errorf("copy %s: %w", tableName(t.ref), err)
+	}
+	if len(w.buf) > 0 {
+		return fmt.Errorf("copy %s: output ends inside a row", tableName(t.ref))
+	}
+	if err := w.flush(); err != nil {
+		return err
+	}
+	if t.remaining.Add(-1) == 0 {
+		t.finished.Store(true)
+		t.total.Store(t.rows.Load())
+		t.rowsTotal.Set(float64(t.rows.Load()))
+		l.s.log.Info("table loaded", zap.String("table", tableName(t.ref)), zap.Int64("rows", t.rows.Load()))
+	}
+	return nil
+}
+
+// copyWriter receives COPY text output, splits it into rows and fields,
+// decodes them and queues batches. Blocking in Write stops reading the
+// socket, so a slow pipeline slows the COPY (Invariant 6).
+type copyWriter struct {
+	ctx     context.Context
+	l       *snapshotLoad
+	t       *loadTable
+	buf     []byte // an incomplete row carried to the next Write
+	batch   []pipeline.Record
+	bytes   int
+	err     error
+	scratch []byte
+}
+
+func (w *copyWriter) Write(p []byte) (int, error) {
+	data := p
+	if len(w.buf) > 0 {
+		w.buf = append(w.buf, p...)
+		data = w.buf
+	}
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		if err := w.row(data[:i]); err != nil {
+			w.err = err
+			return 0, err
+		}
+		data = data[i+1:]
+	}
+	w.buf = append(w.buf[:0], data...)
+	return len(p), nil
+}
+
+func (w *copyWriter) row(line []byte) error {
+	shape := w.t.shape
+	vals := make([]any, len(shape.Columns))
+	n := 0
+	for field := range bytes.SplitSeq(line, []byte{'\t'}) {
+		if n >= len(vals) {
+			return fmt.Errorf("copy %s: row has more than %d fields", tableName(w.t.ref), len(vals))
+		}
+		if !(len(field) == 2 && field[0] == '\\' && field[1] == 'N') {
+			var err error
+			w.scratch, err = unescapeCopy(w.scratch[:0], field)
+			if err != nil {
+				return fmt.Errorf("copy %s: column %q: %w", tableName(w.t.ref), shape.Columns[n].Name, err)
+			}
+			v, err := DecodeText(shape.Columns[n], w.scratch)
+			if err != nil {
+				return fmt.Errorf("copy %s: %w", tableName(w.t.ref), err)
+			}
+			vals[n] = v
+		}
+		n++
+	}
+	if n != len(vals) {
+		return fmt.Errorf("copy %s: row has %d fields, want %d", tableName(w.t.ref), n, len(vals))
+	}
+	r := pipeline.Record{Op: pipeline.OpRead, Table: shape.Table, After: vals, EventTime: w.l.start,
+		Version: pipeline.Version{0, uint64(w.l.cp), 0, 1}}
+	r.Size = pipeline.EstimateSize(&r)
+	w.batch = append(w.batch, r)
+	w.bytes += r.Size
+	if len(w.batch) >= loadBatchRows || w.bytes >= loadBatchBytes {
+		return w.flush()
+	}
+	return nil
+}
+
+func (w *copyWriter) flush() error {
+	if len(w.batch) == 0 {
+		return nil
+	}
+	b := pipeline.Batch{Records: w.batch, Bytes: w.bytes}
+	select {
+	case w.l.out <- b:
+	case <-w.ctx.Done():
+		return w.ctx.Err()
+	}
+	n := int64(len(w.batch))
+	w.t.rows.Add(n)
+	w.t.rowsDone.Add(float64(n))
+	w.batch, w.bytes = nil, 0
+	return nil
+}
+
+// unescapeCopy decodes one field of COPY text format: \b \f \n \r \t \v,
+// \\, \ddd (1–3 octal digits), \xhh (1–2 hex digits); a backslash before
+// any other character stands for that character.
+func unescapeCopy(dst, field []byte) ([]byte, error) {
+	for i := 0; i < len(field); i++ {
+		c := field[i]
+		if c != '\\' {
+			dst = append(dst, c)
+			continue
+		}
+		i++
+		if i >= len(field) {
+			return dst, errors.New("field ends with a lone backslash")
+		}
+		c = field[i]
+		switch c {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'v':
+			dst = append(dst, '\v')
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			v := int(c - '0')
+			for k := 0; k < 2 && i+1 < len(field) && field[i+1] >= '0' && field[i+1] <= '7'; k++ {
+				i++
+				v = v*8 + int(field[i]-'0')
+			}
+			dst = append(dst, byte(v))
+		case 'x':
+			v, digits := 0, 0
+			for digits < 2 && i+1 < len(field) && isHex(field[i+1]) {
+				i++
+				v = v*16 + hexVal(field[i])
+				digits++
+			}
+			if digits == 0 {
+				dst = append(dst, 'x')
+			} else {
+				dst = append(dst, byte(v))
+			}
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst, nil
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+func hexVal(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	}
+	return int(c-'A') + 10
+}
+
+// jobQueue is an unbounded FIFO of ranges: the planner never blocks on the
+// workers, so a single reader can plan and then copy.
+type jobQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	items  []loadJob
+	closed bool
+}
+
+func newJobQueue() *jobQueue {
+	q := &jobQueue{}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *jobQueue) push(j loadJob) {
+	q.mu.Lock()
+	q.items = append(q.items, j)
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+// close lets pop return false once the queue is drained.
+func (q *jobQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
+
+func (q *jobQueue) pop() (loadJob, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if len(q.items) == 0 {
+		return loadJob{}, false
+	}
+	j := q.items[0]
+	q.items = q.items[1:]
+	return j, true
+}

@@ -1,0 +1,98 @@
+package postgres
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// preflightErr opens a source expecting a preflight failure.
+func preflightErr(t *testing.T, opts Options) *PreflightError {
+	t.Helper()
+	s, err := New(opts, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	err = s.Open(ctx, nil)
+	if err == nil {
+		_ = s.Close(ctx)
+		t.Fatal("Open succeeded, want a preflight error")
+	}
+	if !pipeline.IsFatal(err) {
+		t.Errorf("preflight error is not fatal: %v", err)
+	}
+	var pe *PreflightError
+	if !errors.As(err, &pe) {
+		t.Fatalf("error is not a *PreflightError: %v", err)
+	}
+	return pe
+}
+
+func wantProblem(t *testing.T, pe *PreflightError, parts ...string) {
+	t.Helper()
+	for _, p := range pe.Problems {
+		ok := true
+		for _, part := range parts {
+			ok = ok && strings.Contains(p, part)
+		}
+		if ok {
+			return
+		}
+	}
+	t.Errorf("no problem mentions %q; got:\n%v", parts, pe)
+}
+
+func TestPreflightWALLevel(t *testing.T) {
+	pg, ctx := testDB(t, harness.PostgresOptions{WALLevel: "replica"})
+	exec(t, ctx, pg, "shop", "CREATE TABLE t (id int PRIMARY KEY)")
+	pe := preflightErr(t, testOptions(pg, "public.t"))
+	wantProblem(t, pe, `wal_level is "replica"`, "ALTER SYSTEM SET wal_level = logical;", "restart PostgreSQL")
+	if len(pe.Problems) != 1 {
+		t.Errorf("want only the wal_level problem, got %v", pe)
+	}
+}
+
+func TestPreflightRoleAndTables(t *testing.T) {
+	pg, ctx := testDB(t)
+	exec(t, ctx, pg, "shop",
+		"CREATE ROLE cdc LOGIN PASSWORD 'pw'",
+		"CREATE TABLE ok (id int PRIMARY KEY, body text)",
+		"CREATE TABLE nopk (a int, b text)",
+		"CREATE TABLE nopk2 (a int)",
+		"CREATE TABLE secret (id int PRIMARY KEY)",
+		"CREATE TABLE fullme (a int)",
+		"GRANT SELECT ON ok, nopk, nopk2, fullme TO cdc",
+	)
+	opts := testOptions(pg, "public.ok", "public.nopk", "public.nopk2", "public.secret", "public.missing", "public.fullme")
+	opts.DSN = pg.UserDSN("cdc", "pw", "shop")
+	opts.FullIdentityTables = []string{"public.fullme"}
+	pe := preflightErr(t, opts)
+	wantProblem(t, pe, "role cdc may not use replication", `ALTER ROLE "cdc" WITH REPLICATION;`)
+	wantProblem(t, pe, "may not read table public.secret", `GRANT SELECT ON "public"."secret" TO "cdc";`)
+	wantProblem(t, pe, "table public.missing does not exist")
+	wantProblem(t, pe, "without a primary key or replica identity index: public.nopk, public.nopk2", "REPLICA IDENTITY USING INDEX", "full_identity_tables")
+	// cdc does not own fullme, so it is told what to run.
+	wantProblem(t, pe, "public.fullme is listed in full_identity_tables", `ALTER TABLE "public"."fullme" REPLICA IDENTITY FULL;`)
+	if len(pe.Problems) != 5 {
+		t.Errorf("want 5 problems, got %v", pe)
+	}
+
+	// As the owner, full_identity_tables are switched to REPLICA IDENTITY
+	// FULL and the rest passes once the offenders are fixed.
+	exec(t, ctx, pg, "shop", "ALTER TABLE nopk ADD PRIMARY KEY (a)", "ALTER TABLE nopk2 ALTER a SET NOT NULL",
+		"CREATE UNIQUE INDEX nopk2_a ON nopk2 (a)", "ALTER TABLE nopk2 REPLICA IDENTITY USING INDEX nopk2_a")
+	owner := testOptions(pg, "public.ok", "public.nopk", "public.nopk2", "public.fullme")
+	owner.FullIdentityTables = []string{"public.fullme"}
+	s := openSource(t, ctx, owner, nil)
+	_ = s
+	var ident string
+	c := selectRows(t, ctx, pg, "SELECT relreplident::text FROM pg_class WHERE relname = 'fullme'")
+	ident = c[0]
+	if ident != "[f]" {
+		t.Fatalf("fullme replica identity %s, want f", ident)
+	}
+}

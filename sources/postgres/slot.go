@@ -1,0 +1,317 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+const (
+	publishAll = "insert, update, delete, truncate"
+	// slotBusyWait bounds how long Open waits for a slot that is still held
+	// by a walsender, typically the one of a previous run whose death the
+	// server has not noticed yet (it does after wal_sender_timeout).
+	slotBusyWait = 90 * time.Second
+)
+
+// resnapshotHint ends every error that means the slot can no longer deliver
+// the changes after the checkpoint.
+const resnapshotHint = "re-snapshot with `sluice run --reset-offsets`"
+
+// ensurePublication creates the publication FOR TABLE the captured tables
+// when it is absent, or adds the tables it lacks and enables every published
+// operation when it is present.
+func (s *Source) ensurePublication(ctx context.Context) error {
+	pub := quoteIdent(s.opts.Publication)
+	var all, ins, upd, del, trunc bool
+	err := s.pool.QueryRow(ctx, `SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate
+		FROM pg_publication WHERE pubname = $1`, s.opts.Publication).Scan(&all, &ins, &upd, &del, &trunc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		names := make([]string, len(s.tables))
+		for i, t := range s.tables {
+			names[i] = t.quoted()
+		}
+		stmt := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = '%s')", pub, strings.Join(names, ", "), publishAll)
+		if _, err := s.pool.Exec(ctx, stmt); err != nil {
+			return pipeline.Fatal(fmt.Errorf("postgres source: create publication %s: %w; create it as a role that owns the tables "+
+				"(and has CREATE on the database): `%s;`", s.opts.Publication, err, stmt))
+		}
+		s.log.Info("created publication", zap.String("publication", s.opts.Publication), zap.Int("tables", len(names)))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("postgres source: read publication %s: %w", s.opts.Publication, err)
+	}
+	if !(ins && upd && del && trunc) {
+		stmt := fmt.Sprintf("ALTER PUBLICATION %s SET (publish = '%s')", pub, publishAll)
+		if _, err := s.pool.Exec(ctx, stmt); err != nil {
+			return pipeline.Fatal(fmt.Errorf("postgres source: publication %s does not publish every operation and changing it failed: %w; run `%s;` as its owner",
+				s.opts.Publication, err, stmt))
+		}
+		s.log.Warn("publication did not publish every operation; enabled insert, update, delete and truncate",
+			zap.String("publication", s.opts.Publication))
+	}
+	if all {
+		return nil
+	}
+	present := map[TableRef]bool{}
+	rows, err := s.pool.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1`, s.opts.Publication)
+	if err != nil {
+		return fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
+	}
+	for rows.Next() {
+		var t TableRef
+		if err := rows.Scan(&t.Schema, &t.Name); err != nil {
+			rows.Close()
+			return fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
+		}
+		present[t] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
+	}
+	var missing []string
+	for _, t := range s.tables {
+		if !present[t] {
+			missing = append(missing, t.quoted())
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	stmt := fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, strings.Join(missing, ", "))
+	if _, err := s.pool.Exec(ctx, stmt); err != nil {
+		return pipeline.Fatal(fmt.Errorf("postgres source: add tables to publication %s: %w; run `%s;` as the owner of the publication and the tables",
+			s.opts.Publication, err, stmt))
+	}
+	// Changes made before the ALTER were not published; a resumed pipeline
+	// has no snapshot of these tables either.
+	s.log.Warn("added tables to the publication; on a pipeline resumed from a checkpoint their existing rows are not loaded",
+		zap.String("publication", s.opts.Publication), zap.Strings("tables", missing))
+	return nil
+}
+
+// slotRow is a row of pg_replication_slots.
+type slotRow struct {
+	slotType, database, plugin, walStatus string
+	confirmed, restart                    pglogrepl.LSN
+	active                                bool
+	activePID                             int32
+}
+
+// readSlot returns the slot's row, or ok=false when there is none.
+func (s *Source) readSlot(ctx context.Context) (r slotRow, ok bool, err error) {
+	walStatus := "''"
+	if s.version >= 130000 {
+		walStatus = "coalesce(wal_status, '')"
+	}
+	var confirmed, restart *string
+	err = s.pool.QueryRow(ctx, `SELECT slot_type, coalesce(database::text, ''), coalesce(plugin::text, ''), `+walStatus+`,
+		confirmed_flush_lsn::text, restart_lsn::text, active, coalesce(active_pid, 0)
+		FROM pg_replication_slots WHERE slot_name = $1`, s.opts.Slot).Scan(
+		&r.slotType, &r.database, &r.plugin, &r.walStatus, &confirmed, &restart, &r.active, &r.activePID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("read slot %s: %w", s.opts.Slot, err)
+	}
+	if confirmed != nil {
+		if r.confirmed, err = parseLSN(*confirmed); err != nil {
+			return r, false, err
+		}
+	}
+	if restart != nil {
+		if r.restart, err = parseLSN(*restart); err != nil {
+			return r, false, err
+		}
+	}
+	return r, true, nil
+}
+
+// waitSlotIdle polls until no walsender holds the slot, for at most max.
+func (s *Source) waitSlotIdle(ctx context.Context, max time.Duration) (slotRow, bool, error) {
+	deadline := time.Now().Add(max)
+	logged := false
+	for {
+		r, ok, err := s.readSlot(ctx)
+		if err != nil || !ok || !r.active || time.Now().After(deadline) {
+			return r, ok, err
+		}
+		if !logged {
+			s.log.Warn("slot is held by another walsender; waiting for it to go (a previous run's connection the server has not noticed is gone, or another consumer)",
+				zap.Int32("pid", r.activePID), zap.Duration("max_wait", max))
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return r, ok, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// createFreshSlot prepares the slot of a pipeline without a checkpoint. A
+// slot already there was never acknowledged into any checkpoint of ours
+// (there is none), so nothing depends on it: it is dropped and recreated,
+// and the fresh load supersedes whatever it was for.
+func (s *Source) createFreshSlot(ctx context.Context, repl *pgconn.PgConn) (pglogrepl.CreateReplicationSlotResult, error) {
+	var res pglogrepl.CreateReplicationSlotResult
+	r, exists, err := s.waitSlotIdle(ctx, slotBusyWait)
+	if err != nil {
+		return res, fmt.Errorf("postgres source: %w", err)
+	}
+	if exists {
+		if r.slotType != "logical" || r.database != s.database {
+			return res, pipeline.Fatal(fmt.Errorf("postgres source: slot name %q is taken by a %s slot of database %q; choose another slot name",
+				s.opts.Slot, r.slotType, r.database))
+		}
+		if r.active {
+			return res, fmt.Errorf("postgres source: slot %s is in use by PID %d; stop the other consumer (or wait for the server to notice a dead one) and start again",
+				s.opts.Slot, r.activePID)
+		}
+		s.log.Warn("the pipeline has no checkpoint but its slot exists: it was left by an interrupted initial load "+
+			"(or a run that never checkpointed); dropping and recreating it, and the fresh load supersedes it",
+			zap.Stringer("confirmed_flush_lsn", r.confirmed))
+		if err := pglogrepl.DropReplicationSlot(ctx, repl, s.opts.Slot, pglogrepl.DropReplicationSlotOptions{}); err != nil {
+			return res, fmt.Errorf("postgres source: drop leftover slot %s: %w", s.opts.Slot, err)
+		}
+		s.redoLoad = s.opts.Snapshot.Mode == SnapshotInitial
+	}
+	action := "NOEXPORT_SNAPSHOT"
+	if s.opts.Snapshot.Mode == SnapshotInitial {
+		action = "EXPORT_SNAPSHOT"
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opts.SlotCreateTimeout)
+	defer cancel()
+	res, err = pglogrepl.CreateReplicationSlot(cctx, repl, s.opts.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: action, Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			return res, fmt.Errorf("postgres source: creating slot %s waited %s for transactions that were running when it started "+
+				"(slot creation waits for every running transaction, prepared ones included): %s",
+				s.opts.Slot, s.opts.SlotCreateTimeout, s.slotBlockers(ctx))
+		}
+		return res, fmt.Errorf("postgres source: create slot %s: %w", s.opts.Slot, err)
+	}
+	s.log.Info("created replication slot", zap.String("consistent_point", res.ConsistentPoint),
+		zap.Bool("exported_snapshot", res.SnapshotName != ""))
+	return res, nil
+}
+
+// slotBlockers describes the sessions and prepared transactions slot
+// creation waits for.
+func (s *Source) slotBlockers(ctx context.Context) string {
+	var parts []string
+	rows, err := s.pool.Query(ctx, `SELECT pid, coalesce(usename::text, ''), coalesce(datname::text, ''), coalesce(state, ''),
+		coalesce(to_char(xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), ''), left(coalesce(query, ''), 120)
+		FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_xid IS NOT NULL ORDER BY xact_start`)
+	if err == nil {
+		for rows.Next() {
+			var pid int32
+			var user, db, state, since, query string
+			if rows.Scan(&pid, &user, &db, &state, &since, &query) == nil {
+				parts = append(parts, fmt.Sprintf("PID %d (user %s, database %s, %s since %s UTC, last query %q)", pid, user, db, state, since, query))
+			}
+		}
+		rows.Close()
+	}
+	rows, err = s.pool.Query(ctx, `SELECT gid, coalesce(owner::text, ''), coalesce(database::text, ''),
+		to_char(prepared AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') FROM pg_prepared_xacts ORDER BY prepared`)
+	if err == nil {
+		for rows.Next() {
+			var gid, owner, db, since string
+			if rows.Scan(&gid, &owner, &db, &since) == nil {
+				parts = append(parts, fmt.Sprintf("prepared transaction %q (owner %s, database %s, prepared %s UTC)", gid, owner, db, since))
+			}
+		}
+		rows.Close()
+	}
+	if len(parts) == 0 {
+		return "no blocking transaction is visible any more; start again"
+	}
+	return "blocked by " + strings.Join(parts, "; ") +
+		"; finish them (COMMIT or ROLLBACK; COMMIT PREPARED or ROLLBACK PREPARED 'gid'), or end a session with `SELECT pg_terminate_backend(pid);`, then start again"
+}
+
+// checkResumeSlot verifies that the slot can still deliver everything after
+// the checkpoint at lsn: it exists, its WAL is not lost, and it never
+// confirmed beyond the checkpoint (Invariant 1: a slot cannot be rewound, and
+// a start below confirmed_flush_lsn is silently moved forward by the server).
+func (s *Source) checkResumeSlot(ctx context.Context, lsn pglogrepl.LSN) error {
+	r, ok, err := s.waitSlotIdle(ctx, slotBusyWait)
+	if err != nil {
+		return fmt.Errorf("postgres source: %w", err)
+	}
+	if !ok {
+		return pipeline.Fatal(slotGone(s.opts.Slot, lsn, "it does not exist"))
+	}
+	if r.walStatus == "lost" {
+		return pipeline.Fatal(slotGone(s.opts.Slot, lsn, "its wal_status is 'lost': the server removed WAL it still needed (max_slot_wal_keep_size or idle_replication_slot_timeout)"))
+	}
+	if r.slotType != "logical" || r.plugin != "pgoutput" || r.database != s.database {
+		return pipeline.Fatal(fmt.Errorf("postgres source: slot %s is a %s slot of plugin %q in database %q, not a pgoutput slot of %q; "+
+			"restore the configuration, or %s", s.opts.Slot, r.slotType, r.plugin, r.database, s.database, resnapshotHint))
+	}
+	if r.confirmed > lsn {
+		return pipeline.Fatal(fmt.Errorf("postgres source: slot %s confirmed %s, beyond the checkpoint at %s: the changes between were released by "+
+			"something other than this pipeline's checkpoints (another consumer of the slot, or a checkpoint store that lost commits) and the server "+
+			"cannot send them again; %s", s.opts.Slot, r.confirmed, lsn, resnapshotHint))
+	}
+	if r.active {
+		return fmt.Errorf("postgres source: slot %s is in use by PID %d; stop the other consumer and start again", s.opts.Slot, r.activePID)
+	}
+	if r.walStatus == "unreserved" {
+		s.log.Warn("slot WAL is unreserved: the server is about to remove WAL the slot needs (max_slot_wal_keep_size)",
+			zap.Stringer("restart_lsn", r.restart))
+	}
+	return nil
+}
+
+// slotGone is the error for a slot that cannot deliver the changes after
+// since any more.
+func slotGone(slot string, since pglogrepl.LSN, why string) error {
+	return fmt.Errorf("postgres source: slot %s is gone (%s); the changes since %s are lost to sluice: %s", slot, why, since, resnapshotHint)
+}
+
+// isSlotGone reports whether a server error means the slot was dropped or
+// invalidated.
+func isSlotGone(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	msg := strings.ToLower(pgErr.Message + " " + pgErr.Detail)
+	switch pgErr.Code {
+	case "42704": // undefined_object: replication slot "x" does not exist
+		return strings.Contains(msg, "replication slot")
+	case "55000": // object_not_in_prerequisite_state
+		return strings.Contains(msg, "invalidated") || strings.Contains(msg, "can no longer get changes") ||
+			strings.Contains(msg, "cannot read from logical replication slot")
+	case "58P01": // undefined_file: requested WAL segment has already been removed
+		return strings.Contains(msg, "wal segment")
+	}
+	return false
+}
+
+// dropSlot drops the slot once no walsender holds it (DropSlotOnExit).
+func (s *Source) dropSlot(ctx context.Context) error {
+	if _, _, err := s.waitSlotIdle(ctx, 15*time.Second); err != nil {
+		return fmt.Errorf("postgres source: drop slot %s: %w", s.opts.Slot, err)
+	}
+	if _, err := s.pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", s.opts.Slot); err != nil {
+		return fmt.Errorf("postgres source: drop slot %s: %w", s.opts.Slot, err)
+	}
+	s.log.Info("dropped replication slot (drop_slot_on_exit)")
+	return nil
+}

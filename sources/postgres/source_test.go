@@ -1,0 +1,378 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+func TestPositionRoundTrip(t *testing.T) {
+	p := Position{Phase: PhaseStream, Slot: "sluice_shop", LSN: 0x16B3748, SystemID: "7312345678901234567"}
+	enc := p.Encode()
+	if got := string(enc); got != `{"phase":"stream","slot":"sluice_shop","lsn":"0/16B3748","system_id":"7312345678901234567"}` {
+		t.Fatalf("encoded %s", got)
+	}
+	back, err := ParsePosition(enc)
+	if err != nil || back != p {
+		t.Fatalf("parse: %+v, %v", back, err)
+	}
+	for _, bad := range []string{
+		``, `{}`, `[]`, `{"phase":"snapshot","slot":"s","lsn":"0/1"}`,
+		`{"phase":"stream","slot":"S-1","lsn":"0/1"}`,
+		`{"phase":"stream","slot":"s","lsn":"0/0"}`,
+		`{"phase":"stream","slot":"s","lsn":"16B3748"}`,
+		`{"phase":"stream","slot":"s","lsn":"0/123456789"}`,
+		`{"phase":"stream","slot":"s","lsn":"0/1","system_id":"abc"}`,
+	} {
+		if _, err := ParsePosition(pipeline.Position(bad)); err == nil {
+			t.Errorf("ParsePosition(%s) accepted", bad)
+		}
+	}
+}
+
+func FuzzParsePosition(f *testing.F) {
+	f.Add([]byte(`{"phase":"stream","slot":"sluice_shop","lsn":"0/16B3748","system_id":"7312345678901234567"}`))
+	f.Add([]byte(`{"phase":"stream","slot":"a","lsn":"FFFFFFFF/FFFFFFFF"}`))
+	f.Add([]byte(`{"phase":"stream","slot":"a","lsn":"1/0"`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := ParsePosition(b)
+		if err != nil {
+			return
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("parsed an invalid position: %v", err)
+		}
+		again, err := ParsePosition(p.Encode())
+		if err != nil || again != p {
+			t.Fatalf("round trip of %+v: %+v, %v", p, again, err)
+		}
+	})
+}
+
+func TestUnescapeCopy(t *testing.T) {
+	cases := map[string]string{
+		`plain`:        "plain",
+		`a\tb\nc\rd`:   "a\tb\nc\rd",
+		`\\back`:       `\back`,
+		`\b\f\v`:       "\b\f\v",
+		`\101\0601`:    "A01",
+		`\x41\x4g\xz`:  "A\x04gxz",
+		`\q`:           "q",
+		`caf\303\251`:  "café",
+		`snow ☃ \x2a`:  "snow ☃ *",
+		`\7\77\777\1x`: "\x07\x3f\xff\x01x",
+		`emoji 😀 done`: "emoji 😀 done",
+	}
+	for in, want := range cases {
+		got, err := unescapeCopy(nil, []byte(in))
+		if err != nil || string(got) != want {
+			t.Errorf("unescapeCopy(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := unescapeCopy(nil, []byte(`trailing\`)); err == nil {
+		t.Error("lone trailing backslash accepted")
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	base := Options{Pipeline: "Shop-1", DSN: "postgres://x@127.0.0.1/db", Tables: []string{"public.t"}}
+	s, err := New(base, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.opts.Slot != "sluice_shop_1" || s.opts.Publication != "sluice_shop_1" || s.opts.Snapshot.Mode != SnapshotInitial {
+		t.Fatalf("defaults: %+v", s.opts)
+	}
+	for name, mut := range map[string]func(*Options){
+		"no tables":      func(o *Options) { o.Tables = nil },
+		"bad table":      func(o *Options) { o.Tables = []string{"t"} },
+		"injection":      func(o *Options) { o.Tables = []string{`public.t"; drop table x; --`} },
+		"bad slot":       func(o *Options) { o.Slot = "Bad-Slot" },
+		"bad pub":        func(o *Options) { o.Publication = "a'b" },
+		"bad mode":       func(o *Options) { o.Snapshot.Mode = "sometimes" },
+		"full not table": func(o *Options) { o.FullIdentityTables = []string{"public.u"} },
+		"duplicate":      func(o *Options) { o.Tables = []string{"public.t", "public.t"} },
+	} {
+		o := base
+		mut(&o)
+		if _, err := New(o, nil, nil); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// ---- helpers shared by the integration tests ----
+
+// testDB starts a server with a "shop" database.
+func testDB(t *testing.T, opts ...harness.PostgresOptions) (*harness.Postgres, context.Context) {
+	t.Helper()
+	pg := harness.PostgresT(t, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	if err := pg.CreateDatabase(ctx, "shop"); err != nil {
+		t.Fatal(err)
+	}
+	return pg, ctx
+}
+
+func exec(t *testing.T, ctx context.Context, pg *harness.Postgres, db string, sqls ...string) {
+	t.Helper()
+	if err := pg.Exec(ctx, db, sqls...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testOptions(pg *harness.Postgres, tables ...string) Options {
+	return Options{
+		Pipeline: "test", DSN: pg.DSN("shop"), Tables: tables, Slot: "sluice_test", Publication: "sluice_test",
+		HeartbeatInterval: 100 * time.Millisecond, StatusInterval: 100 * time.Millisecond,
+		ReconnectInitial: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
+		Snapshot: SnapshotOptions{Mode: SnapshotNever},
+	}
+}
+
+func testLogger(t *testing.T) *zap.Logger {
+	return zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+}
+
+// openSource opens a source and closes it at cleanup.
+func openSource(t *testing.T, ctx context.Context, opts Options, from pipeline.Position) *Source {
+	t.Helper()
+	s, err := New(opts, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(ctx, from); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+func queryLSN(t *testing.T, ctx context.Context, pg *harness.Postgres, db, sql string, args ...any) pglogrepl.LSN {
+	t.Helper()
+	c, err := pgx.Connect(ctx, pg.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var s *string
+	if err := c.QueryRow(ctx, sql, args...).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	if s == nil {
+		return 0
+	}
+	l, err := pglogrepl.ParseLSN(*s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func currentLSN(t *testing.T, ctx context.Context, pg *harness.Postgres) pglogrepl.LSN {
+	return queryLSN(t, ctx, pg, "shop", "SELECT pg_current_wal_lsn()::text")
+}
+
+func confirmedLSN(t *testing.T, ctx context.Context, pg *harness.Postgres, slot string) pglogrepl.LSN {
+	return queryLSN(t, ctx, pg, "shop", "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot)
+}
+
+func posLSN(t *testing.T, p pipeline.Position) pglogrepl.LSN {
+	t.Helper()
+	pp, err := ParsePosition(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pp.LSN
+}
+
+// waitFor polls cond until it holds or ctx ends.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// memSink applies records the way every sink must (Invariant 4): by key
+// and version, deletes as tombstones, truncates as versioned barriers.
+type memSink struct {
+	rows     map[string]map[string]sinkRow // table → key → row
+	barriers map[string]pipeline.Version
+	records  []pipeline.Record
+}
+
+type sinkRow struct {
+	ver     pipeline.Version
+	vals    []any
+	deleted bool
+}
+
+func newMemSink() *memSink {
+	return &memSink{rows: map[string]map[string]sinkRow{}, barriers: map[string]pipeline.Version{}}
+}
+
+func (m *memSink) apply(recs []pipeline.Record) {
+	for _, r := range recs {
+		m.records = append(m.records, r)
+		if r.Op == pipeline.OpHeartbeat {
+			continue
+		}
+		tbl := r.Table.ID.String()
+		if m.rows[tbl] == nil {
+			m.rows[tbl] = map[string]sinkRow{}
+		}
+		if r.Op == pipeline.OpTruncate {
+			if m.barriers[tbl].Less(r.Version) {
+				m.barriers[tbl] = r.Version
+			}
+			for k, row := range m.rows[tbl] {
+				if row.ver.Less(r.Version) {
+					delete(m.rows[tbl], k)
+				}
+			}
+			continue
+		}
+		if !m.barriers[tbl].Less(r.Version) {
+			continue
+		}
+		k := fmt.Sprint(r.Key())
+		if cur, ok := m.rows[tbl][k]; ok && !cur.ver.Less(r.Version) {
+			continue
+		}
+		if r.Op == pipeline.OpDelete {
+			m.rows[tbl][k] = sinkRow{ver: r.Version, deleted: true}
+			continue
+		}
+		vals := append([]any(nil), r.After...)
+		if cur, ok := m.rows[tbl][k]; ok {
+			for i, v := range vals {
+				if v == pipeline.UnchangedValue {
+					vals[i] = cur.vals[i]
+				}
+			}
+		}
+		m.rows[tbl][k] = sinkRow{ver: r.Version, vals: vals}
+	}
+}
+
+// table returns the live rows of a table as sorted strings.
+func (m *memSink) table(name string) []string {
+	var out []string
+	for _, r := range m.rows[name] {
+		if !r.deleted {
+			out = append(out, fmt.Sprint(r.vals))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// selectRows returns a query's rows as sorted strings, formatted like
+// memSink.table.
+func selectRows(t *testing.T, ctx context.Context, pg *harness.Postgres, sql string) []string {
+	t.Helper()
+	c, err := pgx.Connect(ctx, pg.DSN("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	rows, err := c.Query(ctx, sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			switch x := v.(type) {
+			case int32:
+				vals[i] = int64(x)
+			case int16:
+				vals[i] = int64(x)
+			}
+		}
+		out = append(out, fmt.Sprint(vals))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// reader drives a source the way the runtime does: Read, apply, then Ack
+// the batch position when ack is set.
+type reader struct {
+	t       *testing.T
+	src     *Source
+	sink    *memSink
+	ack     bool
+	lastPos pipeline.Position
+	batches []pipeline.Batch
+}
+
+func newReader(t *testing.T, src *Source, ack bool) *reader {
+	return &reader{t: t, src: src, sink: newMemSink(), ack: ack}
+}
+
+// until reads until cond holds after a batch.
+func (r *reader) until(ctx context.Context, what string, cond func() bool) {
+	r.t.Helper()
+	for !cond() {
+		r.step(ctx, what)
+	}
+}
+
+// step reads, applies and (with ack) acknowledges one batch.
+func (r *reader) step(ctx context.Context, what string) {
+	r.t.Helper()
+	b, err := r.src.Read(ctx)
+	if err != nil {
+		r.t.Fatalf("read (waiting for %s): %v", what, err)
+	}
+	r.batches = append(r.batches, b)
+	r.sink.apply(b.Records)
+	if b.Pos != nil {
+		r.lastPos = b.Pos
+		if r.ack {
+			if err := r.src.Ack(ctx, b.Pos); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// reachLSN reads until a batch position at or beyond lsn.
+func (r *reader) reachLSN(ctx context.Context, lsn pglogrepl.LSN) {
+	r.t.Helper()
+	r.until(ctx, "position "+lsn.String(), func() bool { return r.lastPos != nil && posLSN(r.t, r.lastPos) >= lsn })
+}
+
+func equalRows(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("%s: sink has %d rows, table has %d\nsink:  %.600s\ntable: %.600s", what, len(got), len(want),
+			strings.Join(got, " | "), strings.Join(want, " | "))
+	}
+}
