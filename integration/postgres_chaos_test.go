@@ -210,6 +210,12 @@ runtime: {checkpoint_interval: 100ms}
 // commitMark commits a change to a captured table and returns an LSN inside
 // its transaction.
 func commitMark(t *testing.T, ctx context.Context, dsn string) string {
+	return commitMarkOn(t, ctx, dsn, `INSERT INTO events VALUES (-1, 'mark', 'mark', 0) ON CONFLICT (a, b) DO UPDATE SET n = events.n + 1`)
+}
+
+// commitMarkOn runs stmt in a transaction and returns an LSN inside it:
+// once a slot's confirmed position passes it, the transaction is durable.
+func commitMarkOn(t *testing.T, ctx context.Context, dsn, stmt string) string {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -220,7 +226,7 @@ func commitMark(t *testing.T, ctx context.Context, dsn string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO events VALUES (-1, 'mark', 'mark', 0) ON CONFLICT (a, b) DO UPDATE SET n = events.n + 1`); err != nil {
+	if _, err := tx.Exec(ctx, stmt); err != nil {
 		t.Fatal(err)
 	}
 	var lsn string

@@ -229,6 +229,10 @@ func (r *Record) Key() []any {
 type Batch struct {
 	Records []Record
 	Pos     Position
+	// Dead holds changes the source could not decode (Invariant 7): the
+	// runtime stores them in the DLQ before the batch moves on, so a
+	// checkpoint past them never loses them silently.
+	Dead []DeadLetter
 	// Bytes estimates the batch's memory; 0 means "sum the records' Size".
 	Bytes int
 }

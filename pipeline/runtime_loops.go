@@ -24,6 +24,19 @@ func (r *Runtime) read(ctx context.Context, items chan<- item) error {
 			}
 			return err
 		}
+		if len(b.Dead) > 0 {
+			// Invariant 7: dead letters are durable before any later
+			// position can be checkpointed.
+			for i := range b.Dead {
+				b.Dead[i].Pipeline = r.cfg.Pipeline
+				if b.Dead[i].Stage == "" {
+					b.Dead[i].Stage = "source"
+				}
+			}
+			if err := r.putDLQ(ctx, "source", b.Dead); err != nil {
+				return err
+			}
+		}
 		if len(b.Records) == 0 && b.Pos == nil {
 			continue
 		}

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -57,6 +58,9 @@ type Chunk struct {
 	EndLSN     pglogrepl.LSN
 	CommitTime time.Time
 	Xid        uint32
+	// Dead holds changes of this chunk whose values could not be decoded,
+	// with their raw pgoutput message (Invariant 7).
+	Dead []pipeline.DeadLetter
 }
 
 // DecoderStats reports the decoder's buffering of streamed transactions.
@@ -100,6 +104,7 @@ type txnState struct {
 	commitTime time.Time
 	index      uint64
 	records    []pipeline.Record
+	dead       []pipeline.DeadLetter
 }
 
 // streamBuf holds the changes of one streamed transaction until it ends.
@@ -248,7 +253,7 @@ func (d *Decoder) Decode(ctx context.Context, walData []byte, walStart pglogrepl
 		if d.txn == nil {
 			return &DecodeError{WALStart: walStart, Err: fmt.Errorf("%T outside a transaction", m)}
 		}
-		return d.change(d.txn, msg, walStart, emit)
+		return d.change(d.txn, msg, walData, walStart, emit)
 	case *pglogrepl.LogicalDecodingMessageV2:
 		return d.logicalMessage(m, emit)
 	case *pglogrepl.StreamStartMessageV2:
@@ -315,7 +320,8 @@ func (d *Decoder) logicalMessage(m *pglogrepl.LogicalDecodingMessageV2, emit fun
 // flush hands over the transaction's pending records. Non-final chunks
 // carry no EndLSN: the runtime checkpoints only on Final ones (Invariant 2).
 func (d *Decoder) flush(tx *txnState, final bool, end pglogrepl.LSN, emit func(Chunk) error) error {
-	c := Chunk{Records: tx.records, Final: final, CommitLSN: tx.commitLSN, CommitTime: tx.commitTime, Xid: tx.xid}
+	c := Chunk{Records: tx.records, Final: final, CommitLSN: tx.commitLSN, CommitTime: tx.commitTime, Xid: tx.xid, Dead: tx.dead}
+	tx.dead = nil
 	// Invariant 2: only the chunk that ends a transaction carries a
 	// position the runtime may checkpoint.
 	if final {
@@ -399,8 +405,39 @@ func mergeShapes(primary, fallback *TableShape) *TableShape {
 	return &m
 }
 
-// change turns one Insert/Update/Delete/Truncate into records of tx.
-func (d *Decoder) change(tx *txnState, msg pglogrepl.Message, walStart pglogrepl.LSN, emit func(Chunk) error) error {
+// change turns one Insert/Update/Delete/Truncate into records of tx. A
+// value the decoder cannot read makes the change a dead letter carrying
+// the raw message and the reason; the transaction goes on (Invariant 7).
+func (d *Decoder) change(tx *txnState, msg pglogrepl.Message, raw []byte, walStart pglogrepl.LSN, emit func(Chunk) error) error {
+	err := d.changeRecords(tx, msg, walStart, emit)
+	var de *DecodeError
+	if err == nil || !errors.As(err, &de) || de.Column == "" || de.Text == nil {
+		return err
+	}
+	pos, _ := json.Marshal(map[string]string{"lsn": walStart.String(), "commit_lsn": tx.commitLSN.String()})
+	tx.dead = append(tx.dead, pipeline.DeadLetter{
+		Time: time.Now().UTC(), Stage: "source", Table: de.Table.String(), Op: changeOp(msg),
+		Position: pos, Error: de.Error(), Raw: append([]byte(nil), raw...),
+	})
+	d.log.Warn("undecodable change sent to the dead-letter queue", zap.Stringer("table", de.Table),
+		zap.String("column", de.Column), zap.Stringer("lsn", walStart), zap.Error(de.Err))
+	return nil
+}
+
+func changeOp(msg pglogrepl.Message) string {
+	switch msg.(type) {
+	case *pglogrepl.InsertMessageV2, *pglogrepl.InsertMessage:
+		return pipeline.OpInsert.String()
+	case *pglogrepl.UpdateMessageV2, *pglogrepl.UpdateMessage:
+		return pipeline.OpUpdate.String()
+	case *pglogrepl.DeleteMessageV2, *pglogrepl.DeleteMessage:
+		return pipeline.OpDelete.String()
+	}
+	return ""
+}
+
+// changeRecords decodes one change message into records of tx.
+func (d *Decoder) changeRecords(tx *txnState, msg pglogrepl.Message, walStart pglogrepl.LSN, emit func(Chunk) error) error {
 	switch m := msg.(type) {
 	case *pglogrepl.InsertMessageV2:
 		s, err := d.relation(m.RelationID, walStart)
@@ -686,7 +723,7 @@ func (d *Decoder) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMes
 			if r, ok := msg.(*pglogrepl.RelationMessageV2); ok {
 				return d.applyRelation(ctx, &r.RelationMessage, walStart)
 			}
-			return d.change(tx, msg, walStart, emit)
+			return d.change(tx, msg, data, walStart, emit)
 		}
 		for _, b := range sb.mem {
 			if err := replay(b.subxid, b.data); err != nil {

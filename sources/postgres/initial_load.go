@@ -418,6 +418,7 @@ type copyWriter struct {
 	bytes   int
 	err     error
 	scratch []byte
+	dead    []pipeline.DeadLetter
 }
 
 func (w *copyWriter) Write(p []byte) (int, error) {
@@ -457,7 +458,15 @@ func (w *copyWriter) row(line []byte) error {
 			}
 			v, err := DecodeText(shape.Columns[n], w.scratch)
 			if err != nil {
-				return fmt.Errorf("copy %s: %w", tableName(w.t.ref), err)
+				// Invariant 7: the row goes to the dead-letter queue with
+				// its raw COPY line; the load goes on.
+				w.dead = append(w.dead, pipeline.DeadLetter{Time: time.Now().UTC(), Stage: "source",
+					Table: tableName(w.t.ref), Op: pipeline.OpRead.String(),
+					Error: fmt.Sprintf("snapshot of %s: column %q: %v", tableName(w.t.ref), shape.Columns[n].Name, err),
+					Raw:   append([]byte(nil), line...)})
+				w.l.s.log.Warn("undecodable snapshot row sent to the dead-letter queue",
+					zap.String("table", tableName(w.t.ref)), zap.String("column", shape.Columns[n].Name), zap.Error(err))
+				return nil
 			}
 			vals[n] = v
 		}
@@ -478,10 +487,10 @@ func (w *copyWriter) row(line []byte) error {
 }
 
 func (w *copyWriter) flush() error {
-	if len(w.batch) == 0 {
+	if len(w.batch) == 0 && len(w.dead) == 0 {
 		return nil
 	}
-	b := pipeline.Batch{Records: w.batch, Bytes: w.bytes}
+	b := pipeline.Batch{Records: w.batch, Bytes: w.bytes, Dead: w.dead}
 	select {
 	case w.l.out <- b:
 	case <-w.ctx.Done():
@@ -490,7 +499,7 @@ func (w *copyWriter) flush() error {
 	n := int64(len(w.batch))
 	w.t.rows.Add(n)
 	w.t.rowsDone.Add(float64(n))
-	w.batch, w.bytes = nil, 0
+	w.batch, w.bytes, w.dead = nil, 0, nil
 	return nil
 }
 

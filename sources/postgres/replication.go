@@ -39,6 +39,7 @@ type streamItem struct {
 	end        pglogrepl.LSN
 	commitTime time.Time
 	kind       itemKind
+	dead       []pipeline.DeadLetter // undecodable changes (Invariant 7)
 }
 
 // streamer owns the replication connection: one goroutine receives,
@@ -382,9 +383,9 @@ func (st *streamer) emit(ctx context.Context, conn *pgconn.PgConn, c Chunk) erro
 	if !dropped {
 		recs = c.Records
 	}
-	it := streamItem{records: recs, final: c.Final}
+	it := streamItem{records: recs, final: c.Final, dead: c.Dead}
 	if !c.Final {
-		if len(recs) == 0 {
+		if len(recs) == 0 && len(c.Dead) == 0 {
 			return nil
 		}
 	} else {

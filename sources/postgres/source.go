@@ -159,7 +159,7 @@ func New(opts Options, log *zap.Logger, reg prometheus.Registerer) (*Source, err
 	if err := opts.withDefaults(); err != nil {
 		return nil, fmt.Errorf("postgres source: %w", err)
 	}
-	s := &Source{opts: opts, log: log.With(zap.String("pipeline", opts.Pipeline), zap.String("slot", opts.Slot)),
+	s := &Source{opts: opts, log: log.With(zap.String("slot", opts.Slot)),
 		full: map[TableRef]bool{}, shapesSeen: map[TableRef]bool{}}
 	seen := map[TableRef]bool{}
 	for _, t := range opts.Tables {
@@ -473,7 +473,7 @@ func (s *Source) Read(ctx context.Context) (pipeline.Batch, error) {
 	if err != nil {
 		return pipeline.Batch{}, err
 	}
-	b := pipeline.Batch{Records: it.records, Pos: it.pos}
+	b := pipeline.Batch{Records: it.records, Pos: it.pos, Dead: it.dead}
 	s.handOver(&it)
 	for it.final && len(b.Records) < maxCoalesce {
 		var nx streamItem
@@ -487,6 +487,7 @@ func (s *Source) Read(ctx context.Context) (pipeline.Batch, error) {
 			return b, nil
 		}
 		b.Records = append(b.Records, nx.records...)
+		b.Dead = append(b.Dead, nx.dead...)
 		b.Pos = nx.pos
 		s.handOver(&nx)
 	}
