@@ -66,6 +66,12 @@ type Column struct {
 	Enum       []string // labels of an enum/set type, in declaration order
 	SourceType string   // the database's own type name, e.g. "numeric(10,2)", "character varying(40)"
 	Comment    string
+	// Missing is the value that rows which existed when the column was
+	// added hold without ever having been written (Postgres attmissingval,
+	// from ALTER TABLE … ADD COLUMN … DEFAULT constant): no change event
+	// carries it, so a sink that adds the column fills its existing rows
+	// with it. nil when there is none.
+	Missing any
 }
 
 // TableID names a captured table.

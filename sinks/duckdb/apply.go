@@ -196,6 +196,16 @@ func (tb *tableBatch) stage(r *pipeline.Record) (stagedRow, string, error) {
 	for j := range tb.cols {
 		isKey := slices.Contains(tb.keys, j)
 		i := idx[j]
+		if i < 0 && !row.deleted && tb.cols[j].Missing != nil {
+			// The record predates the column, so at its time the row held
+			// the column's missing value (see pipeline.Column.Missing).
+			staged, err := toStage(&tb.cols[j], tb.cols[j].Missing)
+			if err != nil {
+				return stagedRow{}, "", err
+			}
+			row.vals[j] = staged
+			continue
+		}
 		if i < 0 || (row.deleted && !isKey) {
 			if isKey {
 				return stagedRow{}, "", fmt.Errorf("key column %s missing from the record's shape", tb.cols[j].Name)
@@ -340,10 +350,27 @@ func (s *Sink) ensureTable(ctx context.Context, tb *tableBatch) error {
 		if _, ok := have[name]; ok {
 			continue
 		}
-		ddl := typeOf(&tb.cols[i]).ddl
+		ct := typeOf(&tb.cols[i])
+		ddl := ct.ddl
 		if _, err := s.conn.ExecContext(ctx, "ALTER TABLE "+s.qualified(tb.target)+" ADD COLUMN "+
 			quote(tb.cols[i].Name)+" "+ddl); err != nil {
 			return fmt.Errorf("add column %s: %w", tb.cols[i].Name, err)
+		}
+		if m := tb.cols[i].Missing; m != nil {
+			// Rows that existed when the source added the column hold its
+			// missing value without any change event saying so; every row
+			// here predates the column.
+			staged, err := toStage(&tb.cols[i], m)
+			if err != nil {
+				return fmt.Errorf("add column %s: missing value: %w", tb.cols[i].Name, err)
+			}
+			expr := "?::" + ct.stage
+			if ct.conv != nil {
+				expr = ct.conv(expr)
+			}
+			if _, err := s.conn.ExecContext(ctx, "UPDATE "+s.qualified(tb.target)+" SET "+quote(tb.cols[i].Name)+" = "+expr, staged); err != nil {
+				return fmt.Errorf("add column %s: fill existing rows: %w", tb.cols[i].Name, err)
+			}
 		}
 		have[name] = ddl
 		s.log.Info("target column added", zap.String("table", tb.target), zap.String("column", tb.cols[i].Name),

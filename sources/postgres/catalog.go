@@ -88,10 +88,12 @@ func LoadTableShape(ctx context.Context, q Querier, database string, rel TableRe
 		oid            uint32
 		typmod         int32
 		notNull        bool
+		missing        *string
 	}
 	rows, err := q.Query(ctx, `SELECT a.attnum, a.attname, a.atttypid, a.atttypmod, a.attnotnull,
 			pg_catalog.format_type(a.atttypid, a.atttypmod),
-			coalesce(pg_catalog.col_description(a.attrelid, a.attnum), '')
+			coalesce(pg_catalog.col_description(a.attrelid, a.attnum), ''),
+			CASE WHEN a.atthasmissing THEN a.attmissingval::text END
 		FROM pg_catalog.pg_attribute a
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		ORDER BY a.attnum`, s.RelationOID)
@@ -101,7 +103,7 @@ func LoadTableShape(ctx context.Context, q Querier, database string, rel TableRe
 	var attrs []attr
 	for rows.Next() {
 		var a attr
-		if err := rows.Scan(&a.num, &a.name, &a.oid, &a.typmod, &a.notNull, &a.fmt, &a.cmt); err != nil {
+		if err := rows.Scan(&a.num, &a.name, &a.oid, &a.typmod, &a.notNull, &a.fmt, &a.cmt, &a.missing); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load columns of %s: %w", name, err)
 		}
@@ -154,6 +156,15 @@ func LoadTableShape(ctx context.Context, q Querier, database string, rel TableRe
 		col.Nullable = !a.notNull
 		col.SourceType = a.fmt
 		col.Comment = a.cmt
+		if a.missing != nil {
+			// attmissingval is a one-element array of the column's type.
+			v, err := decodeTextAs(&TypeInfo{Elem: &ci.Type, Delim: ci.Type.Delim}, *a.missing, 0)
+			if arr, ok := v.([]any); err == nil && ok && len(arr) == 1 {
+				col.Missing = arr[0]
+			} else {
+				return nil, fmt.Errorf("load shape of %s: column %q: missing value %q: %v", name, a.name, *a.missing, err)
+			}
+		}
 		t.Columns = append(t.Columns, col)
 		s.Columns = append(s.Columns, ci)
 		pos[a.num] = i
