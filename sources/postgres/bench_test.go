@@ -9,6 +9,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -123,6 +124,72 @@ func BenchmarkDrain1M(b *testing.B) {
 	b.ReportMetric((ref1.cpuPerM(rows)+ref2.cpuPerM(rows))/2, "recvlogical_cpu_s_per_M")
 }
 
+// BenchmarkDecoderReplay replays the pgoutput messages of 100,000 inserted
+// rows (SLUICE_BENCH_REPLAY_ROWS overrides) through a fresh Decoder per
+// iteration, without the server or the network, and reports ns and
+// allocations per row: the decoder's own cost, steadier than a drain on a
+// busy machine.
+func BenchmarkDecoderReplay(b *testing.B) {
+	rows := 100_000
+	if v := os.Getenv("SLUICE_BENCH_REPLAY_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("SLUICE_BENCH_REPLAY_ROWS=%q: want a positive integer", v)
+		}
+		rows = n
+	}
+	b.StopTimer()
+	pg := harness.PostgresT(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env := newBenchEnv(b, ctx, pg)
+	env.createSlots([]string{"bench_replay"})
+	env.writeRows(rows)
+	var msgs []benchMsg
+	env.capture = &msgs
+	env.drainDecoder("bench_replay", rows)
+	env.capture = nil
+	b.ReportAllocs()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	b.StartTimer()
+	for range b.N {
+		dec, err := NewDecoder(DecoderOptions{
+			Database: benchDB,
+			Resolver: NewTypeResolver(env.pool, zap.NewNop()),
+			Catalog: func(ctx context.Context, _ uint32, schema, name string) (*TableShape, error) {
+				return LoadTableShape(ctx, env.pool, benchDB, TableRef{Schema: schema, Name: name})
+			},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := 0
+		emit := func(c Chunk) error { got += len(c.Records); return nil }
+		for _, m := range msgs {
+			if err := dec.Decode(ctx, m.data, m.start, emit); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if got != rows {
+			b.Fatalf("decoded %d records, want %d", got, rows)
+		}
+		_ = dec.Close()
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&ms1)
+	perRow := float64(b.N) * float64(rows)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/perRow, "ns/row")
+	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/perRow, "allocs/row")
+	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/perRow, "B/row")
+}
+
+// benchMsg is one captured XLogData payload.
+type benchMsg struct {
+	data  []byte
+	start pglogrepl.LSN
+}
+
 const (
 	benchDB      = "bench"
 	benchTable   = "public.bench_rows"
@@ -131,11 +198,12 @@ const (
 )
 
 type benchEnv struct {
-	b     testing.TB
-	ctx   context.Context
-	pg    *harness.Postgres
-	pool  *pgxpool.Pool
-	start map[string]pglogrepl.LSN // consistent point per slot
+	b       testing.TB
+	capture *[]benchMsg // when set, drainDecoder keeps a copy of every XLogData
+	ctx     context.Context
+	pg      *harness.Postgres
+	pool    *pgxpool.Pool
+	start   map[string]pglogrepl.LSN // consistent point per slot
 }
 
 // benchResult is one consumer's drain.
@@ -335,6 +403,9 @@ func (e *benchEnv) drainDecoder(slot string, rows int) (res benchResult) {
 					e.b.Fatal(err)
 				}
 				received = max(received, xld.WALStart)
+				if e.capture != nil {
+					*e.capture = append(*e.capture, benchMsg{append([]byte(nil), xld.WALData...), xld.WALStart})
+				}
 				if err := dec.Decode(ctx, xld.WALData, xld.WALStart, emit); err != nil {
 					e.b.Fatal(err)
 				}
