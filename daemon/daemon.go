@@ -148,7 +148,20 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 		listen = flags.HTTPListen
 	}
 	if listen != "" {
-		srv := obs.NewServer(listen, reg, status, rt.Ready, log.Named("http"))
+		ready := func() error {
+			if err := rt.Ready(); err != nil {
+				return err
+			}
+			// Ready means connected: a streaming source that lost its
+			// connection (and is reconnecting) is not ready.
+			if sr, ok := src.(pipeline.StatusReporter); ok {
+				if st := sr.Status(); st.Phase == "stream" && !st.Connected {
+					return fmt.Errorf("pipeline %s: source is reconnecting", cfg.Pipeline)
+				}
+			}
+			return nil
+		}
+		srv := obs.NewServer(listen, reg, status, ready, log.Named("http"))
 		if err := srv.Start(); err != nil {
 			return &pipeline.OpenError{What: "http server", Err: err}
 		}
