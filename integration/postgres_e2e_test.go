@@ -75,6 +75,13 @@ runtime: {checkpoint_interval: 50ms}
 	d := startDaemon(t, cfg)
 	addr := d.waitAddr(t, time.Minute)
 	waitFile(t, filepath.Join(dir, "offsets", "checkpoint.json"), d)
+	// Ready once streaming with a live replication connection.
+	for deadline := time.Now().Add(time.Minute); getJSON(t, "http://"+addr+"/readyz", nil) != 200; {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never 200:\n%s", d.logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	steps := []string{
 		// stream inserts of the same kinds of values
