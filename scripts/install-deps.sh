@@ -110,4 +110,7 @@ fi
 
 # Apache Kafka's broker jars (through Maven), cached across runs.
 log "kafka jars: $("$(dirname "${BASH_SOURCE[0]}")/kafka-jars.sh")"
+# A Confluent-compatible schema registry (Apicurio Registry, built through
+# Maven), cached across runs.
+log "schema registry: $("$(dirname "${BASH_SOURCE[0]}")/registry-build.sh")"
 log "ok"

@@ -140,7 +140,7 @@ func startRegistryOnce(ctx context.Context, java, jar, dir string, opts Registry
 		// As built: silences the build-time-property warning.
 		"quarkus.package.type": "fast-jar",
 		// In-memory H2, one per process (the default, made explicit).
-		"registry.storage.kind": "sql",
+		"registry.storage.kind":     "sql",
 		"quarkus.log.console.color": "false",
 		"registry.enable.sentry":    "false",
 	}
