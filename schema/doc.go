@@ -18,9 +18,12 @@
 //
 // The column type mapping, the handling of NULL, unchanged TOAST values,
 // infinities and NaN is documented on KeySchema and in README.md of this
-// package. A Codec is built once per table shape, with its own frozen hamba
-// configuration, so two shapes of one table (which share record names)
-// never share cached encoders; Cache keeps Codecs by *pipeline.Table.
+// package. A Codec is built once per table shape: it compiles one writer per
+// column and appends Avro binary straight from the record's typed values
+// (no per-record maps; one allocation per encoded record). Decoding uses a
+// frozen hamba configuration per shape, so two shapes of one table (which
+// share record names) never share cached decoders; Cache keeps Codecs by
+// *pipeline.Table.
 //
 // Frame and Unframe implement the Confluent framing (magic byte 0, 4-byte
 // big-endian schema id, Avro binary). Registry is the schema-registry

@@ -65,10 +65,14 @@ type Transaction struct {
 	DataCollectionOrder int64
 }
 
-// Codec encodes the records of one table shape. It owns a frozen hamba
-// configuration: hamba caches encoders by schema fingerprint, and two shapes
-// of one table share record names, so a Codec never shares caches with the
-// Codec of another shape. A Codec is safe for concurrent use.
+// Codec encodes the records of one table shape. It writes Avro binary
+// straight from the pipeline values, following a plan compiled once per
+// shape (field order, union branches, a writer per column type), without
+// building generic maps; the output is what hamba writes for the same
+// schema. It owns a frozen hamba configuration for decoding: hamba caches
+// codecs by schema fingerprint, and two shapes of one table share record
+// names, so a Codec never shares caches with the Codec of another shape. A
+// Codec is safe for concurrent use.
 type Codec struct {
 	table    *pipeline.Table
 	opts     Options
@@ -89,8 +93,9 @@ type colPlan struct {
 	nullable bool   // the field is ["null", T]
 	branch   string // union branch name of T
 	schema   avro.Schema
-	conv     func(any) (any, error)
-	zero     any // native zero value for columns a before image lacks
+	conv     func(any) (any, error) // the value hamba would encode (reference, errors)
+	write    writeFn                // appends the Avro binary of T
+	zeroEnc  []byte                 // T's encoding of the zero value, for columns a before image lacks
 }
 
 // NewCodec builds the key, value and envelope schemas of t and their
@@ -170,7 +175,13 @@ func (c *Codec) plan(rec *avro.RecordSchema, cols []int) ([]colPlan, error) {
 			return nil, err
 		}
 		p.conv = conv
-		if p.zero, err = conv(zeroValue(col.Type)); err != nil {
+		if _, err = conv(zeroValue(col.Type)); err != nil {
+			return nil, c.encErr(col, nil, err)
+		}
+		if p.write, err = c.writer(col, col.Type); err != nil {
+			return nil, err
+		}
+		if p.zeroEnc, err = p.write(nil, zeroValue(col.Type)); err != nil {
 			return nil, c.encErr(col, nil, err)
 		}
 		plans[i] = p
@@ -194,11 +205,9 @@ func (c *Codec) EncodeKey(r *pipeline.Record) ([]byte, error) {
 	if img == nil || !r.Op.IsData() || r.Op == pipeline.OpTruncate {
 		return nil, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
 	}
-	m, err := c.image(c.keyPlan, img, before, false)
-	if err != nil {
-		return nil, err
-	}
-	return c.marshal(c.key, m)
+	buf := getBuf()
+	b, err := c.writeImage(*buf, c.keyPlan, img, before, false)
+	return finish(buf, b, err)
 }
 
 // EncodeValue encodes r in the flattened form: the row image (After; for
@@ -227,15 +236,15 @@ func (c *Codec) EncodeValue(r *pipeline.Record) ([]byte, error) {
 	if img == nil {
 		return nil, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
 	}
-	m, err := c.image(c.rowPlan, img, before, c.opts.Unchanged)
-	if err != nil {
-		return nil, err
+	buf := getBuf()
+	b, err := c.writeImage(*buf, c.rowPlan, img, before, c.opts.Unchanged)
+	if err == nil {
+		b = appendString(b, r.Op.String())
+		b = appendVersion(b, r.Version)
+		b = appendBool(b, r.Op == pipeline.OpDelete)
+		b = appendLong(b, millis(r.EventTime))
 	}
-	m[FieldOp] = r.Op.String()
-	m[FieldVersion] = r.Version.String()
-	m[FieldDeleted] = r.Op == pipeline.OpDelete
-	m[FieldSourceTsMs] = millis(r.EventTime)
-	return c.marshal(c.value, m)
+	return finish(buf, b, err)
 }
 
 // EncodeEnvelope encodes r as a Debezium-style change event: before (the
@@ -250,49 +259,59 @@ func (c *Codec) EncodeEnvelope(r *pipeline.Record, src SourceInfo) ([]byte, erro
 	if !r.Op.IsData() {
 		return nil, fmt.Errorf("schema: %s: %s record has no envelope", c.table.ID, r.Op)
 	}
-	m := make(map[string]any, 6)
-	for _, side := range []struct {
-		name   string
+	buf := getBuf()
+	b, err := c.writeEnvelope(*buf, r, &src)
+	return finish(buf, b, err)
+}
+
+// writeEnvelope appends the Envelope record of r: before, after, source,
+// op, ts_ms, transaction, in schema order.
+func (c *Codec) writeEnvelope(b []byte, r *pipeline.Record, src *SourceInfo) ([]byte, error) {
+	for _, side := range [2]struct {
 		img    []any
 		before bool
-	}{{"before", r.Before, true}, {"after", r.After, false}} {
+	}{{r.Before, true}, {r.After, false}} {
 		if side.img == nil {
-			m[side.name] = nullUnion
+			b = append(b, unionNull)
 			continue
 		}
-		row, err := c.image(c.rowPlan, side.img, side.before, c.opts.Unchanged)
-		if err != nil {
-			return nil, err
+		b = append(b, unionValue1)
+		var err error
+		if b, err = c.writeImage(b, c.rowPlan, side.img, side.before, c.opts.Unchanged); err != nil {
+			return b, err
 		}
-		m[side.name] = map[string]any{c.envRow: row}
 	}
-	m["source"] = c.source(r, src)
-	m["op"] = r.Op.String()
+	b = c.writeSource(b, r, src)
+	b = appendString(b, r.Op.String())
 	at := src.ProcessedAt
 	if at.IsZero() {
 		at = time.Now()
 	}
-	m["ts_ms"] = map[string]any{"long": at.UnixMilli()}
-	m["transaction"] = nullUnion
+	b = append(b, unionValue1)
+	b = appendLong(b, at.UnixMilli())
 	if tx := src.Transaction; tx != nil {
-		m["transaction"] = map[string]any{"event.block": map[string]any{
-			"id": tx.ID, "total_order": tx.TotalOrder, "data_collection_order": tx.DataCollectionOrder,
-		}}
+		b = append(b, unionValue1)
+		b = appendString(b, tx.ID)
+		b = appendLong(b, tx.TotalOrder)
+		b = appendLong(b, tx.DataCollectionOrder)
+	} else {
+		b = append(b, unionNull)
 	}
-	return c.marshal(c.envelope, m)
+	return b, nil
 }
 
 // nullUnion is the value hamba writes as the null branch of a union.
 var nullUnion = map[string]any(nil)
 
-func (c *Codec) source(r *pipeline.Record, s SourceInfo) map[string]any {
+// writeSource appends the envelope's Source record, with the fallbacks
+// documented on SourceInfo.
+func (c *Codec) writeSource(b []byte, r *pipeline.Record, s *SourceInfo) []byte {
 	or := func(v, def string) string {
 		if v != "" {
 			return v
 		}
 		return def
 	}
-	connector := or(s.Connector, or(c.opts.ConnectorName, "sluice"))
 	snapshot := "false"
 	if r.Op == pipeline.OpRead {
 		snapshot = "true"
@@ -301,33 +320,32 @@ func (c *Codec) source(r *pipeline.Record, s SourceInfo) map[string]any {
 	if ts == 0 {
 		ts = millis(r.EventTime)
 	}
-	txID := s.TxID
-	if txID == nil && r.TxID != 0 && r.TxID <= math.MaxInt64 {
-		v := int64(r.TxID)
-		txID = &v
-	}
 	id := c.table.ID
-	return map[string]any{
-		"version":   s.Version,
-		"connector": connector,
-		"name":      or(s.Name, c.opts.ServerName),
-		"ts_ms":     ts,
-		"snapshot":  or(s.Snapshot, snapshot),
-		"db":        or(s.DB, or(id.Database, id.Schema)),
-		"sequence":  optional("string", s.Sequence),
-		"schema":    or(s.Schema, id.Schema),
-		"table":     or(s.Table, id.Table),
-		"txId":      optional("long", txID),
-		"lsn":       optional("long", s.LSN),
-		"xmin":      optional("long", s.Xmin),
+	b = appendString(b, s.Version)
+	b = appendString(b, or(s.Connector, or(c.opts.ConnectorName, "sluice")))
+	b = appendString(b, or(s.Name, c.opts.ServerName))
+	b = appendLong(b, ts)
+	b = appendString(b, or(s.Snapshot, snapshot))
+	b = appendString(b, or(s.DB, or(id.Database, id.Schema)))
+	if s.Sequence != nil {
+		b = append(b, unionValue1)
+		b = appendString(b, *s.Sequence)
+	} else {
+		b = append(b, unionNull)
 	}
-}
-
-func optional[T any](branch string, v *T) map[string]any {
-	if v == nil {
-		return nullUnion
+	b = appendString(b, or(s.Schema, id.Schema))
+	b = appendString(b, or(s.Table, id.Table))
+	switch {
+	case s.TxID != nil:
+		b = appendOptLong(b, s.TxID)
+	case r.TxID != 0 && r.TxID <= math.MaxInt64:
+		b = append(b, unionValue1)
+		b = appendLong(b, int64(r.TxID))
+	default:
+		b = append(b, unionNull)
 	}
-	return map[string]any{branch: *v}
+	b = appendOptLong(b, s.LSN)
+	return appendOptLong(b, s.Xmin)
 }
 
 func millis(t time.Time) int64 {
@@ -351,23 +369,39 @@ func (c *Codec) check(r *pipeline.Record) error {
 	return nil
 }
 
-func (c *Codec) marshal(s avro.Schema, m map[string]any) ([]byte, error) {
-	b, err := c.api.Marshal(s, m)
-	if err != nil {
-		return nil, fmt.Errorf("schema: %s: encode %s: %w", c.table.ID, s.(avro.NamedSchema).FullName(), err)
+// bufPool holds the scratch buffers records are written into; each result
+// is copied out, so the caller owns it and the buffer is reused.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledBuf keeps buffers grown by an exceptionally large record out of
+// the pool.
+const maxPooledBuf = 64 << 10
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+// finish returns a caller-owned copy of b (nil on error) and gives the
+// scratch buffer back to the pool.
+func finish(buf *[]byte, b []byte, err error) ([]byte, error) {
+	var out []byte
+	if err == nil {
+		out = make([]byte, len(b))
+		copy(out, b)
 	}
-	return b, nil
+	if cap(b) <= maxPooledBuf {
+		*buf = b[:0]
+		bufPool.Put(buf)
+	}
+	return out, err
 }
 
-// image converts a row image into the map hamba encodes for plan's record.
-// before enables the zero-value fallback for NULL in NOT NULL columns;
-// listUnchanged adds the __sluice_unchanged field.
-func (c *Codec) image(plan []colPlan, img []any, before, listUnchanged bool) (map[string]any, error) {
+// writeImage appends the record of plan (key or row image, without the
+// metadata fields) for img. before enables the zero-value fallback for NULL
+// in NOT NULL columns; listUnchanged adds the __sluice_unchanged field.
+func (c *Codec) writeImage(b []byte, plan []colPlan, img []any, before, listUnchanged bool) ([]byte, error) {
 	if len(img) != len(c.table.Columns) {
-		return nil, fmt.Errorf("schema: %s: image has %d values, the shape %d columns", c.table.ID, len(img), len(c.table.Columns))
+		return b, fmt.Errorf("schema: %s: image has %d values, the shape %d columns", c.table.ID, len(img), len(c.table.Columns))
 	}
-	m := make(map[string]any, len(plan)+5)
-	var unchanged []string
+	unchanged := 0
 	for i := range plan {
 		p := &plan[i]
 		v := img[p.idx]
@@ -375,37 +409,49 @@ func (c *Codec) image(plan []colPlan, img []any, before, listUnchanged bool) (ma
 		case nil:
 			switch {
 			case p.nullable:
-				m[p.name] = nullUnion
+				b = append(b, unionNull)
 			case before:
-				m[p.name] = p.zero
+				b = append(b, p.zeroEnc...)
 			default:
-				return nil, c.encErr(p.col, v, errors.New("NULL in a NOT NULL column"))
+				return b, c.encErr(p.col, v, errors.New("NULL in a NOT NULL column"))
 			}
 			continue
 		case pipeline.Unchanged:
 			if !c.opts.Unchanged || !listUnchanged || !p.nullable || p.col.Key {
-				return nil, c.encErr(p.col, v, errors.New("unchanged value not representable (Options.Unchanged is off, or a key column)"))
+				return b, c.encErr(p.col, v, errors.New("unchanged value not representable (Options.Unchanged is off, or a key column)"))
 			}
-			m[p.name] = nullUnion
-			unchanged = append(unchanged, p.name)
+			b = append(b, unionNull)
+			unchanged++
 			continue
 		}
-		n, err := p.conv(v)
-		if err != nil {
-			return nil, c.encErr(p.col, v, err)
-		}
 		if p.nullable {
-			n = map[string]any{p.branch: n}
+			b = append(b, unionValue1)
 		}
-		m[p.name] = n
+		var err error
+		if b, err = p.write(b, v); err != nil {
+			return b, c.encErr(p.col, v, err)
+		}
 	}
 	if listUnchanged {
-		if unchanged == nil {
-			unchanged = []string{}
+		// array<string> of the unchanged fields' names, in blocks as hamba
+		// writes them.
+		j := 0
+		for done := 0; done < unchanged; {
+			start := len(b)
+			b = openBlock(b)
+			n := 0
+			for ; n < blockLength && done+n < unchanged; j++ {
+				if _, ok := img[plan[j].idx].(pipeline.Unchanged); ok {
+					b = appendString(b, plan[j].name)
+					n++
+				}
+			}
+			b = closeBlock(b, start, n)
+			done += n
 		}
-		m[FieldUnchanged] = unchanged
+		b = append(b, 0)
 	}
-	return m, nil
+	return b, nil
 }
 
 func (c *Codec) encErr(col *pipeline.Column, v any, err error) error {
