@@ -17,7 +17,8 @@ import (
 const configsDir = "../configs"
 
 // testEnv is the environment the shipped configs are validated with.
-var testEnv = map[string]string{"PG_PASSWORD": "not-a-real-password"}
+var testEnv = map[string]string{"PG_PASSWORD": "not-a-real-password", "KAFKA_PASSWORD": "not-a-real-password",
+	"SCHEMA_REGISTRY_PASSWORD": "not-a-real-password"}
 
 // schemaPaths lists every YAML key path of t ("sinks[].duckdb.path").
 func schemaPaths(prefix string, t reflect.Type, out map[string]bool) {

@@ -104,24 +104,42 @@ type Snapshot struct {
 // Sink is one list item of sinks: exactly one field (the sink kind) is set.
 type Sink struct {
 	DuckDB *DuckDBSink `yaml:"duckdb"`
+	Kafka  *KafkaSink  `yaml:"kafka"`
 }
 
 func (*Sink) exclusive() {}
 
 // Kind returns the sink kind, e.g. "duckdb".
 func (s Sink) Kind() string {
-	if s.DuckDB != nil {
+	switch {
+	case s.DuckDB != nil:
 		return "duckdb"
+	case s.Kafka != nil:
+		return "kafka"
 	}
 	return ""
 }
 
 // Name returns the sink's name (always set after loading).
 func (s Sink) Name() string {
-	if s.DuckDB != nil {
+	switch {
+	case s.DuckDB != nil:
 		return s.DuckDB.Name
+	case s.Kafka != nil:
+		return s.Kafka.Name
 	}
 	return ""
+}
+
+// namePtr returns the address of the sink's name, nil when no kind is set.
+func (s Sink) namePtr() *string {
+	switch {
+	case s.DuckDB != nil:
+		return &s.DuckDB.Name
+	case s.Kafka != nil:
+		return &s.Kafka.Name
+	}
+	return nil
 }
 
 // DuckDBSink writes into a DuckDB database file.
@@ -135,6 +153,73 @@ type DuckDBSink struct {
 	Schema       string   `yaml:"schema" default:"main" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$"`
 	HardDelete   bool     `yaml:"hard_delete" default:"false"`
 	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
+}
+
+// KafkaSink produces change events to Kafka (Avro, Confluent wire format,
+// schemas in a registry); see sinks/kafka.
+type KafkaSink struct {
+	// Name defaults like DuckDBSink.Name ("kafka", or kafka_<index>).
+	Name    string   `yaml:"name" pattern:"^[a-z][a-z0-9_-]*$"`
+	Brokers []string `yaml:"brokers" required:"true" min:"1" doc:"bootstrap addresses, e.g. [127.0.0.1:9092]"`
+	// ServerName is {prefix} in topic names and the first component of
+	// Avro namespaces; it defaults to the pipeline name (filled in by
+	// Parse).
+	ServerName         string       `yaml:"server_name" pattern:"^[A-Za-z_][A-Za-z0-9_.-]*$"`
+	TopicTemplate      string       `yaml:"topic_template" default:"'{prefix}.{schema}.{table}'"`
+	Envelope           string       `yaml:"envelope" default:"debezium" enum:"debezium|row"`
+	SubjectStrategy    string       `yaml:"subject_strategy" default:"topic" enum:"topic|record"`
+	Compatibility      string       `yaml:"compatibility" default:"BACKWARD" enum:"NONE|BACKWARD|BACKWARD_TRANSITIVE|FORWARD|FORWARD_TRANSITIVE|FULL|FULL_TRANSITIVE"`
+	IncompatiblePolicy string       `yaml:"incompatible_policy" default:"fail" enum:"fail|new_subject_version"`
+	Tombstones         bool         `yaml:"tombstones" default:"true"`
+	UnchangedFields    bool         `yaml:"unchanged_fields" default:"true"`
+	DLQTopic           string       `yaml:"dlq_topic" pattern:"^[A-Za-z0-9._-]{1,249}$"`
+	CreateTopics       KafkaTopics  `yaml:"create_topics"`
+	Producer           KafkaProduce `yaml:"producer"`
+	TLS                TLS          `yaml:"tls"`
+	SASL               SASL         `yaml:"sasl"`
+	Registry           Registry     `yaml:"registry" required:"true" doc:"the schema registry, e.g. {url: http://127.0.0.1:8081}"`
+}
+
+// KafkaTopics configures topic creation.
+type KafkaTopics struct {
+	Enabled           bool `yaml:"enabled" default:"true"`
+	Partitions        int  `yaml:"partitions" default:"1" min:"1" max:"100000"`
+	ReplicationFactor int  `yaml:"replication_factor" default:"1" min:"1" max:"32767"`
+	Compact           bool `yaml:"compact" default:"true"`
+}
+
+// KafkaProduce tunes the producer.
+type KafkaProduce struct {
+	Linger          Duration `yaml:"linger" default:"5ms" min:"0s"`
+	BatchMaxBytes   ByteSize `yaml:"batch_max_bytes" default:"1MB" min:"1KiB" max:"1GiB"`
+	Compression     string   `yaml:"compression" default:"zstd" enum:"zstd|lz4|snappy|gzip|none"`
+	DeliveryTimeout Duration `yaml:"delivery_timeout" default:"2m" min:"1s"`
+}
+
+// TLS configures a TLS client. Relative file paths are resolved against
+// the config file's directory.
+type TLS struct {
+	Enabled            bool   `yaml:"enabled" default:"false"`
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" default:"false"`
+}
+
+// SASL configures SASL authentication to Kafka brokers.
+type SASL struct {
+	Mechanism string `yaml:"mechanism" enum:"PLAIN|SCRAM-SHA-256|SCRAM-SHA-512"`
+	Username  string `yaml:"username"`
+	Password  string `yaml:"password" secret:"true"`
+}
+
+// Registry configures a Confluent-API schema registry client.
+type Registry struct {
+	URL      string   `yaml:"url" required:"true" pattern:"^https?://[^\\s]+$" doc:"e.g. http://127.0.0.1:8081"`
+	Username string   `yaml:"username"`
+	Password string   `yaml:"password" secret:"true"`
+	TLS      TLS      `yaml:"tls"`
+	Timeout  Duration `yaml:"timeout" default:"10s" min:"100ms"`
 }
 
 // Offsets configures the checkpoint store.

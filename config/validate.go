@@ -34,6 +34,11 @@ func (d *decoder) validate(c *Config) {
 		d.validatePostgres(c, p)
 	}
 	d.nameSinks(c)
+	for i, s := range c.Sinks {
+		if s.Kafka != nil && !d.failed(index("sinks", i)) {
+			d.validateKafka(c, i, s.Kafka)
+		}
+	}
 	d.checkOrder("source.postgres.reconnect_backoff", c.Source.Postgres != nil, func() (a, b Duration) {
 		return c.Source.Postgres.ReconnectBackoff.Initial, c.Source.Postgres.ReconnectBackoff.Max
 	})
@@ -251,18 +256,19 @@ func (d *decoder) nameSinks(c *Config) {
 	}
 	used := map[string]int{}
 	for i, s := range c.Sinks {
-		if s.DuckDB == nil {
+		name := s.namePtr()
+		if name == nil {
 			continue
 		}
-		path := index("sinks", i) + ".duckdb.name"
+		kind := s.Kind()
+		path := index("sinks", i) + "." + kind + ".name"
 		if d.failed(path) {
 			continue
 		}
-		name := &s.DuckDB.Name
 		shown := d.named(d.node(path), nil)
 		if *name == "" {
-			*name = "duckdb"
-			if perKind["duckdb"] > 1 {
+			*name = kind
+			if perKind[kind] > 1 {
 				*name += "_" + strconv.Itoa(i)
 			}
 			shown = strconv.Quote(*name) + " (the default)"
@@ -273,6 +279,45 @@ func (d *decoder) nameSinks(c *Config) {
 			continue
 		}
 		used[*name] = i
+	}
+}
+
+// validateKafka checks a kafka sink's cross-field rules and fills the
+// server name default.
+func (d *decoder) validateKafka(c *Config, i int, k *KafkaSink) {
+	base := index("sinks", i) + ".kafka"
+	if k.ServerName == "" && !d.failed(base+".server_name") {
+		k.ServerName = c.Pipeline
+	}
+	if p := base + ".topic_template"; !d.failed(p) && !strings.Contains(k.TopicTemplate, "{table}") {
+		d.errAt(p, "must contain {table}", "every table needs its own topic, e.g. {prefix}.{schema}.{table}")
+	}
+	if p := base + ".sasl"; !d.failed(p) {
+		switch {
+		case k.SASL.Mechanism != "" && (k.SASL.Username == "" || k.SASL.Password == ""):
+			d.errAt(p+".mechanism", "needs username and password", "set sasl.username and sasl.password")
+		case k.SASL.Mechanism == "" && (k.SASL.Username != "" || k.SASL.Password != ""):
+			d.errAt(p+".mechanism", "missing: username and password are set", "set mechanism to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		}
+	}
+	d.validateTLS(base+".tls", k.TLS)
+	d.validateTLS(base+".registry.tls", k.Registry.TLS)
+	if p := base + ".registry"; !d.failed(p) && (k.Registry.Username == "") != (k.Registry.Password == "") {
+		d.errAt(p+".username", "username and password go together", "set both for basic authentication, or neither")
+	}
+}
+
+// validateTLS checks that client certificate files come in pairs and that
+// TLS settings are not set on a disabled block.
+func (d *decoder) validateTLS(path string, t TLS) {
+	if d.failed(path) {
+		return
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		d.errAt(path+".cert_file", "cert_file and key_file go together", "set both for a client certificate, or neither")
+	}
+	if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.InsecureSkipVerify) {
+		d.errAt(path+".enabled", "TLS settings are given but TLS is not enabled", "set enabled: true, or remove the settings")
 	}
 }
 
@@ -294,6 +339,11 @@ func resolvePaths(c *Config, dir string) {
 	for _, s := range c.Sinks {
 		if s.DuckDB != nil && s.DuckDB.Path != ":memory:" {
 			s.DuckDB.Path = abs(s.DuckDB.Path)
+		}
+		if k := s.Kafka; k != nil {
+			for _, t := range []*TLS{&k.TLS, &k.Registry.TLS} {
+				t.CAFile, t.CertFile, t.KeyFile = abs(t.CAFile), abs(t.CertFile), abs(t.KeyFile)
+			}
 		}
 	}
 }

@@ -3,13 +3,16 @@ package daemon
 import (
 	"fmt"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/config"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/schema"
 	"github.com/sluice-cdc/sluice/sinks/duckdb"
+	"github.com/sluice-cdc/sluice/sinks/kafka"
 	"github.com/sluice-cdc/sluice/sources/generate"
 	"github.com/sluice-cdc/sluice/sources/postgres"
 )
@@ -53,11 +56,61 @@ func buildSinks(cfg *config.Config, log *zap.Logger) ([]pipeline.NamedSink, erro
 			out = append(out, pipeline.NamedSink{Name: d.Name, Sink: duckdb.New(duckdb.Options{
 				Name: d.Name, Path: d.Path, Schema: d.Schema, HardDelete: d.HardDelete, TombstoneTTL: d.TombstoneTTL.Std(),
 			}, log.Named("sink").With(zap.String("sink", d.Name)))})
+		case s.Kafka != nil:
+			k, err := buildKafka(cfg, s.Kafka, log.Named("sink").With(zap.String("sink", s.Kafka.Name)))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, pipeline.NamedSink{Name: s.Kafka.Name, Sink: k})
 		default:
 			return nil, fmt.Errorf("config: sink %q has no kind", s.Name())
 		}
 	}
 	return out, nil
+}
+
+// buildKafka makes a kafka sink and its schema registry client.
+func buildKafka(cfg *config.Config, k *config.KafkaSink, log *zap.Logger) (*kafka.Sink, error) {
+	regOpts := schema.SRClientOptions{Username: k.Registry.Username, Password: k.Registry.Password, Timeout: k.Registry.Timeout.Std()}
+	if t := k.Registry.TLS; t.Enabled {
+		tc, err := kafka.TLSConfig(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
+		if err != nil {
+			return nil, &pipeline.OpenError{What: "sink " + k.Name + " registry", Err: err}
+		}
+		regOpts.TLS = tc
+	}
+	connector := cfg.Source.Kind()
+	if connector == "postgres" {
+		connector = "postgresql" // Debezium's name for the connector
+	}
+	opts := kafka.Options{
+		Name: k.Name, Brokers: k.Brokers, ServerName: k.ServerName, TopicTemplate: k.TopicTemplate,
+		Envelope: k.Envelope, SubjectStrategy: k.SubjectStrategy, Compatibility: k.Compatibility,
+		IncompatiblePolicy: k.IncompatiblePolicy, Tombstones: k.Tombstones, Unchanged: k.UnchangedFields,
+		ConnectorName: connector, Version: buildVersion(), DLQTopic: k.DLQTopic,
+		CreateTopics: kafka.TopicOptions{Enabled: k.CreateTopics.Enabled, Partitions: k.CreateTopics.Partitions,
+			ReplicationFactor: k.CreateTopics.ReplicationFactor, Compact: k.CreateTopics.Compact},
+		Producer: kafka.ProducerOptions{Linger: k.Producer.Linger.Std(), BatchMaxBytes: int(k.Producer.BatchMaxBytes.Int64()),
+			Compression: k.Producer.Compression, DeliveryTimeout: k.Producer.DeliveryTimeout.Std()},
+		TLS: kafka.TLSOptions{Enabled: k.TLS.Enabled, CAFile: k.TLS.CAFile, CertFile: k.TLS.CertFile, KeyFile: k.TLS.KeyFile,
+			InsecureSkipVerify: k.TLS.InsecureSkipVerify},
+		SASL: kafka.SASLOptions{Mechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password},
+		// Room for a full batch, its tombstones and dead letters.
+		MaxBufferedRecords: 2*cfg.Runtime.BatchMaxRecords + 1000,
+	}
+	s, err := kafka.New(opts, schema.NewSRClient(k.Registry.URL, regOpts), log)
+	if err != nil {
+		return nil, &pipeline.OpenError{What: "sink " + k.Name, Err: err}
+	}
+	return s, nil
+}
+
+// buildVersion is sluice's module version, "dev" for development builds.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
 }
 
 // runtimeConfig maps the runtime section.

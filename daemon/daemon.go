@@ -79,6 +79,15 @@ func RegisterSecrets(cfg *config.Config) {
 			}
 		}
 	}
+	for _, s := range cfg.Sinks {
+		if k := s.Kafka; k != nil {
+			for _, pw := range []string{k.SASL.Password, k.Registry.Password} {
+				if pw != "" {
+					obs.RegisterSecret(pw)
+				}
+			}
+		}
+	}
 }
 
 // Run builds the pipeline from cfg and runs it until ctx is cancelled (a

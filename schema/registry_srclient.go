@@ -1,0 +1,217 @@
+package schema
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/riferrei/srclient"
+)
+
+// SRClientOptions configures the HTTP client of NewSRClient.
+type SRClientOptions struct {
+	// Username and Password enable HTTP basic authentication (both must be
+	// set).
+	Username, Password string
+	// TLS configures HTTPS to the registry; nil uses the system defaults.
+	TLS *tls.Config
+	// Timeout bounds every HTTP request; zero means 10s.
+	Timeout time.Duration
+}
+
+// Confluent REST error codes treated as "nothing registered yet".
+const (
+	srSubjectNotFound = 40401
+	srVersionNotFound = 40402
+)
+
+// srRegistry implements Registry with srclient against a Confluent-API
+// schema registry (Confluent Schema Registry, Apicurio's ccompat API,
+// Redpanda, Karapace).
+type srRegistry struct {
+	base   string
+	opts   SRClientOptions
+	client srclient.ISchemaRegistryClient
+	http   *http.Client
+
+	mu  sync.Mutex
+	ids map[[2]string]int // {subject, schema text} → id
+}
+
+// NewSRClient returns a Registry that talks to the Confluent REST API at url
+// (e.g. "http://127.0.0.1:8081").
+//
+// Register posts to /subjects/{subject}/versions, which returns the existing
+// id for a schema already registered under the subject, so it is idempotent;
+// ids are cached per (subject, schema text), so repeated registrations cost
+// no request. SetCompatibility puts /config/{subject}. Compatible posts to
+// /compatibility/subjects/{subject}/versions/latest?verbose=true and returns
+// the registry's messages as the reason; a subject (or version) that does
+// not exist yet is compatible. The client has no context support: a call
+// whose ctx ends returns ctx.Err() at once while the request finishes in
+// the background, bounded by Timeout.
+func NewSRClient(url string, opts SRClientOptions) Registry {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if opts.TLS != nil {
+		tr.TLSClientConfig = opts.TLS
+	}
+	hc := &http.Client{Timeout: opts.Timeout, Transport: tr}
+	url = strings.TrimRight(url, "/")
+	c := srclient.NewSchemaRegistryClient(url, srclient.WithClient(hc))
+	if opts.Username != "" && opts.Password != "" {
+		c.SetCredentials(opts.Username, opts.Password)
+	}
+	return newSRRegistry(url, c, hc, opts)
+}
+
+func newSRRegistry(base string, c srclient.ISchemaRegistryClient, hc *http.Client, opts SRClientOptions) *srRegistry {
+	return &srRegistry{base: base, opts: opts, client: c, http: hc, ids: map[[2]string]int{}}
+}
+
+// call runs fn (a blocking srclient call) and returns early when ctx ends.
+func call[T any](ctx context.Context, fn func() (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// Register implements Registry.
+func (r *srRegistry) Register(ctx context.Context, subject, schema string) (int, error) {
+	k := [2]string{subject, schema}
+	r.mu.Lock()
+	id, ok := r.ids[k]
+	r.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	s, err := call(ctx, func() (*srclient.Schema, error) {
+		return r.client.CreateSchema(subject, schema, srclient.Avro)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		// A client that refuses duplicates (srclient's mock) or a
+		// registry in read-only mode still knows the schema: look it up.
+		if l, lerr := call(ctx, func() (*srclient.Schema, error) {
+			return r.client.LookupSchema(subject, schema, srclient.Avro)
+		}); lerr == nil && l != nil {
+			s, err = l, nil
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("schema registry %s: register subject %q: %w", r.base, subject, err)
+	}
+	r.mu.Lock()
+	r.ids[k] = s.ID()
+	r.mu.Unlock()
+	return s.ID(), nil
+}
+
+// SetCompatibility implements Registry.
+func (r *srRegistry) SetCompatibility(ctx context.Context, subject, level string) error {
+	level = strings.ToUpper(level)
+	switch level {
+	case CompatNone, CompatBackward, CompatBackwardTransitive, CompatForward, CompatForwardTransitive, CompatFull, CompatFullTransitive:
+	default:
+		return fmt.Errorf("schema: unknown compatibility level %q", level)
+	}
+	_, err := call(ctx, func() (*srclient.CompatibilityLevel, error) {
+		return r.client.ChangeSubjectCompatibilityLevel(subject, srclient.CompatibilityLevel(level))
+	})
+	if err != nil {
+		return fmt.Errorf("schema registry %s: set compatibility of subject %q to %s: %w", r.base, subject, level, err)
+	}
+	return nil
+}
+
+// compatResponse is the registry's answer to a verbose compatibility check.
+type compatResponse struct {
+	IsCompatible bool     `json:"is_compatible"`
+	Messages     []string `json:"messages"`
+}
+
+// restError is a Confluent REST error body.
+type restError struct {
+	Code    int    `json:"error_code"`
+	Message string `json:"message"`
+}
+
+// Compatible implements Registry.
+func (r *srRegistry) Compatible(ctx context.Context, subject, schema string) (bool, string, error) {
+	body, err := json.Marshal(map[string]string{"schema": schema})
+	if err != nil {
+		return false, "", err
+	}
+	u := r.base + "/compatibility/subjects/" + url.PathEscape(subject) + "/versions/latest?verbose=true"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return false, "", err
+	}
+	req.Header.Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+	req.Header.Set("Accept", "application/vnd.schemaregistry.v1+json, application/json")
+	if r.opts.Username != "" && r.opts.Password != "" {
+		req.SetBasicAuth(r.opts.Username, r.opts.Password)
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, "", ctx.Err()
+		}
+		return false, "", fmt.Errorf("schema registry %s: compatibility of subject %q: %w", r.base, subject, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return false, "", fmt.Errorf("schema registry %s: compatibility of subject %q: %w", r.base, subject, err)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		var e restError
+		if json.Unmarshal(data, &e) == nil && (e.Code == srSubjectNotFound || e.Code == srVersionNotFound) {
+			return true, "", nil // nothing registered yet: anything goes
+		}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return false, "", fmt.Errorf("schema registry %s: compatibility of subject %q: %s: %s",
+			r.base, subject, resp.Status, strings.TrimSpace(string(data)))
+	}
+	var cr compatResponse
+	if err := json.Unmarshal(data, &cr); err != nil {
+		return false, "", fmt.Errorf("schema registry %s: compatibility of subject %q: bad response: %w", r.base, subject, err)
+	}
+	if cr.IsCompatible {
+		return true, "", nil
+	}
+	reason := strings.Join(cr.Messages, "; ")
+	if reason == "" {
+		reason = "the registry reports the schema incompatible (no details given)"
+	}
+	return false, reason, nil
+}

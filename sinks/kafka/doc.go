@@ -1,0 +1,57 @@
+// Package kafka is the Kafka sink: it produces every change as an Avro
+// record in the Confluent wire format (schema.Frame), one topic per table,
+// with key and value schemas registered in a schema registry.
+//
+// Records. The Kafka key is the table's key columns (schema.Codec.EncodeKey)
+// so all changes of a row land in one partition, in order; partitions are
+// chosen like the Java client does (murmur2 of the key bytes, sign bit
+// masked, modulo the partition count), so Kafka Streams and ksqlDB
+// co-partition with these topics. The value is a Debezium change event
+// (Options.Envelope "debezium": before, after, source, op c/u/d/r/t, ts_ms)
+// or the flattened row ("row": the image plus __op, __version, __deleted,
+// __source_ts_ms) for upsert consumers. Every record has the headers
+// sluice.version (the record's pipeline.Version as 64 hex digits, whose
+// string order is version order, so consumers can drop stale replays —
+// Invariant 4) and sluice.op.
+//
+//   - A delete produces its delete event, then (Options.Tombstones) a
+//     tombstone: the same key with a null value, so compaction drops the key.
+//   - A truncate produces a Debezium "t" event with a null key, as Debezium
+//     does; it lands on one partition, so its order relative to row events
+//     holds only within that partition. The row envelope has no truncate
+//     form, and a compacted topic refuses keyless records: in both cases the
+//     truncate is dead-lettered (below), never dropped silently. Tables
+//     without key columns have the same keyless limitation.
+//   - Heartbeats produce nothing.
+//
+// Schemas. Before a table shape's first record, the sink sets the
+// compatibility level of its subjects (Options.Compatibility), asks the
+// registry whether the shape's key and value schemas are compatible, and
+// only then registers them; nothing of a shape is produced before that.
+// An incompatible shape either stops the pipeline with a pipeline.Fatal
+// error naming the column change and the registry's answer
+// (IncompatiblePolicy "fail") or is registered as a new subject version
+// under level NONE, after which the configured level is restored
+// ("new_subject_version"). Subjects follow the topic name strategy
+// (<topic>-key, <topic>-value) or the record name strategy.
+//
+// Delivery. The producer is idempotent with acks=all; Write produces the
+// whole batch asynchronously and returns nil only after every record's
+// promise succeeded, which is when the runtime's ack ledger may advance
+// (Invariant 1). A produce error fails the batch (the runtime retries it;
+// consumers absorb the duplicates by key and version), except refusals no
+// retry can fix (record too large, invalid record), which are permanent
+// per-record failures, and authorization failures, which are fatal.
+// Records that cannot be encoded (decimal NaN, a value out of its column's
+// range, unchanged TOAST values without Options.Unchanged) go to
+// Options.DLQTopic with their JSON form and the error in headers, or, with
+// no DLQ topic, come back as permanent failures so the runtime's
+// dead-letter queue takes them (Invariant 7).
+//
+// Topics are created on first use when Options.CreateTopics.Enabled (with
+// cleanup.policy=compact when Compact, for tables with a key); an existing
+// topic is used as it is.
+//
+// Not covered: transactional (exactly-once) producing; replays show up as
+// duplicates that consumers must absorb by key and version.
+package kafka

@@ -1,0 +1,332 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/schema"
+)
+
+// Sink produces change events to Kafka, one topic per table, in the
+// Confluent wire format with schemas from a registry. It implements
+// pipeline.Sink; see the package documentation for the delivery contract.
+// Write calls are serialized.
+type Sink struct {
+	opts  Options
+	reg   schema.Registry
+	log   *zap.Logger
+	cache *schema.Cache
+
+	mu     sync.Mutex
+	client *kgo.Client
+	admin  *kadm.Client
+	// Per process: shapes ready to produce, the newest shape per table (to
+	// describe changes), registered (subject, schema) ids, subjects whose
+	// level was set, topics prepared.
+	shapes     map[*pipeline.Table]*shape
+	prev       map[pipeline.TableID]*pipeline.Table
+	registered map[[2]string]int
+	levelSet   map[string]bool
+	topics     map[string]*topicState
+}
+
+var _ pipeline.Sink = (*Sink)(nil)
+
+// New checks opts and returns an unopened Sink writing schemas to reg. A nil
+// logger logs nothing.
+func New(opts Options, reg schema.Registry, log *zap.Logger) (*Sink, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, fmt.Errorf("kafka sink %s: %w", opts.Name, err)
+	}
+	if reg == nil {
+		return nil, fmt.Errorf("kafka sink %s: no schema registry", opts.Name)
+	}
+	if _, err := TopicName(opts.TopicTemplate, opts.ServerName, pipeline.TableID{Database: "d", Schema: "s", Table: "t"}); err != nil {
+		return nil, fmt.Errorf("kafka sink %s: %w", opts.Name, err)
+	}
+	if _, err := opts.clientOpts(); err != nil {
+		return nil, fmt.Errorf("kafka sink %s: %w", opts.Name, err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Sink{
+		opts: opts, reg: reg, log: log.With(zap.String("sink", opts.Name)),
+		cache: schema.NewCache(schema.Options{ConnectorName: opts.ConnectorName, ServerName: opts.ServerName, Unchanged: opts.Unchanged}),
+	}, nil
+}
+
+// Open connects to the brokers (failing when none answers) and creates the
+// DLQ topic when configured. It may be retried; opening an open Sink does
+// nothing.
+func (s *Sink) Open(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client != nil {
+		return nil
+	}
+	opts, err := s.opts.clientOpts()
+	if err != nil {
+		return pipeline.Fatal(fmt.Errorf("kafka sink %s: %w", s.opts.Name, err))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return pipeline.Fatal(fmt.Errorf("kafka sink %s: %w", s.opts.Name, err))
+	}
+	if err := cl.Ping(ctx); err != nil {
+		cl.Close()
+		return fmt.Errorf("kafka sink %s: brokers %v: %w", s.opts.Name, s.opts.Brokers, err)
+	}
+	s.client, s.admin = cl, kadm.NewClient(cl)
+	s.shapes = map[*pipeline.Table]*shape{}
+	s.prev = map[pipeline.TableID]*pipeline.Table{}
+	s.registered = map[[2]string]int{}
+	s.levelSet = map[string]bool{}
+	s.topics = map[string]*topicState{}
+	if s.opts.DLQTopic != "" {
+		if _, err := s.ensureTopic(ctx, s.opts.DLQTopic, false); err != nil {
+			s.closeLocked()
+			return fmt.Errorf("kafka sink %s: dlq topic: %w", s.opts.Name, err)
+		}
+	}
+	s.log.Info("kafka sink open", zap.Strings("brokers", s.opts.Brokers), zap.String("envelope", s.opts.Envelope),
+		zap.String("compression", s.opts.Producer.Compression))
+	return nil
+}
+
+// Close releases the client; Write already waited for every record.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeLocked()
+	return nil
+}
+
+func (s *Sink) closeLocked() {
+	if s.client != nil {
+		s.client.Close()
+		s.client, s.admin = nil, nil
+	}
+}
+
+// pending is what one input record turned into: the Kafka records to
+// produce (a delete and its tombstone share the input's index).
+type pending struct {
+	idx  int
+	recs []*kgo.Record
+}
+
+// Write produces the batch and returns nil only when the broker
+// acknowledged every record (acks=all, idempotent producer), which is what
+// lets the runtime's ack ledger advance (Invariant 1).
+//
+// It first prepares every record — shapes registered (compatibility checked
+// first), key and value encoded — and only then produces, asynchronously,
+// waiting for every promise. Records that cannot be encoded go to DLQTopic
+// or come back as permanent failures in a *pipeline.BatchError (Invariant
+// 7). A record the broker refuses for good (too large, invalid) is a
+// permanent failure too; any other produce error fails the whole batch with
+// a plain error so the runtime retries it: a replay only duplicates events,
+// which consumers absorb because they upsert by key and every record
+// carries its version (Invariant 4).
+func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client == nil {
+		return errors.New("kafka sink: write before open")
+	}
+	var work []pending
+	var bad []pipeline.RecordError
+	for i := range records {
+		r := &records[i]
+		if !r.Op.IsData() {
+			continue // heartbeats carry no row; the runtime checkpoints them
+		}
+		recs, err := s.prepare(ctx, r)
+		var ue unencodable
+		switch {
+		case errors.As(err, &ue):
+			bad = append(bad, pipeline.RecordError{Index: i, Err: ue.err, Permanent: true})
+		case err != nil:
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return err
+		default:
+			work = append(work, pending{i, recs})
+		}
+	}
+	for _, f := range bad {
+		r := &records[f.Index]
+		// Invariant 9: every record that is dead-lettered is logged.
+		s.log.Warn("record cannot be encoded", zap.Int("index", f.Index), zap.String("table", tableName(r)),
+			zap.String("version", r.Version.String()), zap.Bool("dlq_topic", s.opts.DLQTopic != ""), zap.Error(f.Err))
+	}
+	// Invariant 7: an unencodable record is never dropped: it goes to the
+	// DLQ topic, or back to the runtime as a permanent failure.
+	if s.opts.DLQTopic != "" {
+		for _, f := range bad {
+			work = append(work, pending{f.Index, []*kgo.Record{s.deadLetter(&records[f.Index], f.Err)}})
+		}
+		bad = nil
+	}
+	errs, err := s.produce(ctx, work)
+	if err != nil {
+		return err
+	}
+	var transient, fatal error
+	for _, p := range work {
+		e := errs[p.idx]
+		if e == nil {
+			continue
+		}
+		switch {
+		case isPermanent(e):
+			bad = append(bad, pipeline.RecordError{Index: p.idx, Err: fmt.Errorf("broker refused the record: %w", e), Permanent: true})
+		case isFatal(e):
+			fatal = e
+		case transient == nil:
+			transient = e
+		}
+	}
+	switch {
+	case fatal != nil:
+		return pipeline.Fatal(fmt.Errorf("kafka sink %s: %w", s.opts.Name, fatal))
+	case transient != nil:
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("kafka sink %s: not every record was acknowledged: %w", s.opts.Name, transient)
+	case len(bad) > 0:
+		return &pipeline.BatchError{Failed: bad}
+	}
+	// Invariant 1: nil only now, with every promise of the batch succeeded
+	// (acks=all), so the ledger may advance past these records.
+	return nil
+}
+
+// produce sends every record and waits for all promises (or ctx). errs maps
+// an input index to the first error of its records.
+func (s *Sink) produce(ctx context.Context, work []pending) (map[int]error, error) {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs = map[int]error{}
+	)
+	for _, p := range work {
+		for _, rec := range p.recs {
+			wg.Add(1)
+			idx := p.idx
+			s.client.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+				if err != nil {
+					mu.Lock()
+					if errs[idx] == nil {
+						errs[idx] = err
+					}
+					mu.Unlock()
+				}
+				wg.Done()
+			})
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// Records still buffered fail with ctx's error; those already sent
+		// may land, which a retry after restart only duplicates.
+		return nil, ctx.Err()
+	}
+	return errs, nil
+}
+
+// prepare encodes one data record into its Kafka records: the event (a
+// truncate has no key, like Debezium's), then for a delete a tombstone with
+// the same key when Tombstones is on. Every record carries the headers
+// sluice.version (hex, ordered like versions) and sluice.op.
+func (s *Sink) prepare(ctx context.Context, r *pipeline.Record) ([]*kgo.Record, error) {
+	if r.Table == nil {
+		return nil, unencodable{errors.New("data record without a table")}
+	}
+	sh, err := s.shapeOf(ctx, r.Table)
+	if err != nil {
+		return nil, err
+	}
+	var key []byte
+	if sh.keyID != 0 && r.Op != pipeline.OpTruncate {
+		k, err := sh.codec.EncodeKey(r)
+		if err != nil {
+			return nil, unencodable{err}
+		}
+		key = schema.Frame(sh.keyID, k)
+	}
+	if key == nil && sh.state.compacted {
+		what := "a table without key columns"
+		if r.Op == pipeline.OpTruncate {
+			what = "a truncate event"
+		}
+		return nil, unencodable{fmt.Errorf("topic %s is compacted and refuses records without a key (%s)", sh.topic, what)}
+	}
+	var val []byte
+	if s.opts.Envelope == EnvelopeRow {
+		if r.Op == pipeline.OpTruncate {
+			return nil, unencodable{errors.New("the row envelope has no form for a truncate (use the debezium envelope)")}
+		}
+		val, err = sh.codec.EncodeValue(r)
+	} else {
+		val, err = sh.codec.EncodeEnvelope(r, schema.SourceInfo{Version: s.opts.Version})
+	}
+	if err != nil {
+		return nil, unencodable{err}
+	}
+	headers := []kgo.RecordHeader{{Key: headerVersion, Value: []byte(r.Version.String())}, {Key: headerOp, Value: []byte(r.Op.String())}}
+	out := []*kgo.Record{{Topic: sh.topic, Key: key, Value: schema.Frame(sh.valueID, val), Headers: headers}}
+	if r.Op == pipeline.OpDelete && s.opts.Tombstones && key != nil {
+		out = append(out, &kgo.Record{Topic: sh.topic, Key: key, Headers: headers})
+	}
+	return out, nil
+}
+
+// deadLetter is the DLQTopic record of an unencodable record.
+func (s *Sink) deadLetter(r *pipeline.Record, cause error) *kgo.Record {
+	return &kgo.Record{Topic: s.opts.DLQTopic, Key: []byte(tableName(r)), Value: pipeline.MarshalRecord(r),
+		Headers: []kgo.RecordHeader{
+			{Key: headerError, Value: []byte(cause.Error())},
+			{Key: headerTable, Value: []byte(tableName(r))},
+			{Key: headerOp, Value: []byte(r.Op.String())},
+			{Key: headerVersion, Value: []byte(r.Version.String())},
+			{Key: headerSink, Value: []byte(s.opts.Name)},
+		}}
+}
+
+func tableName(r *pipeline.Record) string {
+	if r.Table == nil {
+		return ""
+	}
+	return r.Table.ID.String()
+}
+
+// isPermanent reports broker answers that no retry can change for this
+// record.
+func isPermanent(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage)
+}
+
+// isFatal reports answers that need an operator (credentials, ACLs).
+func isFatal(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+}
