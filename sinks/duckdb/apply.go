@@ -3,11 +3,15 @@ package duckdb
 import (
 	"context"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	duck "github.com/duckdb/duckdb-go/v2"
 	"go.uber.org/zap"
@@ -24,22 +28,41 @@ type tableBatch struct {
 	// cols is the union of the columns of every shape of the table seen in
 	// the batch: the newest shape's columns first, then older ones' extras.
 	cols   []pipeline.Column
-	keys   []int // indexes into cols of the key columns
+	keys   []int  // indexes into cols of the key columns
+	isKey  []bool // aligned with cols
 	newest *pipeline.Table
 	// truncate is the highest truncate version in the batch, if any.
 	truncate *pipeline.Version
 	// rows holds the highest-version change per key.
-	rows   []stagedRow
-	byKey  map[string]int
-	shapes map[*pipeline.Table][]int // shape → index in the shape per union column (-1: absent)
+	rows []stagedRow
+	// records counts the batch's data records of the table; arena is the
+	// backing array the rows' values are cut from (one allocation for all).
+	records int
+	arena   []any
+	spare   []any
+	byKey   map[string]int // encoded key → index in rows
+	byInt   map[int64]int  // single BIGINT-like key → index in rows
+	keyBuf  []byte
+	shapes  map[*pipeline.Table][]int // shape → index in the shape per union column (-1: absent)
+	// lastShape and lastIdx cache the previous record's shapes entry.
+	lastShape *pipeline.Table
+	lastIdx   []int
 }
 
 // stagedRow is one key's change, converted to staging values.
 type stagedRow struct {
 	version pipeline.Version
 	deleted bool
-	vals    []any  // aligned with tableBatch.cols
-	keep    []bool // aligned with cols: keep the value the row already has
+	vals    []any // aligned with tableBatch.cols
+	// kept is nil when the row writes every column (the common case).
+	kept *keptCols
+}
+
+// keptCols describes the columns of a row that keep the value the target
+// row already has: Unchanged values, columns the record's shape lacks and a
+// delete's non-key columns.
+type keptCols struct {
+	keep []bool // aligned with cols
 	// For kept columns, the newest value an older change of the same key in
 	// this batch wrote (fb) and that change's version (fbv, valid when hasFb).
 	// The MERGE uses it when it is newer than the target's row, so that
@@ -50,18 +73,26 @@ type stagedRow struct {
 	hasFb []bool
 }
 
+func newKeptCols(n int) *keptCols {
+	return &keptCols{keep: make([]bool, n), fb: make([]any, n), fbv: make([]pipeline.Version, n), hasFb: make([]bool, n)}
+}
+
 // absorb folds an older change o of the same key into the winner w.
 func (w *stagedRow) absorb(o *stagedRow) {
-	for j := range w.keep {
-		if !w.keep[j] {
+	if w.kept == nil {
+		return
+	}
+	k := w.kept
+	for j := range k.keep {
+		if !k.keep[j] {
 			continue
 		}
-		val, ver, ok := o.vals[j], o.version, !o.keep[j]
-		if !ok {
-			val, ver, ok = o.fb[j], o.fbv[j], o.hasFb[j]
+		val, ver, ok := o.vals[j], o.version, true
+		if o.kept != nil && o.kept.keep[j] {
+			val, ver, ok = o.kept.fb[j], o.kept.fbv[j], o.kept.hasFb[j]
 		}
-		if ok && (!w.hasFb[j] || w.fbv[j].Less(ver)) {
-			w.fb[j], w.fbv[j], w.hasFb[j] = val, ver, true
+		if ok && (!k.hasFb[j] || k.fbv[j].Less(ver)) {
+			k.fb[j], k.fbv[j], k.hasFb[j] = val, ver, true
 		}
 	}
 }
@@ -75,19 +106,31 @@ func (s *Sink) prepare(records []pipeline.Record) ([]*tableBatch, []pipeline.Rec
 	}
 	byID := map[pipeline.TableID]*tableBatch{}
 	var order []*tableBatch
+	// lookup finds the batch of a record's table; consecutive records
+	// mostly share their *Table, so the previous answer is cached.
+	var lastTable *pipeline.Table
+	var lastTB *tableBatch
+	lookup := func(t *pipeline.Table) *tableBatch {
+		if t != lastTable {
+			lastTable, lastTB = t, byID[t.ID]
+		}
+		return lastTB
+	}
 	// First pass: the shapes of each table, so rows align with one column set.
 	for i := range records {
 		r := &records[i]
 		if r.Op == pipeline.OpHeartbeat || r.Table == nil {
 			continue
 		}
-		tb := byID[r.Table.ID]
+		tb := lookup(r.Table)
 		if tb == nil {
 			tb = &tableBatch{id: r.Table.ID, target: targetName(r.Table.ID), byKey: map[string]int{},
 				shapes: map[*pipeline.Table][]int{}}
 			byID[r.Table.ID] = tb
 			order = append(order, tb)
+			lastTB = tb
 		}
+		tb.records++
 		if _, ok := tb.shapes[r.Table]; !ok {
 			tb.shapes[r.Table] = nil
 			if tb.newest == nil || r.Table.Generation > tb.newest.Generation {
@@ -98,6 +141,7 @@ func (s *Sink) prepare(records []pipeline.Record) ([]*tableBatch, []pipeline.Rec
 	for _, tb := range order {
 		tb.unionColumns()
 	}
+	lastTable, lastTB = nil, nil
 	// Second pass: convert and keep the newest change per key.
 	for i := range records {
 		r := &records[i]
@@ -108,7 +152,7 @@ func (s *Sink) prepare(records []pipeline.Record) ([]*tableBatch, []pipeline.Rec
 			fail(i, fmt.Errorf("%s record without a table", r.Op))
 			continue
 		}
-		tb := byID[r.Table.ID]
+		tb := lookup(r.Table)
 		switch r.Op {
 		case pipeline.OpTruncate:
 			if tb.truncate == nil || tb.truncate.Less(r.Version) {
@@ -116,22 +160,12 @@ func (s *Sink) prepare(records []pipeline.Record) ([]*tableBatch, []pipeline.Rec
 				tb.truncate = &v
 			}
 		case pipeline.OpInsert, pipeline.OpUpdate, pipeline.OpRead, pipeline.OpDelete:
-			row, key, err := tb.stage(r)
+			row, err := tb.stage(r)
 			if err != nil {
 				fail(i, err)
 				continue
 			}
-			if j, ok := tb.byKey[key]; ok {
-				if r.Version.Less(tb.rows[j].version) {
-					tb.rows[j].absorb(&row)
-				} else {
-					row.absorb(&tb.rows[j])
-					tb.rows[j] = row
-				}
-				continue
-			}
-			tb.byKey[key] = len(tb.rows)
-			tb.rows = append(tb.rows, row)
+			tb.add(row)
 		default:
 			fail(i, fmt.Errorf("unknown op %s", r.Op))
 		}
@@ -160,8 +194,11 @@ func (tb *tableBatch) unionColumns() {
 			}
 		}
 	}
+	tb.isKey = make([]bool, len(tb.cols))
 	for _, k := range tb.newest.KeyIdx {
-		tb.keys = append(tb.keys, seen[strings.ToLower(tb.newest.Columns[k].Name)])
+		j := seen[strings.ToLower(tb.newest.Columns[k].Name)]
+		tb.keys = append(tb.keys, j)
+		tb.isKey[j] = true
 	}
 	for _, t := range shapes {
 		idx := make([]int, len(tb.cols))
@@ -175,71 +212,174 @@ func (tb *tableBatch) unionColumns() {
 	}
 }
 
-// stage converts one data record to a staged row and its key string.
-// Columns the record's shape lacks, Unchanged values and (for deletes)
-// non-key columns are marked keep: an update leaves the target's value.
-func (tb *tableBatch) stage(r *pipeline.Record) (stagedRow, string, error) {
+// newVals returns a zeroed value slice for one row, cut from the arena.
+func (tb *tableBatch) newVals() []any {
+	if v := tb.spare; v != nil {
+		tb.spare = nil
+		return v
+	}
+	n := len(tb.cols)
+	if len(tb.arena) < n {
+		tb.arena = make([]any, max(tb.records, 1)*n)
+	}
+	v := tb.arena[:n:n]
+	tb.arena = tb.arena[n:]
+	return v
+}
+
+// stage converts one data record to a staged row. Columns the record's
+// shape lacks, Unchanged values and (for deletes) non-key columns are
+// marked kept: an update leaves the target's value.
+func (tb *tableBatch) stage(r *pipeline.Record) (stagedRow, error) {
 	img := r.After
 	if r.Op == pipeline.OpDelete {
 		img = r.Before
 	}
 	if len(tb.keys) == 0 {
-		return stagedRow{}, "", fmt.Errorf("table %s has no key columns; upsert by key is impossible", tb.id)
+		return stagedRow{}, fmt.Errorf("table %s has no key columns; upsert by key is impossible", tb.id)
 	}
 	if len(img) != len(r.Table.Columns) {
-		return stagedRow{}, "", fmt.Errorf("%s record image has %d values for %d columns", r.Op, len(img), len(r.Table.Columns))
+		return stagedRow{}, fmt.Errorf("%s record image has %d values for %d columns", r.Op, len(img), len(r.Table.Columns))
 	}
-	idx := tb.shapes[r.Table]
-	row := stagedRow{version: r.Version, deleted: r.Op == pipeline.OpDelete,
-		vals: make([]any, len(tb.cols)), keep: make([]bool, len(tb.cols)),
-		fb: make([]any, len(tb.cols)), fbv: make([]pipeline.Version, len(tb.cols)), hasFb: make([]bool, len(tb.cols))}
+	if r.Table != tb.lastShape {
+		tb.lastShape, tb.lastIdx = r.Table, tb.shapes[r.Table]
+	}
+	idx := tb.lastIdx
+	row := stagedRow{version: r.Version, deleted: r.Op == pipeline.OpDelete, vals: tb.newVals()}
+	row, err := tb.fill(r, img, idx, row)
+	if err != nil {
+		clear(row.vals)
+		tb.spare = row.vals // the failed row's values are reused
+		return stagedRow{}, err
+	}
+	return row, nil
+}
+
+func (tb *tableBatch) fill(r *pipeline.Record, img []any, idx []int, row stagedRow) (stagedRow, error) {
+	keep := func(j int) {
+		if row.kept == nil {
+			row.kept = newKeptCols(len(tb.cols))
+		}
+		row.kept.keep[j] = true
+	}
 	for j := range tb.cols {
-		isKey := slices.Contains(tb.keys, j)
+		isKey := tb.isKey[j]
 		i := idx[j]
 		if i < 0 && !row.deleted && tb.cols[j].Missing != nil {
 			// The record predates the column, so at its time the row held
 			// the column's missing value (see pipeline.Column.Missing).
 			staged, err := toStage(&tb.cols[j], tb.cols[j].Missing)
 			if err != nil {
-				return stagedRow{}, "", err
+				return row, err
 			}
 			row.vals[j] = staged
 			continue
 		}
 		if i < 0 || (row.deleted && !isKey) {
 			if isKey {
-				return stagedRow{}, "", fmt.Errorf("key column %s missing from the record's shape", tb.cols[j].Name)
+				return row, fmt.Errorf("key column %s missing from the record's shape", tb.cols[j].Name)
 			}
-			row.keep[j] = true
+			keep(j)
 			continue
 		}
 		v := img[i]
 		if _, ok := v.(pipeline.Unchanged); ok {
 			if isKey {
-				return stagedRow{}, "", fmt.Errorf("key column %s is unchanged-toast", tb.cols[j].Name)
+				return row, fmt.Errorf("key column %s is unchanged-toast", tb.cols[j].Name)
 			}
-			row.keep[j] = true
+			keep(j)
 			continue
 		}
 		c := &r.Table.Columns[i]
 		if c.Type != tb.cols[j].Type || c.Elem != tb.cols[j].Elem {
-			return stagedRow{}, "", valueErr("column %s changed type from %s to %s; target migration is not supported",
+			return row, valueErr("column %s changed type from %s to %s; target migration is not supported",
 				c.Name, c.Type, tb.cols[j].Type)
 		}
 		x, err := toStage(&tb.cols[j], v)
 		if err != nil {
-			return stagedRow{}, "", err
+			return row, err
 		}
 		if x == nil && isKey {
-			return stagedRow{}, "", fmt.Errorf("key column %s is NULL", c.Name)
+			return row, fmt.Errorf("key column %s is NULL", c.Name)
 		}
 		row.vals[j] = x
 	}
-	var key strings.Builder
-	for _, j := range tb.keys {
-		fmt.Fprintf(&key, "%T=%v\x00", row.vals[j], row.vals[j])
+	return row, nil
+}
+
+// add keeps row when it is the newest change of its key in the batch,
+// folding the older change into the newer one.
+func (tb *tableBatch) add(row stagedRow) {
+	var j int
+	var found bool
+	if len(tb.keys) == 1 {
+		if k, ok := row.vals[tb.keys[0]].(int64); ok {
+			if tb.byInt == nil {
+				tb.byInt = make(map[int64]int, tb.records)
+			}
+			if j, found = tb.byInt[k]; !found {
+				tb.byInt[k] = len(tb.rows)
+			}
+			goto merge
+		}
 	}
-	return row, key.String(), nil
+	tb.keyBuf = appendKey(tb.keyBuf[:0], tb.keys, row.vals)
+	if j, found = tb.byKey[string(tb.keyBuf)]; !found {
+		tb.byKey[string(tb.keyBuf)] = len(tb.rows)
+	}
+merge:
+	if !found {
+		tb.rows = append(tb.rows, row)
+		return
+	}
+	if row.version.Less(tb.rows[j].version) {
+		tb.rows[j].absorb(&row)
+		return
+	}
+	row.absorb(&tb.rows[j])
+	tb.rows[j] = row
+}
+
+// appendKey appends an encoding of a row's key values to b: equal keys
+// encode equally, different keys differently (each value carries its type
+// and, when variable in size, its length).
+func appendKey(b []byte, keys []int, vals []any) []byte {
+	for _, j := range keys {
+		switch x := vals[j].(type) {
+		case int64:
+			b = binary.BigEndian.AppendUint64(append(b, 1), uint64(x))
+		case uint64:
+			b = binary.BigEndian.AppendUint64(append(b, 2), x)
+		case int32:
+			b = binary.BigEndian.AppendUint32(append(b, 3), uint32(x))
+		case string:
+			b = append(binary.AppendUvarint(append(b, 4), uint64(len(x))), x...)
+		case []byte:
+			b = append(binary.AppendUvarint(append(b, 5), uint64(len(x))), x...)
+		case bool:
+			if x {
+				b = append(b, 6, 1)
+			} else {
+				b = append(b, 6, 0)
+			}
+		case duck.UUID:
+			b = append(append(b, 7), x[:]...)
+		case float64:
+			if x != x {
+				x = math.NaN()
+			}
+			b = binary.BigEndian.AppendUint64(append(b, 8), math.Float64bits(x))
+		case float32:
+			if x != x {
+				x = float32(math.NaN())
+			}
+			b = binary.BigEndian.AppendUint32(append(b, 9), math.Float32bits(x))
+		default:
+			s := fmt.Sprintf("%T=%v", x, x)
+			b = append(binary.AppendUvarint(append(b, 0xff), uint64(len(s))), s...)
+		}
+	}
+	return b
 }
 
 // apply writes every table batch in one transaction and commits it.
@@ -264,7 +404,7 @@ func (s *Sink) apply(ctx context.Context, batches []*tableBatch) (err error) {
 	return err
 }
 
-func (s *Sink) applyTable(ctx context.Context, tb *tableBatch, now any) error {
+func (s *Sink) applyTable(ctx context.Context, tb *tableBatch, now time.Time) error {
 	if err := s.ensureTable(ctx, tb); err != nil {
 		return err
 	}
@@ -294,9 +434,11 @@ func (s *Sink) applyTable(ctx context.Context, tb *tableBatch, now any) error {
 	if hasBarrier {
 		rows = slices.DeleteFunc(slices.Clone(rows), func(r stagedRow) bool { return r.version.Less(barrier) })
 		for i := range rows {
-			for j := range rows[i].hasFb {
-				if rows[i].hasFb[j] && rows[i].fbv[j].Less(barrier) {
-					rows[i].hasFb[j], rows[i].fb[j] = false, nil
+			if k := rows[i].kept; k != nil {
+				for j := range k.hasFb {
+					if k.hasFb[j] && k.fbv[j].Less(barrier) {
+						k.hasFb[j], k.fb[j] = false, nil
+					}
 				}
 			}
 		}
@@ -304,14 +446,20 @@ func (s *Sink) applyTable(ctx context.Context, tb *tableBatch, now any) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	if err := s.stageRows(ctx, tb, rows); err != nil {
-		return fmt.Errorf("staging: %w", err)
+	// The lean form stages only the values, the version and the deleted
+	// flag when no row keeps a stored value (no Unchanged value, no
+	// delete of a row with non-key columns, no column missing from a shape).
+	lean := true
+	for i := range rows {
+		if rows[i].kept != nil {
+			lean = false
+			break
+		}
 	}
-	if _, err := s.conn.ExecContext(ctx, s.mergeSQL(tb), now, now); err != nil {
+	if err := s.mergeRows(ctx, tb, rows, lean, now); err != nil {
 		return fmt.Errorf("merge: %w", err)
 	}
-	_, err := s.conn.ExecContext(ctx, "DROP TABLE temp.main."+stageTable)
-	return err
+	return nil
 }
 
 // ensureTable creates the target from the batch's columns or adds the
@@ -345,6 +493,8 @@ func (s *Sink) ensureTable(ctx context.Context, tb *tableBatch) error {
 		s.log.Info("target table created", zap.String("table", tb.target), zap.Int("columns", len(tb.cols)))
 		return nil
 	}
+	var fills []string
+	var fillArgs []any
 	for i := range tb.cols {
 		name := strings.ToLower(tb.cols[i].Name)
 		if _, ok := have[name]; ok {
@@ -360,83 +510,48 @@ func (s *Sink) ensureTable(ctx context.Context, tb *tableBatch) error {
 			// Rows that existed when the source added the column hold its
 			// missing value without any change event saying so; every row
 			// here predates the column.
-			staged, err := toStage(&tb.cols[i], m)
+			expr, args, err := param(&tb.cols[i], m)
 			if err != nil {
 				return fmt.Errorf("add column %s: missing value: %w", tb.cols[i].Name, err)
 			}
-			expr := "?::" + ct.stage
-			if ct.conv != nil {
-				expr = ct.conv(expr)
-			}
-			if _, err := s.conn.ExecContext(ctx, "UPDATE "+s.qualified(tb.target)+" SET "+quote(tb.cols[i].Name)+" = "+expr, staged); err != nil {
-				return fmt.Errorf("add column %s: fill existing rows: %w", tb.cols[i].Name, err)
-			}
+			fills = append(fills, quote(tb.cols[i].Name)+" = "+expr)
+			fillArgs = append(fillArgs, args...)
 		}
 		have[name] = ddl
 		s.log.Info("target column added", zap.String("table", tb.target), zap.String("column", tb.cols[i].Name),
 			zap.String("type", ddl))
 	}
+	// One UPDATE after every ALTER: DuckDB fails the commit of a
+	// transaction that alters a table it has already updated.
+	if len(fills) > 0 {
+		if _, err := s.conn.ExecContext(ctx, "UPDATE "+s.qualified(tb.target)+" SET "+strings.Join(fills, ", "), fillArgs...); err != nil {
+			return fmt.Errorf("add columns: fill existing rows with missing values: %w", err)
+		}
+	}
 	return nil
 }
 
-// stageRows fills a temporary staging table through the Appender.
-func (s *Sink) stageRows(ctx context.Context, tb *tableBatch, rows []stagedRow) error {
-	defs := make([]string, 0, len(tb.cols)+3)
-	for i := range tb.cols {
-		defs = append(defs, fmt.Sprintf("c%d %s", i, typeOf(&tb.cols[i]).stage))
-	}
-	for i := range tb.cols {
-		defs = append(defs, fmt.Sprintf("f%d %s", i, typeOf(&tb.cols[i]).stage))
-	}
-	defs = append(defs, "v BLOB", "d BOOLEAN", "k BOOLEAN[]", "fv BLOB[]")
-	if _, err := s.conn.ExecContext(ctx, "CREATE OR REPLACE TEMP TABLE "+stageTable+" ("+strings.Join(defs, ", ")+")"); err != nil {
-		return err
-	}
-	return s.conn.Raw(func(dc any) error {
-		conn, ok := dc.(driver.Conn)
-		if !ok {
-			return fmt.Errorf("unexpected driver connection %T", dc)
-		}
-		a, err := duck.NewAppender(conn, "temp", "main", stageTable)
-		if err != nil {
-			return err
-		}
-		n := len(tb.cols)
-		args := make([]driver.Value, 2*n+4)
-		for _, r := range rows {
-			if err := ctx.Err(); err != nil {
-				return errors.Join(err, a.Close())
-			}
-			keep, fbv := make([]any, n), make([]any, n)
-			for i := range n {
-				args[i], args[n+i], keep[i] = r.vals[i], nil, r.keep[i]
-				if r.hasFb[i] {
-					args[n+i], fbv[i] = r.fb[i], r.fbv[i].Bytes()
-				}
-			}
-			args[2*n], args[2*n+1], args[2*n+2], args[2*n+3] = r.version.Bytes(), r.deleted, keep, fbv
-			if err := a.AppendRow(args...); err != nil {
-				return errors.Join(err, a.Close())
-			}
-		}
-		return a.Close()
-	})
-}
-
-// mergeSQL is the set-based upsert of the staged rows. Its two parameters
-// are the _sluice_updated_at value.
-func (s *Sink) mergeSQL(tb *tableBatch) string {
+// mergeQuery is the set-based upsert of the staged rows, read from the
+// relation from; now is the _sluice_updated_at expression.
+func (s *Sink) mergeQuery(tb *tableBatch, lean bool, from, now string) string {
 	sel := make([]string, 0, 2*len(tb.cols)+4)
-	for _, p := range []string{"c", "f"} {
+	prefixes := []string{"c", "f"}
+	if lean {
+		prefixes = prefixes[:1]
+	}
+	for _, p := range prefixes {
 		for i := range tb.cols {
-			x := fmt.Sprintf("%s%d", p, i)
+			x := p + strconv.Itoa(i)
 			if ct := typeOf(&tb.cols[i]); ct.conv != nil {
-				x = ct.conv(x)
+				x = ct.conv(x) + " AS " + x
 			}
-			sel = append(sel, fmt.Sprintf("%s AS %s%d", x, p, i))
+			sel = append(sel, x)
 		}
 	}
-	sel = append(sel, "v", "d", "k", "fv")
+	sel = append(sel, "v", "d")
+	if !lean {
+		sel = append(sel, "k", "fv")
+	}
 	on := make([]string, len(tb.keys))
 	for i, j := range tb.keys {
 		on[i] = fmt.Sprintf("t.%s = s.c%d", quote(tb.cols[j].Name), j)
@@ -445,8 +560,13 @@ func (s *Sink) mergeSQL(tb *tableBatch) string {
 	for i := range tb.cols {
 		name := quote(tb.cols[i].Name)
 		names = append(names, name)
-		if slices.Contains(tb.keys, i) {
+		if tb.isKey[i] {
 			vals = append(vals, fmt.Sprintf("s.c%d", i))
+			continue
+		}
+		if lean {
+			vals = append(vals, fmt.Sprintf("s.c%d", i))
+			set = append(set, fmt.Sprintf("%s = s.c%d", name, i))
 			continue
 		}
 		// Unchanged values, columns the record's shape lacks and a delete's
@@ -457,14 +577,144 @@ func (s *Sink) mergeSQL(tb *tableBatch) string {
 		set = append(set, fmt.Sprintf("%[1]s = CASE WHEN NOT s.k[%[2]d] THEN s.c%[3]d WHEN s.fv[%[2]d] > t.%[4]s THEN s.f%[3]d ELSE t.%[1]s END",
 			name, i+1, i, quote(colVersion)))
 	}
-	set = append(set, quote(colVersion)+" = s.v", quote(colDeleted)+" = s.d", quote(colUpdatedAt)+" = ?")
+	set = append(set, quote(colVersion)+" = s.v", quote(colDeleted)+" = s.d", quote(colUpdatedAt)+" = "+now)
 	names = append(names, quote(colVersion), quote(colDeleted), quote(colUpdatedAt))
-	vals = append(vals, "s.v", "s.d", "?")
+	vals = append(vals, "s.v", "s.d", now)
 	// Invariant 4: a change whose version is not newer than the stored
 	// row's (live or tombstone) changes nothing, so replays are idempotent
 	// and late snapshot rows cannot resurrect deleted ones.
 	return "MERGE INTO " + s.qualified(tb.target) + " AS t\nUSING (SELECT " + strings.Join(sel, ", ") +
-		" FROM temp.main." + stageTable + ") AS s\nON " + strings.Join(on, " AND ") +
+		" FROM " + from + ") AS s\nON " + strings.Join(on, " AND ") +
 		"\nWHEN MATCHED AND s.v > t." + quote(colVersion) + " THEN UPDATE SET " + strings.Join(set, ", ") +
 		"\nWHEN NOT MATCHED THEN INSERT (" + strings.Join(names, ", ") + ") VALUES (" + strings.Join(vals, ", ") + ")"
+}
+
+// stageTypes returns the staging columns' names and types.
+func stageTypes(tb *tableBatch, lean bool) ([]string, []duck.TypeInfo, error) {
+	var names []string
+	var types []duck.TypeInfo
+	add := func(name, typ string) error {
+		ti, err := typeInfo(typ)
+		if err != nil {
+			return fmt.Errorf("staging column %s: %w", name, err)
+		}
+		names, types = append(names, name), append(types, ti)
+		return nil
+	}
+	for _, p := range []string{"c", "f"} {
+		if p == "f" && lean {
+			break
+		}
+		for i := range tb.cols {
+			if err := add(p+strconv.Itoa(i), typeOf(&tb.cols[i]).stage); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	extra := []string{"v", "BLOB", "d", "BOOLEAN", "k", "BOOLEAN[]", "fv", "BLOB[]"}
+	if lean {
+		extra = extra[:4]
+	}
+	for i := 0; i < len(extra); i += 2 {
+		if err := add(extra[i], extra[i+1]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return names, types, nil
+}
+
+// typeInfo is the driver's type of a staging type name.
+func typeInfo(typ string) (duck.TypeInfo, error) {
+	if elem, ok := strings.CutSuffix(typ, "[]"); ok {
+		e, err := typeInfo(elem)
+		if err != nil {
+			return nil, err
+		}
+		return duck.NewListInfo(e)
+	}
+	var w, sc uint8
+	if _, err := fmt.Sscanf(typ, "DECIMAL(%d,%d)", &w, &sc); err == nil {
+		return duck.NewDecimalInfo(w, sc)
+	}
+	t, ok := map[string]duck.Type{"BOOLEAN": duck.TYPE_BOOLEAN, "SMALLINT": duck.TYPE_SMALLINT, "INTEGER": duck.TYPE_INTEGER,
+		"BIGINT": duck.TYPE_BIGINT, "UTINYINT": duck.TYPE_UTINYINT, "USMALLINT": duck.TYPE_USMALLINT,
+		"UINTEGER": duck.TYPE_UINTEGER, "UBIGINT": duck.TYPE_UBIGINT, "FLOAT": duck.TYPE_FLOAT, "DOUBLE": duck.TYPE_DOUBLE,
+		"VARCHAR": duck.TYPE_VARCHAR, "BLOB": duck.TYPE_BLOB, "UUID": duck.TYPE_UUID, "INTERVAL": duck.TYPE_INTERVAL}[typ]
+	if !ok {
+		return nil, fmt.Errorf("no driver type for %s", typ)
+	}
+	return duck.NewTypeInfo(t)
+}
+
+// mergeRows runs the MERGE over the rows through a query Appender: DuckDB
+// reads the appended rows as the relation stageTable, with no table to
+// create and drop.
+func (s *Sink) mergeRows(ctx context.Context, tb *tableBatch, rows []stagedRow, lean bool, now time.Time) error {
+	names, types, err := stageTypes(tb, lean)
+	if err != nil {
+		return err
+	}
+	q := s.mergeQuery(tb, lean, stageTable, "make_timestamptz("+strconv.FormatInt(now.UnixMicro(), 10)+"::BIGINT)")
+	return s.conn.Raw(func(dc any) error {
+		conn, ok := dc.(driver.Conn)
+		if !ok {
+			return fmt.Errorf("unexpected driver connection %T", dc)
+		}
+		a, err := duck.NewQueryAppender(conn, q, stageTable, types, names)
+		if err != nil {
+			return err
+		}
+		if err := appendRows(ctx, a, len(tb.cols), rows, lean); err != nil {
+			// Discard the rows rather than merging part of them.
+			return errors.Join(err, a.Clear(), a.Close())
+		}
+		// Closing flushes: the MERGE runs over the appended rows (more
+		// than one time when they exceed the Appender's flush threshold,
+		// which is harmless: every key appears once).
+		return a.CloseWithCancel(ctx)
+	})
+}
+
+func appendRows(ctx context.Context, a *duck.Appender, n int, rows []stagedRow, lean bool) error {
+	// One backing array for every row's version bytes.
+	vbuf := make([]byte, 32*len(rows))
+	width := n + 2
+	if !lean {
+		width = 2*n + 4
+	}
+	args := make([]driver.Value, width)
+	for i := range rows {
+		r := &rows[i]
+		if i%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		v := vbuf[32*i : 32*i+32 : 32*i+32]
+		for c, x := range r.version {
+			binary.BigEndian.PutUint64(v[8*c:], x)
+		}
+		if lean {
+			for c := range n {
+				args[c] = r.vals[c]
+			}
+			args[n], args[n+1] = v, r.deleted
+		} else {
+			keep, fbv := make([]any, n), make([]any, n)
+			for c := range n {
+				args[c], args[n+c], keep[c] = r.vals[c], nil, false
+				if k := r.kept; k != nil {
+					keep[c] = k.keep[c]
+					if k.hasFb[c] {
+						args[n+c], fbv[c] = k.fb[c], k.fbv[c].Bytes()
+					}
+				}
+			}
+			args[2*n], args[2*n+1], args[2*n+2], args[2*n+3] = v, r.deleted, keep, fbv
+		}
+		if err := a.AppendRow(args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -8,9 +8,13 @@
 // columns stay, nullable.
 //
 // Write converts a batch in Go, keeps the highest-version change per key,
-// fills a temporary staging table through the DuckDB Appender and applies it
-// with one MERGE per table, all in one transaction that is committed before
-// Write returns. Delivery guarantees (Invariant 4):
+// and hands the rows to a DuckDB query Appender that applies them with one
+// MERGE per table, all in one transaction that is committed before Write
+// returns. When no row of a table keeps a stored value (no Unchanged value,
+// no delete of a row with non-key columns, no column missing from the
+// record's shape), only the values, version and deleted flag are staged and
+// the MERGE is a plain version-guarded upsert. Delivery guarantees
+// (Invariant 4):
 //
 //   - a change whose version is not newer than the stored row's changes
 //     nothing, so replays and duplicates are harmless;

@@ -323,3 +323,70 @@ func TestTypesRoundTrip(t *testing.T) {
 		t.Fatalf("decimals lost their exact form: %v %v", got[9], got[10])
 	}
 }
+
+func TestAddColumnMissingValue(t *testing.T) {
+	s := openSink(t, Options{})
+	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", "x"))
+	gen2 := &pipeline.Table{ID: people.ID, KeyIdx: []int{0}, Generation: 2,
+		Columns: append(append([]pipeline.Column{}, people.Columns...),
+			pipeline.Column{Name: "score", Type: pipeline.TypeDecimal, Precision: 6, Scale: 1, Missing: dec("12.5")},
+			pipeline.Column{Name: "big", Type: pipeline.TypeDecimal, Precision: 30, Scale: 2, Missing: dec("-7")},
+			pipeline.Column{Name: "marks", Type: pipeline.TypeArray, Elem: pipeline.TypeDecimal, Precision: 5, Scale: 2,
+				Missing: []any{dec("1.5"), nil}})}
+	// Key 2 is written with the old shape in the same batch as the new
+	// shape: it predates the columns and gets their missing values too.
+	mustWrite(t, s, upsert(pipeline.OpInsert, 2, int64(2), "b", nil),
+		pipeline.Record{Op: pipeline.OpInsert, Table: gen2, Version: ver(3),
+			After: []any{int64(3), "c", nil, dec("-0.5"), dec("1.25"), []any{dec("2")}}})
+	expectRows(t, s, gen2,
+		[]any{int64(1), "a", "x", dec("12.5"), dec("-7.00"), []any{dec("1.50"), nil}},
+		[]any{int64(2), "b", nil, dec("12.5"), dec("-7.00"), []any{dec("1.50"), nil}},
+		[]any{int64(3), "c", nil, dec("-0.5"), dec("1.25"), []any{dec("2.00")}})
+}
+
+func TestDecimalScaledInt(t *testing.T) {
+	c := &pipeline.Column{Name: "x", Type: pipeline.TypeDecimal, Precision: 12, Scale: 2}
+	for in, want := range map[string]int64{"0": 0, "1.5": 150, "-1.5": -150, "9999999999.99": 999999999999,
+		"-9999999999.99": -999999999999, "1.2300000000000000000000": 123, "12e3": 1200000} {
+		got, err := decimalInt(c, dec(in))
+		if err != nil || got != want {
+			t.Errorf("%s: got %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"10000000000", "-10000000000.00", "1.234", "NaN", "-Infinity",
+		"-9223372036854775808", "92233720368547758070", "1e30"} {
+		if got, err := decimalInt(c, dec(in)); err == nil {
+			t.Errorf("%s: got %d, want an error", in, got)
+		}
+	}
+	wide := &pipeline.Column{Name: "w", Type: pipeline.TypeDecimal, Precision: 18, Scale: 0}
+	if got, err := decimalInt(wide, dec("999999999999999999")); err != nil || got != 999999999999999999 {
+		t.Errorf("18 digits: %d, %v", got, err)
+	}
+	if _, err := decimalInt(wide, dec("1000000000000000000")); err == nil {
+		t.Error("19 digits fit DECIMAL(18,0)")
+	}
+}
+
+// TestKeyOnlyTableDelete covers the lean staging form with deletes: a
+// table without non-key columns keeps no column on delete.
+func TestKeyOnlyTableDelete(t *testing.T) {
+	s := openSink(t, Options{})
+	tags := &pipeline.Table{ID: pipeline.TableID{Schema: "s", Table: "tags"}, KeyIdx: []int{0, 1},
+		Columns: []pipeline.Column{{Name: "name", Type: pipeline.TypeString, Key: true},
+			{Name: "n", Type: pipeline.TypeInt32, Key: true}}}
+	rec := func(op pipeline.Op, v uint64, name string, n int64) pipeline.Record {
+		r := pipeline.Record{Op: op, Table: tags, Version: ver(v)}
+		if op == pipeline.OpDelete {
+			r.Before = []any{name, n}
+		} else {
+			r.After = []any{name, n}
+		}
+		return r
+	}
+	mustWrite(t, s, rec(pipeline.OpInsert, 1, "a", 1), rec(pipeline.OpInsert, 1, "a", 2), rec(pipeline.OpInsert, 1, "b", 1))
+	// In one batch: a newer delete, an older insert of the same key after
+	// it, and a delete older than the stored row.
+	mustWrite(t, s, rec(pipeline.OpDelete, 3, "a", 1), rec(pipeline.OpInsert, 2, "a", 1), rec(pipeline.OpDelete, 0, "b", 1))
+	expectRows(t, s, tags, []any{"a", int64(2)}, []any{"b", int64(1)})
+}

@@ -89,6 +89,10 @@ func scalarType(t pipeline.Type, c *pipeline.Column) colType {
 	case pipeline.TypeDecimal:
 		if fixedDecimal(c) {
 			ddl := fmt.Sprintf("DECIMAL(%d,%d)", c.Precision, c.Scale)
+			if c.Precision <= maxInt64Digits {
+				// Staged as the scaled integer the Appender writes natively.
+				return colType{ddl: ddl, stage: ddl, read: func(x string) string { return "CAST(" + x + " AS VARCHAR)" }}
+			}
 			return colType{ddl: ddl, stage: "VARCHAR",
 				conv: func(x string) string { return "CAST(" + x + " AS " + ddl + ")" },
 				read: func(x string) string { return "CAST(" + x + " AS VARCHAR)" }}
@@ -142,6 +146,18 @@ func fixedDecimal(c *pipeline.Column) bool {
 	return c.Precision > 0 && c.Precision <= 38 && c.Scale >= 0 && c.Scale <= c.Precision
 }
 
+// maxInt64Digits is the widest DECIMAL precision staged as a scaled int64
+// (DuckDB stores DECIMAL(p,s) with p ≤ 18 in at most 64 bits); wider fixed
+// decimals are staged as exact text.
+const maxInt64Digits = 18
+
+// scaledDecimal reports whether values of c (or its elements) are staged
+// as scaled integers.
+func scaledDecimal(c *pipeline.Column) bool {
+	return fixedDecimal(c) && c.Precision <= maxInt64Digits &&
+		(c.Type == pipeline.TypeDecimal || c.Type == pipeline.TypeArray && c.Elem == pipeline.TypeDecimal)
+}
+
 // toStage converts a record value to what the Appender writes into the
 // staging column of c. nil stays NULL. Unchanged never reaches it.
 func toStage(c *pipeline.Column, v any) (any, error) {
@@ -172,15 +188,66 @@ func toStage(c *pipeline.Column, v any) (any, error) {
 	return out, nil
 }
 
+// param converts a value of c to the SQL expression that turns it into
+// the target type and the expression's parameters. Decimals staged as
+// scaled integers are given as exact text instead, which a cast reads
+// correctly; a list of them is spelled out as a literal (their text is
+// digits, sign and point only), since a list parameter cannot mix NULL
+// and text elements.
+func param(c *pipeline.Column, v any) (expr string, args []any, err error) {
+	ct := typeOf(c)
+	if !scaledDecimal(c) {
+		arg, err := toStage(c, v)
+		if err != nil {
+			return "", nil, err
+		}
+		expr = "?::" + ct.stage
+		if ct.conv != nil {
+			expr = ct.conv(expr)
+		}
+		return expr, []any{arg}, nil
+	}
+	text := func(e any) (string, error) {
+		d, ok := e.(pipeline.Decimal)
+		if !ok {
+			return "", valueErr("column %s: %T is not a decimal value", c.Name, e)
+		}
+		return decimalText(c, d)
+	}
+	if v == nil {
+		return "CAST(NULL AS " + ct.ddl + ")", nil, nil
+	}
+	if c.Type != pipeline.TypeArray {
+		t, err := text(v)
+		return "CAST(?::VARCHAR AS " + ct.ddl + ")", []any{t}, err
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return "", nil, valueErr("column %s: array value is %T", c.Name, v)
+	}
+	elems := make([]string, len(list))
+	for i, e := range list {
+		elems[i] = "NULL"
+		if e == nil {
+			continue
+		}
+		t, err := text(e)
+		if err != nil {
+			return "", nil, err
+		}
+		elems[i] = "'" + t + "'"
+	}
+	return "CAST([" + strings.Join(elems, ", ") + "]::VARCHAR[] AS " + ct.ddl + ")", nil, nil
+}
+
 func scalarToStage(t pipeline.Type, c *pipeline.Column, v any) (any, error) {
 	mismatch := func() error { return valueErr("column %s: %T is not a %s value", c.Name, v, t) }
 	switch t {
 	case pipeline.TypeBool:
-		b, ok := v.(bool)
-		if !ok {
+		if _, ok := v.(bool); !ok {
 			return nil, mismatch()
 		}
-		return b, nil
+		return v, nil
 	case pipeline.TypeInt16, pipeline.TypeInt32, pipeline.TypeInt64:
 		i, ok := v.(int64)
 		if !ok {
@@ -191,7 +258,7 @@ func scalarToStage(t pipeline.Type, c *pipeline.Column, v any) (any, error) {
 			t == pipeline.TypeInt32 && (i < math.MinInt32 || i > math.MaxInt32):
 			return nil, valueErr("column %s: %d out of %s range", c.Name, i, t)
 		}
-		return i, nil
+		return v, nil // the record's own interface value: no new allocation
 	case pipeline.TypeUint8, pipeline.TypeUint16, pipeline.TypeUint32, pipeline.TypeUint64:
 		u, ok := v.(uint64)
 		if !ok {
@@ -202,7 +269,7 @@ func scalarToStage(t pipeline.Type, c *pipeline.Column, v any) (any, error) {
 		if u > limit {
 			return nil, valueErr("column %s: %d out of %s range", c.Name, u, t)
 		}
-		return u, nil
+		return v, nil
 	case pipeline.TypeFloat32, pipeline.TypeFloat64:
 		f, ok := v.(float64)
 		if !ok {
@@ -211,7 +278,7 @@ func scalarToStage(t pipeline.Type, c *pipeline.Column, v any) (any, error) {
 		if t == pipeline.TypeFloat32 {
 			return float32(f), nil
 		}
-		return f, nil
+		return v, nil
 	case pipeline.TypeDecimal:
 		d, ok := v.(pipeline.Decimal)
 		if !ok {
@@ -220,13 +287,15 @@ func scalarToStage(t pipeline.Type, c *pipeline.Column, v any) (any, error) {
 		if !fixedDecimal(c) {
 			return d.String(), nil // exact text, NaN and infinities included
 		}
+		if c.Precision <= maxInt64Digits {
+			return decimalInt(c, d)
+		}
 		return decimalText(c, d)
 	case pipeline.TypeBytes, pipeline.TypeBit, pipeline.TypeGeometry:
-		b, ok := v.([]byte)
-		if !ok {
+		if _, ok := v.([]byte); !ok {
 			return nil, mismatch()
 		}
-		return b, nil
+		return v, nil
 	case pipeline.TypeUUID:
 		u, ok := v.(pipeline.UUID)
 		if !ok {
@@ -310,19 +379,28 @@ func scalarToStage(t pipeline.Type, c *pipeline.Column, v any) (any, error) {
 		}
 		return duck.Interval{Months: iv.Months, Days: iv.Days, Micros: iv.Micros}, nil
 	default:
-		s, ok := v.(string)
-		if !ok {
+		if _, ok := v.(string); !ok {
 			return nil, mismatch()
 		}
-		return s, nil
+		return v, nil
 	}
 }
 
 // decimalText renders d with exactly the column's scale, failing when it
 // does not fit DECIMAL(p,s) exactly.
 func decimalText(c *pipeline.Column, d pipeline.Decimal) (string, error) {
+	u, err := decimalScaled(c, d)
+	if err != nil {
+		return "", err
+	}
+	return pipeline.Decimal{Unscaled: u, Scale: int32(c.Scale)}.String(), nil
+}
+
+// decimalScaled returns d × 10^scale of the column, failing when d does not
+// fit DECIMAL(p,s) exactly.
+func decimalScaled(c *pipeline.Column, d pipeline.Decimal) (*big.Int, error) {
 	if !d.IsFinite() {
-		return "", valueErr("column %s: decimal %s has no DuckDB DECIMAL form", c.Name, d.Special)
+		return nil, valueErr("column %s: decimal %s has no DuckDB DECIMAL form", c.Name, d.Special)
 	}
 	u := new(big.Int)
 	if d.Unscaled != nil {
@@ -335,14 +413,61 @@ func decimalText(c *pipeline.Column, d pipeline.Decimal) (string, error) {
 	case diff < 0:
 		q, r := new(big.Int).QuoRem(u, new(big.Int).Exp(big.NewInt(10), big.NewInt(-diff), nil), new(big.Int))
 		if r.Sign() != 0 {
-			return "", valueErr("column %s: %s has more than %d fractional digits", c.Name, d, c.Scale)
+			return nil, valueErr("column %s: %s has more than %d fractional digits", c.Name, d, c.Scale)
 		}
 		u = q
 	}
 	if len(new(big.Int).Abs(u).String()) > c.Precision {
-		return "", valueErr("column %s: %s exceeds DECIMAL(%d,%d)", c.Name, d, c.Precision, c.Scale)
+		return nil, valueErr("column %s: %s exceeds DECIMAL(%d,%d)", c.Name, d, c.Precision, c.Scale)
 	}
-	return pipeline.Decimal{Unscaled: u, Scale: int32(c.Scale)}.String(), nil
+	return u, nil
+}
+
+// pow10 holds 10^0 … 10^18.
+var pow10 = func() (p [maxInt64Digits + 1]int64) {
+	p[0] = 1
+	for i := 1; i < len(p); i++ {
+		p[i] = p[i-1] * 10
+	}
+	return p
+}()
+
+// decimalInt returns d × 10^scale of a column of at most 18 digits as an
+// int64, failing when d does not fit DECIMAL(p,s) exactly. Values whose
+// unscaled integer fits an int64 take a path without big.Int arithmetic.
+func decimalInt(c *pipeline.Column, d pipeline.Decimal) (int64, error) {
+	if d.IsFinite() && (d.Unscaled == nil || d.Unscaled.IsInt64()) {
+		var u int64
+		if d.Unscaled != nil {
+			u = d.Unscaled.Int64()
+		}
+		limit := pow10[c.Precision] // |result| must stay below 10^p
+		diff := int64(c.Scale) - int64(d.Scale)
+		ok := true
+		switch {
+		case u == 0:
+		case diff > 0:
+			if q := limit / pow10[min(diff, maxInt64Digits)]; diff > maxInt64Digits || u >= q || u <= -q {
+				ok = false // too wide (or not representable here): the exact path decides
+			} else {
+				u *= pow10[diff]
+			}
+		case diff < 0:
+			if -diff > maxInt64Digits || u%pow10[-diff] != 0 {
+				ok = false
+			} else {
+				u /= pow10[-diff]
+			}
+		}
+		if ok && u > -limit && u < limit {
+			return u, nil
+		}
+	}
+	u, err := decimalScaled(c, d)
+	if err != nil {
+		return 0, err
+	}
+	return u.Int64(), nil
 }
 
 // fromRead converts a value scanned through the column's read expression

@@ -1,0 +1,128 @@
+package duckdb
+
+import (
+	"math/big"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// benchTable has the shape of the Postgres drain benchmark's table:
+// id bigint PRIMARY KEY, qty integer, label text, amount numeric(12,2),
+// created_at timestamptz, active boolean.
+var benchTable = &pipeline.Table{
+	ID: pipeline.TableID{Database: "bench", Schema: "public", Table: "bench_rows"},
+	Columns: []pipeline.Column{
+		{Name: "id", Type: pipeline.TypeInt64, Key: true, SourceType: "bigint"},
+		{Name: "qty", Type: pipeline.TypeInt32, SourceType: "integer"},
+		{Name: "label", Type: pipeline.TypeText, SourceType: "text"},
+		{Name: "amount", Type: pipeline.TypeDecimal, Precision: 12, Scale: 2, SourceType: "numeric(12,2)"},
+		{Name: "created_at", Type: pipeline.TypeTimestampTZ, SourceType: "timestamp with time zone"},
+		{Name: "active", Type: pipeline.TypeBool, SourceType: "boolean"},
+	},
+	KeyIdx: []int{0}, Generation: 1,
+}
+
+const benchBatch = 10_000
+
+// benchRecords returns one batch of inserts (or updates) of keys
+// [first, first+benchBatch) at version {0, lsn, 0, 1+i}, with values like
+// the Postgres benchmark's generate_series rows.
+func benchRecords(op pipeline.Op, first int64, lsn uint64) []pipeline.Record {
+	recs := make([]pipeline.Record, benchBatch)
+	for i := range recs {
+		g := first + int64(i)
+		recs[i] = pipeline.Record{Op: op, Table: benchTable, Version: pipeline.Version{0, lsn, 0, uint64(1 + i)},
+			After: []any{g, g % 100000, "customer-" + strconv.FormatInt(g, 10),
+				pipeline.Decimal{Unscaled: big.NewInt(g % 10000000), Scale: 2},
+				pipeline.Timestamp{Micros: 1704067200_000_000 + g*1_000_000}, g%2 == 0}}
+	}
+	return recs
+}
+
+func openBenchSink(b *testing.B) *Sink {
+	b.Helper()
+	s := New(Options{Path: filepath.Join(b.TempDir(), "bench.duckdb")}, nil)
+	if err := s.Open(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close(ctx) })
+	return s
+}
+
+// runWrites times Write of every batch next(i) returns, one batch per
+// iteration, and reports rows/s, ns/row and allocs/row.
+func runWrites(b *testing.B, s *Sink, next func(i int) []pipeline.Record) {
+	b.Helper()
+	b.ReportAllocs()
+	var ms0, ms1 runtime.MemStats
+	var rows int
+	b.ResetTimer()
+	b.StopTimer()
+	runtime.ReadMemStats(&ms0)
+	var mallocsOutside uint64
+	for i := 0; i < b.N; i++ {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		recs := next(i)
+		runtime.ReadMemStats(&m1)
+		mallocsOutside += m1.Mallocs - m0.Mallocs
+		b.StartTimer()
+		if err := s.Write(ctx, recs); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		rows += len(recs)
+	}
+	runtime.ReadMemStats(&ms1)
+	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rows), "ns/row")
+	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs-mallocsOutside)/float64(rows), "allocs/row")
+}
+
+// BenchmarkWriteInserts writes batches of 10,000 fresh keys into a growing
+// table, like the Postgres drain into DuckDB.
+func BenchmarkWriteInserts(b *testing.B) {
+	s := openBenchSink(b)
+	runWrites(b, s, func(i int) []pipeline.Record {
+		return benchRecords(pipeline.OpInsert, 1+int64(i)*benchBatch, uint64(i+1))
+	})
+}
+
+// BenchmarkWriteUpdates rewrites the keys of a 100,000-row table with
+// higher versions, 10,000 keys per batch.
+func BenchmarkWriteUpdates(b *testing.B) {
+	s := openBenchSink(b)
+	const preload = 10
+	for i := range preload {
+		if err := s.Write(ctx, benchRecords(pipeline.OpInsert, 1+int64(i)*benchBatch, uint64(i+1))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runWrites(b, s, func(i int) []pipeline.Record {
+		return benchRecords(pipeline.OpUpdate, 1+int64(i%preload)*benchBatch, uint64(preload+i+1))
+	})
+}
+
+// BenchmarkWriteUpdatesUnchanged is BenchmarkWriteUpdates with the label
+// Unchanged (unchanged TOAST) in every update: the full staging form that
+// keeps stored values.
+func BenchmarkWriteUpdatesUnchanged(b *testing.B) {
+	s := openBenchSink(b)
+	const preload = 10
+	for i := range preload {
+		if err := s.Write(ctx, benchRecords(pipeline.OpInsert, 1+int64(i)*benchBatch, uint64(i+1))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runWrites(b, s, func(i int) []pipeline.Record {
+		recs := benchRecords(pipeline.OpUpdate, 1+int64(i%preload)*benchBatch, uint64(preload+i+1))
+		for j := range recs {
+			recs[j].After[2] = pipeline.UnchangedValue
+		}
+		return recs
+	})
+}
