@@ -54,6 +54,11 @@ type Kafka struct {
 	JarDir         string
 	proc           *process
 	log            string
+	// java and args start the broker (kafka.Kafka server.properties), for
+	// Restart.
+	java    string
+	args    []string
+	timeout time.Duration
 }
 
 // Brokers returns the bootstrap addresses ("127.0.0.1:port").
@@ -95,24 +100,26 @@ func (k *Kafka) Stop() error {
 	return err
 }
 
-// Kill stops the broker with SIGKILL and keeps its directory (crash tests).
+// Kill stops the broker with SIGKILL and keeps its directory (crash tests;
+// see Restart).
 func (k *Kafka) Kill() { _ = k.proc.stop(syscall.SIGKILL, time.Second) }
+
+// Restart starts the broker again on the same directory (no re-format: the
+// logs and the KRaft metadata are kept) and the same ports and cluster id,
+// after a Kill (crash recovery) or on a running broker (which is stopped
+// cleanly first). It returns once the broker is listed as unfenced again.
+func (k *Kafka) Restart(ctx context.Context) error {
+	// A broker that had to be killed is stopped all the same.
+	_ = k.proc.stop(syscall.SIGTERM, 30*time.Second)
+	return k.start(ctx)
+}
 
 // KafkaT starts a broker for a test and stops it at cleanup. Missing Java or
 // jars (and no Maven to fetch them) skip the test, except in CI where they
 // fail it.
 func KafkaT(t testing.TB, opts ...KafkaOptions) *Kafka {
 	t.Helper()
-	var o KafkaOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	k, err := StartKafka(context.Background(), o)
-	if err != nil {
-		skipOrFail(t, err)
-	}
-	t.Cleanup(func() { _ = k.Stop() })
-	return k
+	return serverT(t, opts, StartKafka)
 }
 
 // StartKafka formats a KRaft log dir and starts a single-node broker on
@@ -135,18 +142,7 @@ func StartKafka(ctx context.Context, opts KafkaOptions) (*Kafka, error) {
 	if timeout <= 0 {
 		timeout = 90 * time.Second
 	}
-	for attempt := 0; ; attempt++ {
-		k, err := startKafkaOnce(ctx, java, jars, dir, opts, timeout)
-		if err == nil {
-			return k, nil
-		}
-		// A port taken between FreePort and the bind is worth another try;
-		// anything else is not, and neither is a cancelled ctx.
-		if attempt >= 2 || ctx.Err() != nil || !strings.Contains(err.Error(), "Address already in use") {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-	}
+	return retryPortClash(ctx, dir, func() (*Kafka, error) { return startKafkaOnce(ctx, java, jars, dir, opts, timeout) })
 }
 
 func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptions, timeout time.Duration) (*Kafka, error) {
@@ -204,17 +200,28 @@ func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptio
 		return nil, fmt.Errorf("kafka storage format: %v\n%s%s", err, out, tail(k.log, 4000))
 	}
 
-	lf, err := os.OpenFile(k.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	k.java, k.timeout = java, timeout
+	k.args = append(append([]string{}, common...), "kafka.Kafka", props)
+	if err := k.start(ctx); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(java, append(append([]string{}, common...), "kafka.Kafka", props)...)
-	cmd.Dir = dir
+	return k, nil
+}
+
+// start runs the broker on the formatted directory and waits until the
+// metadata lists it unfenced and names a controller.
+func (k *Kafka) start(ctx context.Context) error {
+	lf, err := os.OpenFile(k.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(k.java, k.args...)
+	cmd.Dir = k.Dir
 	cmd.Stdout, cmd.Stderr = lf, lf
 	proc, err := startProcess(cmd)
 	lf.Close()
 	if err != nil {
-		return nil, fmt.Errorf("start kafka: %w", err)
+		return fmt.Errorf("start kafka: %w", err)
 	}
 	k.proc = proc
 
@@ -222,11 +229,11 @@ func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptio
 		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }))
 	if err != nil {
 		_ = proc.stop(syscall.SIGKILL, time.Second)
-		return nil, err
+		return err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	err = waitForCtx(ctx, "kafka", timeout, proc.exited, k.log, func() error {
+	err = waitForCtx(ctx, "kafka", k.timeout, proc.exited, k.log, func() error {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		md, err := adm.BrokerMetadata(rctx)
@@ -245,9 +252,9 @@ func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptio
 	})
 	if err != nil {
 		_ = proc.stop(syscall.SIGKILL, time.Second)
-		return nil, err
+		return err
 	}
-	return k, nil
+	return nil
 }
 
 func (k *Kafka) serverProperties(data string, opts KafkaOptions) string {

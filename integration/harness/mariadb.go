@@ -213,16 +213,7 @@ func (m *MariaDB) start(ctx context.Context) (exited bool, err error) {
 // MariaDB skips the test, except in CI where it fails.
 func MariaDBT(t testing.TB, opts ...MariaDBOptions) *MariaDB {
 	t.Helper()
-	var o MariaDBOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	m, err := StartMariaDB(context.Background(), o)
-	if err != nil {
-		skipOrFail(t, err)
-	}
-	t.Cleanup(func() { _ = m.Stop() })
-	return m
+	return serverT(t, opts, StartMariaDB)
 }
 
 // DSN is a go-sql-driver/mysql style data source name for root on database

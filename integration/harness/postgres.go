@@ -151,16 +151,7 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 // PostgreSQL skips the test, except in CI where it fails.
 func PostgresT(t testing.TB, opts ...PostgresOptions) *Postgres {
 	t.Helper()
-	var o PostgresOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	p, err := StartPostgres(context.Background(), o)
-	if err != nil {
-		skipOrFail(t, err)
-	}
-	t.Cleanup(func() { _ = p.Stop() })
-	return p
+	return serverT(t, opts, StartPostgres)
 }
 
 // DSN is a libpq URL for the superuser on database db.

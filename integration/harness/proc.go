@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -163,4 +164,37 @@ func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.exited
 	return errors.New("server did not stop in time and was killed")
+}
+
+// serverT starts a server with the first of opts (or the zero options) for
+// a test and stops it at cleanup; a server that cannot start skips the test,
+// except in CI where it fails it.
+func serverT[S interface{ Stop() error }, O any](t testing.TB, opts []O, start func(context.Context, O) (S, error)) S {
+	t.Helper()
+	var o O
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s, err := start(context.Background(), o)
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	return s
+}
+
+// retryPortClash runs once up to three times while it fails because a port
+// was taken between FreePort and the bind; anything else is not worth
+// another try, and neither is a cancelled ctx. On failure dir is removed.
+func retryPortClash[S any](ctx context.Context, dir string, once func() (S, error)) (S, error) {
+	for attempt := 0; ; attempt++ {
+		s, err := once()
+		if err == nil {
+			return s, nil
+		}
+		if attempt >= 2 || ctx.Err() != nil || !strings.Contains(err.Error(), "Address already in use") {
+			os.RemoveAll(dir)
+			return s, err
+		}
+	}
 }

@@ -162,16 +162,7 @@ func redisPing(ctx context.Context, addr string) error {
 // redis-server skips the test, except in CI where it fails.
 func RedisT(t testing.TB, opts ...RedisOptions) *Redis {
 	t.Helper()
-	var o RedisOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	r, err := StartRedis(context.Background(), o)
-	if err != nil {
-		skipOrFail(t, err)
-	}
-	t.Cleanup(func() { _ = r.Stop() })
-	return r
+	return serverT(t, opts, StartRedis)
 }
 
 // Addr is the server's host:port, e.g. for go-redis Options.Addr.

@@ -82,16 +82,7 @@ func (r *Registry) Kill() { _ = r.proc.stop(syscall.SIGKILL, time.Second) }
 // they fail it.
 func RegistryT(t testing.TB, opts ...RegistryOptions) *Registry {
 	t.Helper()
-	var o RegistryOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	r, err := StartRegistry(context.Background(), o)
-	if err != nil {
-		skipOrFail(t, err)
-	}
-	t.Cleanup(func() { _ = r.Stop() })
-	return r
+	return serverT(t, opts, StartRegistry)
 }
 
 // StartRegistry starts a registry on a random 127.0.0.1 port, building it
@@ -114,17 +105,7 @@ func StartRegistry(ctx context.Context, opts RegistryOptions) (*Registry, error)
 	if timeout <= 0 {
 		timeout = 90 * time.Second
 	}
-	for attempt := 0; ; attempt++ {
-		r, err := startRegistryOnce(ctx, java, jar, dir, opts, timeout)
-		if err == nil {
-			return r, nil
-		}
-		// A port taken between FreePort and the bind is worth another try.
-		if attempt >= 2 || ctx.Err() != nil || !strings.Contains(err.Error(), "Address already in use") {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-	}
+	return retryPortClash(ctx, dir, func() (*Registry, error) { return startRegistryOnce(ctx, java, jar, dir, opts, timeout) })
 }
 
 func startRegistryOnce(ctx context.Context, java, jar, dir string, opts RegistryOptions, timeout time.Duration) (*Registry, error) {
