@@ -108,3 +108,44 @@ func TestKafkaSinkValidation(t *testing.T) {
 		t.Errorf("secret list: %q", errs)
 	}
 }
+
+// exactly_once fills the offsets topic default from the server name; an
+// explicit offsets_topic is kept.
+func TestKafkaExactlyOnce(t *testing.T) {
+	const head = "pipeline: p\nsource:\n  generate: {}\nsinks:\n"
+	c, errs := parseErrs(t, head+`  - kafka:
+      brokers: [b1:9092]
+      registry: {url: "http://sr:8081"}
+      exactly_once: true
+  - kafka:
+      brokers: [b2:9092]
+      server_name: other
+      registry: {url: "http://sr:8081"}
+      exactly_once: true
+      offsets_topic: my.offsets
+  - kafka:
+      brokers: [b3:9092]
+      registry: {url: "http://sr:8081"}
+`, nil)
+	if errs != nil {
+		t.Fatal(strings.Join(errs, "\n"))
+	}
+	k0, k1, k2 := c.Sinks[0].Kafka, c.Sinks[1].Kafka, c.Sinks[2].Kafka
+	if !k0.ExactlyOnce || k0.OffsetsTopic != "p.sluice.offsets" {
+		t.Errorf("sink 0: exactly_once %v, offsets_topic %q", k0.ExactlyOnce, k0.OffsetsTopic)
+	}
+	if !k1.ExactlyOnce || k1.OffsetsTopic != "my.offsets" {
+		t.Errorf("sink 1: exactly_once %v, offsets_topic %q", k1.ExactlyOnce, k1.OffsetsTopic)
+	}
+	if k2.ExactlyOnce || k2.OffsetsTopic != "" {
+		t.Errorf("sink 2: exactly_once %v, offsets_topic %q (default off)", k2.ExactlyOnce, k2.OffsetsTopic)
+	}
+	if _, errs := parseErrs(t, head+`  - kafka:
+      brokers: [b1:9092]
+      registry: {url: "http://sr:8081"}
+      exactly_once: true
+      offsets_topic: "bad topic"
+`, nil); len(errs) == 0 {
+		t.Error("invalid offsets_topic accepted")
+	}
+}

@@ -173,6 +173,8 @@ type KafkaSink struct {
 	Tombstones         bool         `yaml:"tombstones" default:"true"`
 	UnchangedFields    bool         `yaml:"unchanged_fields" default:"true"`
 	DLQTopic           string       `yaml:"dlq_topic" pattern:"^[A-Za-z0-9._-]{1,249}$"`
+	ExactlyOnce        bool         `yaml:"exactly_once" default:"false"`                    // Kafka transactions + high-water marks (sinks/kafka/txn.go)
+	OffsetsTopic       string       `yaml:"offsets_topic" pattern:"^[A-Za-z0-9._-]{1,249}$"` // default <server_name>.sluice.offsets, filled in by Parse
 	CreateTopics       KafkaTopics  `yaml:"create_topics"`
 	Producer           KafkaProduce `yaml:"producer"`
 	TLS                TLS          `yaml:"tls"`

@@ -300,6 +300,9 @@ func (d *decoder) validateKafka(c *Config, i int, k *KafkaSink) {
 			d.errAt(p+".mechanism", "missing: username and password are set", "set mechanism to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 		}
 	}
+	if k.ExactlyOnce && k.OffsetsTopic == "" && !d.failed(base+".server_name", base+".offsets_topic") {
+		k.OffsetsTopic = k.ServerName + ".sluice.offsets"
+	}
 	d.validateTLS(base+".tls", k.TLS)
 	d.validateTLS(base+".registry.tls", k.Registry.TLS)
 	if p := base + ".registry"; !d.failed(p) && (k.Registry.Username == "") != (k.Registry.Password == "") {

@@ -88,6 +88,7 @@ func buildKafka(cfg *config.Config, k *config.KafkaSink, log *zap.Logger) (*kafk
 		Envelope: k.Envelope, SubjectStrategy: k.SubjectStrategy, Compatibility: k.Compatibility,
 		IncompatiblePolicy: k.IncompatiblePolicy, Tombstones: k.Tombstones, Unchanged: k.UnchangedFields,
 		ConnectorName: connector, Version: buildVersion(), DLQTopic: k.DLQTopic,
+		ExactlyOnce: k.ExactlyOnce, OffsetsTopic: k.OffsetsTopic, Pipeline: cfg.Pipeline,
 		CreateTopics: kafka.TopicOptions{Enabled: k.CreateTopics.Enabled, Partitions: k.CreateTopics.Partitions,
 			ReplicationFactor: k.CreateTopics.ReplicationFactor, Compact: k.CreateTopics.Compact},
 		Producer: kafka.ProducerOptions{Linger: k.Producer.Linger.Std(), BatchMaxBytes: int(k.Producer.BatchMaxBytes.Int64()),

@@ -52,6 +52,10 @@
 // cleanup.policy=compact when Compact, for tables with a key); an existing
 // topic is used as it is.
 //
-// Not covered: transactional (exactly-once) producing; replays show up as
-// duplicates that consumers must absorb by key and version.
+// Exactly-once (Options.ExactlyOnce): every Write is one Kafka transaction
+// holding the batch's events, tombstones and DLQ-topic records plus a
+// high-water mark in a compacted offsets topic; after a restart the stream
+// changes the mark covers are dropped, so read_committed consumers see each
+// change once (txn.go states the limits). Without it, replays show up as
+// duplicates that consumers absorb by key and version.
 package kafka

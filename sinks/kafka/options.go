@@ -79,6 +79,18 @@ type Options struct {
 	// 10000 (the default runtime batch, with room for tombstones). A full
 	// buffer makes Write wait (backpressure, Invariant 6).
 	MaxBufferedRecords int
+	// ExactlyOnce produces every Write inside one Kafka transaction
+	// together with a high-water mark in OffsetsTopic, and after a restart
+	// drops the stream changes that mark shows as already committed
+	// (txn.go). Consumers must read with isolation.level=read_committed.
+	ExactlyOnce bool
+	// OffsetsTopic is the compacted topic holding the high-water marks of
+	// ExactlyOnce sinks; "" means "<ServerName>.sluice.offsets".
+	OffsetsTopic string
+	// Pipeline is the pipeline's name: with Name it keys the high-water
+	// mark and makes the transactional id "sluice-<Pipeline>-<Name>".
+	// "" means ServerName.
+	Pipeline string
 }
 
 // TopicOptions configures topic creation.
@@ -207,7 +219,7 @@ func (o *Options) normalize() error {
 	if o.Producer.DeliveryTimeout <= 0 {
 		o.Producer.DeliveryTimeout = defaultDeliveryTimeout
 	}
-	return nil
+	return o.normalizeTxn()
 }
 
 // clientOpts builds the franz-go options: idempotent writes (the client's
@@ -225,14 +237,18 @@ func (o *Options) clientOpts() ([]kgo.Opt, error) {
 		kgo.ProducerLinger(o.Producer.Linger),
 		kgo.MaxBufferedRecords(o.MaxBufferedRecords),
 		kgo.RecordDeliveryTimeout(o.Producer.DeliveryTimeout),
+		kgo.ProducerBatchCompression(compression(o.Producer.Compression)),
+	}
+	if !o.ExactlyOnce {
 		// Bounded delivery: a record still unacknowledged after
 		// DeliveryTimeout fails (Write returns an error and the runtime
 		// retries the batch) instead of waiting for the broker forever.
 		// The broker may have stored it, so the replay can duplicate it;
 		// consumers absorb duplicates by key and version (Invariant 4).
-		kgo.AllowIdempotentProduceCancellation(),
-		kgo.ProducerBatchCompression(compression(o.Producer.Compression)),
+		// Transactions do not allow it: there the transaction is aborted.
+		opts = append(opts, kgo.AllowIdempotentProduceCancellation())
 	}
+	opts = append(opts, o.txnClientOpts()...)
 	if o.Producer.BatchMaxBytes > 0 {
 		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(min(o.Producer.BatchMaxBytes, 1<<30))))
 	}

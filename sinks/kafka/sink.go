@@ -36,6 +36,8 @@ type Sink struct {
 	registered map[[2]string]int
 	levelSet   map[string]bool
 	topics     map[string]*topicState
+	// txn is the high-water mark state of an ExactlyOnce sink (txn.go).
+	txn txnState
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -97,6 +99,12 @@ func (s *Sink) Open(ctx context.Context) error {
 			return fmt.Errorf("kafka sink %s: dlq topic: %w", s.opts.Name, err)
 		}
 	}
+	if s.opts.ExactlyOnce {
+		if err := s.openTxn(ctx); err != nil {
+			s.closeLocked()
+			return err
+		}
+	}
 	s.log.Info("kafka sink open", zap.Strings("brokers", s.opts.Brokers), zap.String("envelope", s.opts.Envelope),
 		zap.String("compression", s.opts.Producer.Compression))
 	return nil
@@ -145,6 +153,9 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	defer s.mu.Unlock()
 	if s.client == nil {
 		return errors.New("kafka sink: write before open")
+	}
+	if s.opts.ExactlyOnce {
+		return s.writeTxn(ctx, records)
 	}
 	var work []pending
 	var bad []pipeline.RecordError

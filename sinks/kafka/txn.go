@@ -1,0 +1,526 @@
+package kafka
+
+// Exactly-once mode (Options.ExactlyOnce).
+//
+// Every Write is one Kafka transaction holding the batch's change events,
+// their tombstones, its DLQTopic records and one high-water mark record in
+// OffsetsTopic (compacted; key "<pipeline>/<sink>"): the highest record
+// Version the batch wrote, the Pos of its last record that has one, and the
+// versions of the records the batch handed back as permanent failures. The
+// transactional id "sluice-<pipeline>-<sink>" is stable across restarts, so
+// a restarted sluice fences the previous process (its open transaction is
+// aborted, its later commits fail) before it reads the mark.
+//
+// The runtime checkpoints to its own offset store after Write returns; a
+// crash between the Kafka commit and that checkpoint makes sluice replay
+// from an older position. On Open (and after a commit whose outcome is
+// unknown) the sink reads OffsetsTopic with read_committed to its end and
+// then drops every insert, update and delete whose Version is not above the
+// mark: Kafka already holds it. Snapshot rows (OpRead) and truncates are
+// never dropped: all rows of a load share one version, and a load that did
+// not finish is redone from scratch behind fresh truncate barriers.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+const (
+	// offsetsTopicSuffix follows ServerName in the default OffsetsTopic.
+	offsetsTopicSuffix = ".sluice.offsets"
+	// txnEndTimeout bounds committing or aborting one transaction; the end
+	// is never cut short by the Write's context, whose cancellation would
+	// leave the outcome unknown.
+	txnEndTimeout = 30 * time.Second
+	// maxTxnTimeout is the broker's default transaction.max.timeout.ms.
+	maxTxnTimeout = 15 * time.Minute
+)
+
+// txnState is what an ExactlyOnce sink knows of its high-water mark.
+type txnState struct {
+	// loaded: the mark was read from OffsetsTopic since Open or since the
+	// last commit whose outcome is unknown.
+	loaded bool
+	has    bool             // a mark exists
+	hwm    pipeline.Version // highest version Kafka holds from this sink
+	pos    json.RawMessage  // Pos of the last positioned record committed
+	// redo holds the versions at or below hwm that were handed back as
+	// permanent failures by the last committed transaction: they are not
+	// in Kafka, and a replay must hand them back again so that a crash
+	// before the runtime stored them in its dead-letter queue loses none.
+	redo map[pipeline.Version]bool
+}
+
+// txnMark is the JSON value of a high-water mark record.
+type txnMark struct {
+	Pipeline    string          `json:"pipeline"`
+	Sink        string          `json:"sink"`
+	Version     string          `json:"version"`
+	Position    json.RawMessage `json:"position,omitempty"`
+	Redo        []string        `json:"redo,omitempty"`
+	CommittedAt time.Time       `json:"committed_at"`
+}
+
+// normalizeTxn fills the exactly-once defaults.
+func (o *Options) normalizeTxn() error {
+	if o.Pipeline == "" {
+		o.Pipeline = o.ServerName
+	}
+	if !o.ExactlyOnce {
+		return nil
+	}
+	if o.OffsetsTopic == "" {
+		prefix := o.ServerName
+		if prefix == "" {
+			prefix = o.Pipeline
+		}
+		if prefix == "" {
+			prefix = "sluice"
+		}
+		o.OffsetsTopic = prefix + offsetsTopicSuffix
+	}
+	for _, c := range []byte(o.OffsetsTopic) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("offsets topic %q: only ASCII letters, digits, '.', '_' and '-' are allowed", o.OffsetsTopic)
+		}
+	}
+	if len(o.OffsetsTopic) > maxTopicLen || o.OffsetsTopic == "." || o.OffsetsTopic == ".." {
+		return fmt.Errorf("offsets topic %q is not a valid topic name", o.OffsetsTopic)
+	}
+	return nil
+}
+
+// TransactionalID is the transactional id of an ExactlyOnce sink:
+// "sluice-<pipeline>-<sink name>", the same after every restart.
+func (o *Options) TransactionalID() string { return "sluice-" + o.Pipeline + "-" + o.Name }
+
+// markKey is the key of the sink's high-water mark in OffsetsTopic.
+func (o *Options) markKey() string { return o.Pipeline + "/" + o.Name }
+
+// txnClientOpts adds the transactional producer settings.
+func (o *Options) txnClientOpts() []kgo.Opt {
+	if !o.ExactlyOnce {
+		return nil
+	}
+	// A transaction lives as long as a Write: its records may wait up to
+	// DeliveryTimeout, so the coordinator must not abort it sooner.
+	timeout := min(max(2*o.Producer.DeliveryTimeout, time.Minute), maxTxnTimeout)
+	return []kgo.Opt{kgo.TransactionalID(o.TransactionalID()), kgo.TransactionTimeout(timeout)}
+}
+
+// openTxn fences earlier producers with the sink's transactional id (their
+// open transaction is aborted, or completed when it was already
+// committing), creates OffsetsTopic when topics are created, and reads the
+// high-water mark. Called from Open with s.mu held.
+func (s *Sink) openTxn(ctx context.Context) error {
+	if _, _, err := s.client.ProducerID(ctx); err != nil {
+		if isFenced(err) || isFatal(err) {
+			return pipeline.Fatal(fmt.Errorf("kafka sink %s: transactional id %s: %w", s.opts.Name, s.opts.TransactionalID(), err))
+		}
+		return fmt.Errorf("kafka sink %s: transactional id %s: %w", s.opts.Name, s.opts.TransactionalID(), err)
+	}
+	if s.opts.CreateTopics.Enabled {
+		configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
+		_, err := s.admin.CreateTopic(ctx, 1, int16(s.opts.CreateTopics.ReplicationFactor), configs, s.opts.OffsetsTopic)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("kafka sink %s: offsets topic %s: %w", s.opts.Name, s.opts.OffsetsTopic, err)
+		}
+	}
+	s.txn = txnState{}
+	if err := s.loadMark(ctx); err != nil {
+		return err
+	}
+	s.log.Info("exactly-once mode", zap.String("transactional_id", s.opts.TransactionalID()),
+		zap.String("offsets_topic", s.opts.OffsetsTopic), zap.Bool("has_mark", s.txn.has),
+		zap.String("high_water_version", s.txn.hwm.String()), zap.ByteString("high_water_position", s.txn.pos))
+	return nil
+}
+
+// loadMark reads OffsetsTopic with read_committed up to its last stable
+// offset and keeps the newest mark of this sink.
+func (s *Sink) loadMark(ctx context.Context) error {
+	topic := s.opts.OffsetsTopic
+	fail := func(err error) error {
+		return fmt.Errorf("kafka sink %s: read offsets topic %s: %w", s.opts.Name, topic, err)
+	}
+	md, err := s.admin.Metadata(ctx, topic)
+	if err != nil {
+		return fail(err)
+	}
+	td, ok := md.Topics[topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		if s.opts.CreateTopics.Enabled {
+			return fail(errors.New("the topic does not exist yet"))
+		}
+		return pipeline.Fatal(fail(errors.New("the topic does not exist and create_topics is disabled: create it (cleanup.policy=compact)")))
+	}
+	if td.Err != nil {
+		return fail(td.Err)
+	}
+	starts, err := s.admin.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return fail(err)
+	}
+	// The last stable offset: nothing of an open transaction of another
+	// producer is waited for (ours was just fenced).
+	ends, err := s.admin.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return fail(err)
+	}
+	key := []byte(s.opts.markKey())
+	var newest *kgo.Record
+	for p, pd := range td.Partitions {
+		start, ok1 := starts.Lookup(topic, p)
+		end, ok2 := ends.Lookup(topic, p)
+		if !ok1 || !ok2 || start.Err != nil || end.Err != nil {
+			return fail(fmt.Errorf("partition %d: no offsets: %w", p, errors.Join(start.Err, end.Err)))
+		}
+		err := s.fetchCommitted(ctx, topic, td.ID, p, pd.Leader, start.Offset, end.Offset, func(r *kgo.Record) {
+			if string(r.Key) == string(key) && (newest == nil || r.Timestamp.After(newest.Timestamp) ||
+				(r.Partition == newest.Partition && r.Offset > newest.Offset)) {
+				newest = r
+			}
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	st := txnState{loaded: true}
+	if newest != nil && newest.Value != nil {
+		var m txnMark
+		if err := json.Unmarshal(newest.Value, &m); err != nil {
+			return pipeline.Fatal(fail(fmt.Errorf("mark at partition %d offset %d is not JSON: %w", newest.Partition, newest.Offset, err)))
+		}
+		v, err := pipeline.ParseVersion(m.Version)
+		if err != nil {
+			return pipeline.Fatal(fail(fmt.Errorf("mark at partition %d offset %d: %w", newest.Partition, newest.Offset, err)))
+		}
+		st.has, st.hwm, st.pos = true, v, m.Position
+		for _, r := range m.Redo {
+			rv, err := pipeline.ParseVersion(r)
+			if err != nil {
+				return pipeline.Fatal(fail(fmt.Errorf("mark at partition %d offset %d: %w", newest.Partition, newest.Offset, err)))
+			}
+			if st.redo == nil {
+				st.redo = map[pipeline.Version]bool{}
+			}
+			st.redo[rv] = true
+		}
+	}
+	s.txn = st
+	return nil
+}
+
+// fetchCommitted reads partition p of topic from start up to end with
+// read_committed fetches sent to the leader, calling fn for every committed
+// record. Control records and aborted batches advance the offset without
+// being returned, so the loop ends exactly at end.
+func (s *Sink) fetchCommitted(ctx context.Context, topic string, id kadm.TopicID, p, leader int32, start, end int64, fn func(*kgo.Record)) error {
+	off := start
+	for stalls := 0; off < end; {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 100
+		req.MaxBytes = 16 << 20
+		req.IsolationLevel = 1
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, id
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = p, off, 8<<20, -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		kresp, err := s.client.Broker(int(leader)).Request(ctx, req)
+		if err != nil {
+			return err
+		}
+		resp := kresp.(*kmsg.FetchResponse)
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return err
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return fmt.Errorf("partition %d: unexpected fetch response shape", p)
+		}
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			Offset: off, IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: p,
+		}, &resp.Topics[0].Partitions[0], kgo.DefaultDecompressor(), nil)
+		if fp.Err != nil {
+			return fmt.Errorf("partition %d offset %d: %w", p, off, fp.Err)
+		}
+		for _, r := range fp.Records {
+			if r.Offset < end {
+				fn(r)
+			}
+		}
+		if next <= off {
+			stalls++
+			if stalls > 50 {
+				return fmt.Errorf("partition %d: no progress at offset %d (end %d)", p, off, end)
+			}
+			if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		stalls, off = 0, next
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// skip reports whether r is a stream change Kafka already holds.
+func (st *txnState) skip(r *pipeline.Record) bool {
+	if !st.has {
+		return false
+	}
+	switch r.Op {
+	case pipeline.OpInsert, pipeline.OpUpdate, pipeline.OpDelete:
+		return r.Version.Compare(st.hwm) <= 0 && !st.redo[r.Version]
+	}
+	return false
+}
+
+// writeTxn is Write in exactly-once mode; s.mu is held. One call is one
+// transaction (none when nothing is left to produce): it commits and
+// returns nil, or returns a *pipeline.BatchError of permanent failures with
+// everything else committed, or aborts and returns an error (the runtime
+// retries the batch; nothing of it is visible to read_committed consumers).
+func (s *Sink) writeTxn(ctx context.Context, records []pipeline.Record) error {
+	if !s.txn.loaded {
+		if err := s.loadMark(ctx); err != nil {
+			return err
+		}
+	}
+	var (
+		work    []pending
+		bad     []pipeline.RecordError
+		skipped int
+	)
+	for i := range records {
+		r := &records[i]
+		if !r.Op.IsData() {
+			continue
+		}
+		if s.txn.skip(r) {
+			skipped++
+			continue
+		}
+		recs, err := s.prepare(ctx, r)
+		var ue unencodable
+		switch {
+		case errors.As(err, &ue):
+			bad = append(bad, pipeline.RecordError{Index: i, Err: ue.err, Permanent: true})
+		case err != nil:
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return err
+		default:
+			work = append(work, pending{i, recs})
+		}
+	}
+	if skipped > 0 {
+		s.log.Info("dropped changes the offsets topic shows as committed in Kafka", zap.Int("records", skipped),
+			zap.String("high_water_version", s.txn.hwm.String()))
+	}
+	for _, f := range bad {
+		r := &records[f.Index]
+		// Invariant 9: every record that is dead-lettered is logged.
+		s.log.Warn("record cannot be encoded", zap.Int("index", f.Index), zap.String("table", tableName(r)),
+			zap.String("version", r.Version.String()), zap.Bool("dlq_topic", s.opts.DLQTopic != ""), zap.Error(f.Err))
+	}
+	// Invariant 7: dead letters go to the DLQ topic in the same
+	// transaction, or back to the runtime as permanent failures.
+	if s.opts.DLQTopic != "" {
+		for _, f := range bad {
+			work = append(work, pending{f.Index, []*kgo.Record{s.deadLetter(&records[f.Index], f.Err)}})
+		}
+		bad = nil
+	}
+	for {
+		if len(work) == 0 {
+			if len(bad) > 0 {
+				return &pipeline.BatchError{Failed: bad}
+			}
+			return nil
+		}
+		refused, err := s.commitTxn(ctx, records, work, bad)
+		if err != nil {
+			return err
+		}
+		if len(refused) == 0 {
+			if len(bad) > 0 {
+				return &pipeline.BatchError{Failed: bad}
+			}
+			// Invariant 1: nil only once the transaction holding every
+			// record of the batch is committed.
+			return nil
+		}
+		// The broker refused some records for good: the transaction was
+		// aborted; produce the others again without them.
+		keep := work[:0]
+		for _, p := range work {
+			if e, ok := refused[p.idx]; ok {
+				bad = append(bad, pipeline.RecordError{Index: p.idx, Err: fmt.Errorf("broker refused the record: %w", e), Permanent: true})
+				continue
+			}
+			keep = append(keep, p)
+		}
+		work = keep
+	}
+}
+
+// commitTxn produces work and the new high-water mark in one transaction
+// and commits it. When the broker refuses records for good the transaction
+// is aborted and they are returned; any other failure aborts it and is
+// returned as the error.
+func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []pending, bad []pipeline.RecordError) (map[int]error, error) {
+	next := s.txn
+	next.redo = nil
+	var latest pipeline.Position
+	for _, p := range work {
+		r := &records[p.idx]
+		if !next.has || next.hwm.Less(r.Version) {
+			next.has, next.hwm = true, r.Version
+		}
+	}
+	for _, f := range bad {
+		r := &records[f.Index]
+		if !next.has || next.hwm.Less(r.Version) {
+			next.has, next.hwm = true, r.Version
+		}
+		if next.redo == nil {
+			next.redo = map[pipeline.Version]bool{}
+		}
+		next.redo[r.Version] = true
+	}
+	for i := range records {
+		if records[i].Pos != nil {
+			latest = records[i].Pos
+		}
+	}
+	if latest != nil && json.Valid(latest) {
+		next.pos = json.RawMessage(latest)
+	}
+	mark := txnMark{Pipeline: s.opts.Pipeline, Sink: s.opts.Name, Version: next.hwm.String(), Position: next.pos,
+		CommittedAt: time.Now().UTC()}
+	for v := range next.redo {
+		mark.Redo = append(mark.Redo, v.String())
+	}
+	val, err := json.Marshal(mark)
+	if err != nil {
+		return nil, err
+	}
+	markRec := &kgo.Record{Topic: s.opts.OffsetsTopic, Key: []byte(s.opts.markKey()), Value: val}
+
+	if err := s.client.BeginTransaction(); err != nil {
+		return nil, s.txnError("begin transaction", err)
+	}
+	all := append(append(make([]pending, 0, len(work)+1), work...), pending{-1, []*kgo.Record{markRec}})
+	errs, err := s.produce(ctx, all)
+	if err != nil {
+		s.abortTxn(ctx)
+		return nil, err // ctx's error
+	}
+	var refused map[int]error
+	var transient, fatal error
+	for idx, e := range errs {
+		switch {
+		case idx >= 0 && isPermanent(e):
+			if refused == nil {
+				refused = map[int]error{}
+			}
+			refused[idx] = e
+		case isFatal(e) || isFenced(e):
+			fatal = e
+		case transient == nil:
+			transient = e
+		}
+	}
+	if cerr := ctx.Err(); cerr != nil && fatal == nil {
+		s.abortTxn(ctx)
+		return nil, cerr
+	}
+	switch {
+	case fatal != nil:
+		s.abortTxn(ctx)
+		return nil, pipeline.Fatal(fmt.Errorf("kafka sink %s: %w", s.opts.Name, fatal))
+	case transient != nil:
+		s.abortTxn(ctx)
+		return nil, fmt.Errorf("kafka sink %s: not every record was acknowledged; transaction aborted: %w", s.opts.Name, transient)
+	case len(refused) > 0:
+		s.abortTxn(ctx)
+		return refused, nil
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), txnEndTimeout)
+	defer cancel()
+	if err := s.client.EndTransaction(ectx, kgo.TryCommit); err != nil {
+		// The outcome may be unknown: abort what may still be open (the
+		// documented retry) and read the mark again before the next
+		// transaction, so a commit that did happen is not produced twice.
+		if aerr := s.client.EndTransaction(ectx, kgo.TryAbort); aerr != nil {
+			s.log.Warn("abort after a failed commit", zap.Error(aerr))
+		}
+		s.txn.loaded = false
+		return nil, s.txnError("commit transaction", err)
+	}
+	next.loaded = true
+	s.txn = next
+	return nil, nil
+}
+
+// abortTxn drops the buffered records and aborts the open transaction,
+// whatever ctx says. A failure leaves the transaction to the coordinator's
+// timeout (and the next InitProducerID); the mark is read again.
+func (s *Sink) abortTxn(ctx context.Context) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), txnEndTimeout)
+	defer cancel()
+	err := s.client.AbortBufferedRecords(actx)
+	if err == nil {
+		err = s.client.EndTransaction(actx, kgo.TryAbort)
+	}
+	if err != nil {
+		s.log.Warn("abort transaction", zap.Error(err))
+		s.txn.loaded = false
+	}
+}
+
+// txnError classifies a transaction failure: fenced (another sluice with
+// the same transactional id took over) and authorization failures are
+// fatal, anything else is retried.
+func (s *Sink) txnError(what string, err error) error {
+	err = fmt.Errorf("kafka sink %s: %s (transactional id %s): %w", s.opts.Name, what, s.opts.TransactionalID(), err)
+	if isFenced(err) {
+		return pipeline.Fatal(fmt.Errorf("%w; another process with the same pipeline and sink name produces with this transactional id", err))
+	}
+	if isFatal(err) {
+		return pipeline.Fatal(err)
+	}
+	return err
+}
+
+// isFenced reports that a newer producer with the same transactional id
+// exists.
+func isFenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
