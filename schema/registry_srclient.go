@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,6 +45,10 @@ type srRegistry struct {
 
 	mu  sync.Mutex
 	ids map[[2]string]int // {subject, schema text} → id
+	// pending holds levels set on subjects the registry did not know yet
+	// (Apicurio refuses /config for them with 40401, unlike Confluent's
+	// registry); Register applies them right after the first version.
+	pending map[string]string
 }
 
 // NewSRClient returns a Registry that talks to the Confluent REST API at url
@@ -52,7 +57,11 @@ type srRegistry struct {
 // Register posts to /subjects/{subject}/versions, which returns the existing
 // id for a schema already registered under the subject, so it is idempotent;
 // ids are cached per (subject, schema text), so repeated registrations cost
-// no request. SetCompatibility puts /config/{subject}. Compatible posts to
+// no request. SetCompatibility puts /config/{subject}; a registry that
+// refuses that for a subject without versions (Apicurio) gets it right
+// after the subject's first registration, and on Apicurio NONE is set as an
+// explicit subject rule through its own API (its /config NONE only drops
+// the subject's rule, leaving a registry-wide one in force). Compatible posts to
 // /compatibility/subjects/{subject}/versions/latest?verbose=true and returns
 // the registry's messages as the reason; a subject (or version) that does
 // not exist yet is compatible. The client has no context support: a call
@@ -76,7 +85,7 @@ func NewSRClient(url string, opts SRClientOptions) Registry {
 }
 
 func newSRRegistry(base string, c srclient.ISchemaRegistryClient, hc *http.Client, opts SRClientOptions) *srRegistry {
-	return &srRegistry{base: base, opts: opts, client: c, http: hc, ids: map[[2]string]int{}}
+	return &srRegistry{base: base, opts: opts, client: c, http: hc, ids: map[[2]string]int{}, pending: map[string]string{}}
 }
 
 // call runs fn (a blocking srclient call) and returns early when ctx ends.
@@ -130,6 +139,21 @@ func (r *srRegistry) Register(ctx context.Context, subject, schema string) (int,
 		return 0, fmt.Errorf("schema registry %s: register subject %q: %w", r.base, subject, err)
 	}
 	r.mu.Lock()
+	level, deferred := r.pending[subject]
+	r.mu.Unlock()
+	if deferred {
+		// The id is not cached before the level is set, so a failure here
+		// is retried whole (registration is idempotent).
+		if err := r.changeLevel(ctx, subject, level); err != nil {
+			return 0, err
+		}
+		r.mu.Lock()
+		if r.pending[subject] == level {
+			delete(r.pending, subject)
+		}
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
 	r.ids[k] = s.ID()
 	r.mu.Unlock()
 	return s.ID(), nil
@@ -143,13 +167,99 @@ func (r *srRegistry) SetCompatibility(ctx context.Context, subject, level string
 	default:
 		return fmt.Errorf("schema: unknown compatibility level %q", level)
 	}
-	_, err := call(ctx, func() (*srclient.CompatibilityLevel, error) {
-		return r.client.ChangeSubjectCompatibilityLevel(subject, srclient.CompatibilityLevel(level))
-	})
+	err := r.changeLevel(ctx, subject, level)
+	if errors.Is(err, errNoSubject) {
+		// A subject without versions accepts any schema whatever its level:
+		// the level is set once the first version exists (see Register).
+		r.mu.Lock()
+		r.pending[subject] = level
+		r.mu.Unlock()
+		return nil
+	}
+	if err == nil {
+		r.mu.Lock()
+		delete(r.pending, subject)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+// errNoSubject: the registry does not know the subject (no version yet).
+var errNoSubject = errors.New("subject not found")
+
+// changeLevel sets subject's level; errNoSubject when the registry refuses
+// because the subject has no version yet.
+func (r *srRegistry) changeLevel(ctx context.Context, subject, level string) error {
+	var err error
+	if root, ok := apicurioRoot(r.base); ok && level == CompatNone {
+		err = r.apicurioNone(ctx, root, subject)
+	} else {
+		_, err = call(ctx, func() (*srclient.CompatibilityLevel, error) {
+			return r.client.ChangeSubjectCompatibilityLevel(subject, srclient.CompatibilityLevel(level))
+		})
+		var se srclient.Error
+		if errors.As(err, &se) && se.Code == srSubjectNotFound {
+			err = fmt.Errorf("%w: %w", errNoSubject, err)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("schema registry %s: set compatibility of subject %q to %s: %w", r.base, subject, level, err)
 	}
 	return nil
+}
+
+// apicurioRoot returns the root of an Apicurio Registry whose
+// Confluent-compatible API is at base (…/apis/ccompat/v6 or v7).
+func apicurioRoot(base string) (string, bool) {
+	i := strings.Index(base, "/apis/ccompat/")
+	if i < 0 {
+		return "", false
+	}
+	return base[:i], true
+}
+
+// apicurioNone sets subject's level to NONE through Apicurio's own API.
+// Its Confluent-compatible API implements PUT /config/{subject} NONE by
+// deleting the subject's rule, after which a registry-wide rule (BACKWARD,
+// say) applies again and an incompatible version is still refused (and a
+// second NONE fails with "No rule named 'COMPATIBILITY'"). An explicit
+// subject rule with the value NONE is what lifts the check.
+func (r *srRegistry) apicurioNone(ctx context.Context, root, subject string) error {
+	rules := root + "/apis/registry/v2/groups/default/artifacts/" + url.PathEscape(subject) + "/rules"
+	body := []byte(`{"type":"COMPATIBILITY","config":"NONE"}`)
+	send := func(method, u string) (int, string, error) {
+		req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if r.opts.Username != "" && r.opts.Password != "" {
+			req.SetBasicAuth(r.opts.Username, r.opts.Password)
+		}
+		resp, err := r.http.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		var e struct {
+			Name    string `json:"name"`
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(data, &e)
+		if resp.StatusCode/100 == 2 {
+			return resp.StatusCode, "", nil
+		}
+		return resp.StatusCode, e.Name, fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, e.Message)
+	}
+	st, name, err := send(http.MethodPut, rules+"/COMPATIBILITY")
+	if st == http.StatusNotFound && name == "RuleNotFoundException" {
+		_, name, err = send(http.MethodPost, rules)
+	}
+	if name == "ArtifactNotFoundException" {
+		return fmt.Errorf("%w: %w", errNoSubject, err)
+	}
+	return err
 }
 
 // compatResponse is the registry's answer to a verbose compatibility check.
