@@ -205,6 +205,12 @@ type Record struct {
 	// EventTime is the source commit time (or the snapshot time for reads).
 	EventTime time.Time
 	TxID      uint64
+	// Snapshot marks the records of an initial load: its rows (OpRead) and
+	// the truncate barrier that clears what an interrupted earlier load
+	// left. Sinks that cannot express a barrier (a compacted Kafka topic,
+	// where every record needs a key) may skip a snapshot barrier; a
+	// truncate from the source itself is never skipped.
+	Snapshot bool
 	// Pos is the position of the transaction this record belongs to, for
 	// diagnostics and the DLQ; the ledger uses Batch.Pos.
 	Pos Position
