@@ -117,7 +117,7 @@ func TestMissingSlotWithCheckpoint(t *testing.T) {
 	if err := src.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	exec(t, ctx, pg, "shop", "SELECT pg_drop_replication_slot('"+opts.Slot+"')")
+	dropSlotWhenIdle(t, ctx, pg, "shop", opts.Slot)
 
 	s2, err := New(opts, testLogger(t), nil)
 	if err != nil {

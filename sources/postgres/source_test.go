@@ -133,6 +133,34 @@ func exec(t *testing.T, ctx context.Context, pg *harness.Postgres, db string, sq
 	}
 }
 
+// dropSlotWhenIdle drops a slot once its walsender has gone (a closed
+// Source's server process exits a moment after the connection closes).
+func dropSlotWhenIdle(t *testing.T, ctx context.Context, pg *harness.Postgres, db, slot string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, pg.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var active bool
+		if err := conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil {
+			t.Fatal(err)
+		}
+		if !active {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %s still active after 30s", slot)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func testOptions(pg *harness.Postgres, tables ...string) Options {
 	return Options{
 		Pipeline: "test", DSN: pg.DSN("shop"), Tables: tables, Slot: "sluice_test", Publication: "sluice_test",
