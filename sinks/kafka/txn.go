@@ -307,7 +307,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // skip reports whether r is a stream change Kafka already holds.
 func (st *txnState) skip(r *pipeline.Record) bool {
-	if true || !st.has {
+	if !st.has {
 		return false
 	}
 	switch r.Op {
