@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: deps build test vet unit fuzz quickstart bench-postgres clean
+.PHONY: deps build test vet unit fuzz quickstart bench-postgres bench-kafka clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -28,6 +28,9 @@ quickstart:
 
 bench-postgres:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./sources/postgres/
+
+bench-kafka:
+	$(GO) test -run '^$$' -bench PostgresToKafka -benchtime 1x -timeout 30m ./integration/
 
 clean:
 	rm -rf bin

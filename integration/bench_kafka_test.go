@@ -40,7 +40,8 @@ import (
 // SLUICE_BENCH_ROWS overrides the number of inserted rows (default
 // 1,000,000 in transactions of 10,000, a 6-column table);
 // SLUICE_BENCH_LATENCY overrides the length of the latency phase (default
-// 20s). PostgreSQL and the broker are required (missing: skipped, failed
+// 20s); SLUICE_BENCH_LINGER sets the runtime's batch linger of the latency
+// phase (default: the config default, 100ms). PostgreSQL and the broker are required (missing: skipped, failed
 // in CI); the schema registry is the harness's real one when it starts,
 // else the in-process schematest double (the log says which).
 //
@@ -85,9 +86,18 @@ func BenchmarkPostgresToKafka(b *testing.B) {
 		}
 		latFor = d
 	}
+	var linger time.Duration
+	if v := os.Getenv("SLUICE_BENCH_LINGER"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("SLUICE_BENCH_LINGER=%q: want a positive duration", v)
+		}
+		linger = d
+	}
 	b.StopTimer()
 	load0 := bkLoadAvg()
 	e := bkStart(b)
+	e.linger = linger
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	e.ctx = ctx
@@ -129,6 +139,11 @@ func BenchmarkPostgresToKafka(b *testing.B) {
 	}
 	fmt.Fprintf(&tb, "kafka phase: peak RSS %.0f MiB (VmHWM of the test process during the phase), Go heap in use at end %.0f MiB; %s\n",
 		kp.peakRSS/(1<<20), kp.heapEnd/(1<<20), kp.note)
+	lingerText := "100ms (default)"
+	if linger > 0 {
+		lingerText = linger.String() + " (SLUICE_BENCH_LINGER)"
+	}
+	fmt.Fprintf(&tb, "latency phase: runtime batch linger %s, producer linger 5ms\n", lingerText)
 	fmt.Fprintf(&tb, "latency at %.0f rows/s offered (%.0f achieved, writer max behind %s) over %s: %d transactions, "+
 		"commit-to-ack p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms; peak RSS %.0f MiB\n",
 		float64(bkLatRows)/bkLatEvery.Seconds(), lat.achieved, lat.behind.Round(time.Millisecond), latFor, lat.n,
@@ -166,7 +181,8 @@ type bkEnv struct {
 	regKind string
 	pool    *pgxpool.Pool
 	start   map[string]pglogrepl.LSN
-	hwm     []float64 // VmHWM readings (bytes), before each reset
+	hwm     []float64     // VmHWM readings (bytes), before each reset
+	linger  time.Duration // runtime batch linger of the latency phase; 0: the default (100ms)
 }
 
 // bkResult is one consumer's drain.
@@ -315,7 +331,7 @@ func (e *bkEnv) sinkOptions(prefix string) kafkasink.Options {
 
 // pipelineFor builds a runtime from slot (resuming at its consistent point)
 // to a Kafka sink wrapped in wrap.
-func (e *bkEnv) pipelineFor(slot, prefix string, wrap func(pipeline.Sink) pipeline.Sink) (*pipeline.Runtime, func()) {
+func (e *bkEnv) pipelineFor(slot, prefix string, linger time.Duration, wrap func(pipeline.Sink) pipeline.Sink) (*pipeline.Runtime, func()) {
 	e.b.Helper()
 	dir := e.b.TempDir()
 	store, err := offsets.OpenDir(filepath.Join(dir, "offsets"), prefix)
@@ -336,7 +352,12 @@ func (e *bkEnv) pipelineFor(slot, prefix string, wrap func(pipeline.Sink) pipeli
 	if err != nil {
 		e.b.Fatal(err)
 	}
-	ks, err := kafkasink.New(e.sinkOptions(prefix), e.reg, zap.NewNop())
+	// Warnings (a failed sink write, …) go to stderr.
+	log, err := zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel))
+	if err != nil {
+		e.b.Fatal(err)
+	}
+	ks, err := kafkasink.New(e.sinkOptions(prefix), e.reg, log)
 	if err != nil {
 		e.b.Fatal(err)
 	}
@@ -344,8 +365,10 @@ func (e *bkEnv) pipelineFor(slot, prefix string, wrap func(pipeline.Sink) pipeli
 	if wrap != nil {
 		sink = wrap(ks)
 	}
-	rt, err := pipeline.New(pipeline.Config{Pipeline: prefix}, src,
-		[]pipeline.NamedSink{{Name: "kafka", Sink: sink}}, store, pipeline.Options{})
+	// The config defaults, except that a sink write failing 5 times in a
+	// row fails the run instead of retrying for ever.
+	rt, err := pipeline.New(pipeline.Config{Pipeline: prefix, RetryMaxAttempts: 5, BatchLinger: linger}, src,
+		[]pipeline.NamedSink{{Name: "kafka", Sink: sink}}, store, pipeline.Options{Log: log})
 	if err != nil {
 		e.b.Fatal(err)
 	}
@@ -359,7 +382,7 @@ func (e *bkEnv) drainKafka(slot string, rows int) (res bkResult) {
 	e.b.Helper()
 	const prefix = "bench"
 	pprof.Do(e.ctx, pprof.Labels("phase", "kafka"), func(ctx context.Context) {
-		rt, closeStore := e.pipelineFor(slot, prefix, nil)
+		rt, closeStore := e.pipelineFor(slot, prefix, 0, nil)
 		defer closeStore()
 		broker := bkBrokerPID(e.k)
 		e.resetHWM()
@@ -373,7 +396,15 @@ func (e *bkEnv) drainKafka(slot string, rows int) (res bkResult) {
 		go func() { runErr <- rt.Run(runCtx) }()
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
-		for rt.Stats().Written["kafka"] < int64(rows) {
+		var first time.Duration
+		for {
+			n := rt.Stats().Written["kafka"]
+			if n > 0 && first == 0 {
+				first = time.Since(t0)
+			}
+			if n >= int64(rows) {
+				break
+			}
 			select {
 			case err := <-runErr:
 				e.b.Fatalf("pipeline stopped after %d rows: %v", rt.Stats().Written["kafka"], err)
@@ -396,7 +427,8 @@ func (e *bkEnv) drainKafka(slot string, rows int) (res bkResult) {
 		if n != int64(rows) {
 			e.b.Fatalf("topic holds %d records, want %d", n, rows)
 		}
-		res.note = fmt.Sprintf("topic %s.public.bench_rows holds %d records", prefix, n)
+		res.note = fmt.Sprintf("first batch acked after %s (connect, topic creation, schema registration, first %d rows); topic %s.public.bench_rows holds %d records",
+			first.Round(time.Millisecond), min(rows, 10000), prefix, n)
 	})
 	return res
 }
@@ -477,7 +509,7 @@ func (e *bkEnv) latency(first int, d time.Duration) (res bkLatency) {
 	pprof.Do(e.ctx, pprof.Labels("phase", "latency"), func(ctx context.Context) {
 		e.createSlot(slot)
 		ls := &latSink{lat: map[uint64]time.Duration{}, at: map[uint64]time.Time{}}
-		rt, closeStore := e.pipelineFor(slot, prefix, func(s pipeline.Sink) pipeline.Sink { ls.Sink = s; return ls })
+		rt, closeStore := e.pipelineFor(slot, prefix, e.linger, func(s pipeline.Sink) pipeline.Sink { ls.Sink = s; return ls })
 		defer closeStore()
 		e.resetHWM()
 		runCtx, stop := context.WithCancel(ctx)
