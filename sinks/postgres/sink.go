@@ -1,0 +1,367 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	pgsrc "github.com/sluice-cdc/sluice/sources/postgres"
+)
+
+// Options configures a Sink.
+type Options struct {
+	// Name identifies the sink in logs.
+	Name string
+	// DSN is the target database's connection string (URL or key=value).
+	DSN string
+	// Schema holds the target tables ("public" when empty); it is created
+	// when absent.
+	Schema string
+	// HardDelete removes tombstone rows physically once they are older than
+	// TombstoneTTL. Without it tombstones are kept forever (soft delete).
+	HardDelete bool
+	// TombstoneTTL is how long a tombstone is kept in HardDelete mode;
+	// zero keeps tombstones forever. It must exceed the longest replay
+	// horizon: a record older than a purged tombstone could bring its row
+	// back.
+	TombstoneTTL time.Duration
+	// TablePrefix is put before the source table's name to form the target
+	// table's name; empty means "<source schema>_".
+	TablePrefix string
+}
+
+const (
+	maxPurgeEvery = 10 * time.Minute
+	barrierTable  = "_sluice_barriers"
+	colVersion    = "_sluice_version"
+	colDeleted    = "_sluice_deleted"
+	colUpdatedAt  = "_sluice_updated_at"
+)
+
+// Sink writes change records into a Postgres database, one target table
+// per source table, idempotently (Invariant 4). It implements
+// pipeline.Sink. A Sink is safe for concurrent use; Write calls are
+// serialized over one connection.
+type Sink struct {
+	opts Options
+	log  *zap.Logger
+	now  func() time.Time
+
+	mu   sync.Mutex
+	open bool
+	conn *pgx.Conn
+	// tables maps a target table name to its columns (lower-case name →
+	// Postgres type), as they exist in the database.
+	tables map[string]map[string]string
+	// barriers maps a target table name to its truncate barrier: records
+	// with a lower version are ignored.
+	barriers  map[string]pipeline.Version
+	lastPurge time.Time
+}
+
+var _ pipeline.Sink = (*Sink)(nil)
+
+// New returns an unopened Sink. A nil logger logs nothing.
+func New(opts Options, log *zap.Logger) *Sink {
+	if opts.Schema == "" {
+		opts.Schema = "public"
+	}
+	if opts.Name == "" {
+		opts.Name = "postgres"
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now}
+}
+
+// Open connects, creates the schema and the barrier table, and loads what
+// already exists. It may be retried; opening an open Sink does nothing.
+func (s *Sink) Open(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open {
+		return nil
+	}
+	if s.opts.DSN == "" {
+		return pipeline.Fatal(errors.New("postgres sink: dsn is required"))
+	}
+	if _, err := pgx.ParseConfig(s.opts.DSN); err != nil {
+		return pipeline.Fatal(fmt.Errorf("postgres sink: dsn: %w", err))
+	}
+	if err := s.connect(ctx); err != nil {
+		return err
+	}
+	s.open = true
+	s.log.Info("postgres sink open", zap.String("schema", s.opts.Schema), zap.Int("tables", len(s.tables)))
+	return nil
+}
+
+// connect (re)establishes the connection and reloads the target's state.
+func (s *Sink) connect(ctx context.Context) error {
+	cfg, err := pgx.ParseConfig(s.opts.DSN)
+	if err != nil {
+		return pipeline.Fatal(fmt.Errorf("postgres sink: dsn: %w", err))
+	}
+	// Pin the settings the text forms written and read back depend on.
+	maps.Copy(cfg.RuntimeParams, pgsrc.SessionSettings)
+	// Every batch stages into freshly created temporary tables: cached
+	// statements and descriptions (CopyFrom's included) would outlive them.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("postgres sink: connect: %w", err)
+	}
+	setup := []string{
+		"CREATE SCHEMA IF NOT EXISTS " + quote(s.opts.Schema),
+		"CREATE TABLE IF NOT EXISTS " + s.qualified(barrierTable) + " (target text PRIMARY KEY, version bytea NOT NULL)",
+	}
+	for _, q := range setup {
+		if _, err = conn.Exec(ctx, q); err != nil {
+			break
+		}
+	}
+	s.conn = conn
+	if err == nil {
+		err = s.load(ctx)
+	}
+	if err != nil {
+		conn.Close(context.Background())
+		s.conn = nil
+		return fmt.Errorf("postgres sink: prepare schema %s: %w", s.opts.Schema, err)
+	}
+	return nil
+}
+
+// Close releases the connection; Write already made everything durable.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open = false
+	if s.conn == nil {
+		return nil
+	}
+	err := s.conn.Close(ctx)
+	s.conn = nil
+	return err
+}
+
+// ready reconnects after a lost connection.
+func (s *Sink) ready(ctx context.Context) error {
+	if !s.open {
+		return errors.New("postgres sink: used before open")
+	}
+	if s.conn != nil && !s.conn.IsClosed() {
+		return nil
+	}
+	s.conn = nil
+	return s.connect(ctx)
+}
+
+// load reads the existing target tables' columns and the barriers.
+func (s *Sink) load(ctx context.Context) error {
+	tables := map[string]map[string]string{}
+	rows, err := s.conn.Query(ctx, `SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped`, s.opts.Schema)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var t, c, typ string
+		if err := rows.Scan(&t, &c, &typ); err != nil {
+			rows.Close()
+			return err
+		}
+		if t == barrierTable {
+			continue
+		}
+		if tables[t] == nil {
+			tables[t] = map[string]string{}
+		}
+		tables[t][strings.ToLower(c)] = typ
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	barriers := map[string]pipeline.Version{}
+	rows, err = s.conn.Query(ctx, "SELECT target, version FROM "+s.qualified(barrierTable))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var t string
+		var b []byte
+		if err := rows.Scan(&t, &b); err != nil {
+			rows.Close()
+			return err
+		}
+		v, err := pipeline.ParseVersion(string(b))
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("barrier of %s: %w", t, err)
+		}
+		barriers[t] = v
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	s.tables, s.barriers = tables, barriers
+	return nil
+}
+
+// Write applies records in one Postgres transaction and returns once it is
+// committed (durable). Records Postgres cannot hold fail permanently and
+// are reported in a *pipeline.BatchError; the others are applied.
+func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ready(ctx); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	batches, failed := s.prepare(records)
+	for _, f := range failed {
+		r := &records[f.Index]
+		table := ""
+		if r.Table != nil {
+			table = r.Table.ID.String()
+		}
+		// Invariant 9: a record that will be dead-lettered is logged.
+		s.log.Warn("record rejected", zap.Int("index", f.Index), zap.String("table", table),
+			zap.String("version", r.Version.String()), zap.Error(f.Err))
+	}
+	if len(batches) > 0 {
+		if err := s.apply(ctx, batches); err != nil {
+			// The cached tables and barriers may describe a rolled-back
+			// transaction: reload them (or reconnect on the next Write).
+			if s.conn.IsClosed() {
+				s.conn = nil
+			} else if lerr := s.load(context.Background()); lerr != nil {
+				s.log.Warn("reload after failed write", zap.Error(lerr))
+				s.conn.Close(context.Background())
+				s.conn = nil
+			}
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return fmt.Errorf("postgres sink: %w", err)
+		}
+	}
+	s.purge(ctx)
+	if len(failed) > 0 {
+		return &pipeline.BatchError{Failed: failed}
+	}
+	return nil
+}
+
+// purge removes expired tombstones in HardDelete mode, at most once per
+// min(TombstoneTTL, 10m), after the batch committed; a failure is logged
+// and retried later.
+func (s *Sink) purge(ctx context.Context) {
+	if !s.opts.HardDelete || s.opts.TombstoneTTL <= 0 {
+		return
+	}
+	now := s.now()
+	every := min(s.opts.TombstoneTTL, maxPurgeEvery)
+	if !s.lastPurge.IsZero() && now.Sub(s.lastPurge) < every {
+		return
+	}
+	s.lastPurge = now
+	cutoff := now.Add(-s.opts.TombstoneTTL)
+	for t := range s.tables {
+		tag, err := s.conn.Exec(ctx, "DELETE FROM "+s.qualified(t)+" WHERE "+quote(colDeleted)+
+			" AND "+quote(colUpdatedAt)+" < $1", cutoff)
+		if err != nil {
+			s.log.Warn("tombstone purge failed", zap.String("table", t), zap.Error(err))
+			continue
+		}
+		if n := tag.RowsAffected(); n > 0 {
+			s.log.Info("tombstones purged", zap.String("table", t), zap.Int64("rows", n))
+		}
+	}
+}
+
+// Rows returns the live (not deleted) rows of a source table, ordered by
+// key, with values aligned with table.Columns in the record model's value
+// types (columns the target lacks read as nil). It is a verification
+// helper; an absent target table has no rows.
+func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	target := s.targetName(table.ID)
+	have, ok := s.tables[target]
+	if !ok {
+		return nil, nil
+	}
+	exprs := make([]string, len(table.Columns))
+	infos := make([]pgsrc.ColumnInfo, len(table.Columns))
+	for i := range table.Columns {
+		c := &table.Columns[i]
+		infos[i] = readInfo(c)
+		if _, ok := have[strings.ToLower(c.Name)]; !ok {
+			exprs[i] = "NULL"
+			continue
+		}
+		exprs[i] = quote(c.Name) + "::text"
+	}
+	order := make([]string, 0, len(table.KeyIdx))
+	for _, k := range table.KeyIdx {
+		order = append(order, quote(table.Columns[k].Name))
+	}
+	q := "SELECT " + strings.Join(exprs, ", ") + " FROM " + s.qualified(target) + " WHERE NOT " + quote(colDeleted)
+	if len(order) > 0 {
+		q += " ORDER BY " + strings.Join(order, ", ")
+	}
+	if len(exprs) == 0 {
+		q = "SELECT FROM " + s.qualified(target) + " WHERE NOT " + quote(colDeleted)
+	}
+	rows, err := s.conn.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out [][]any
+	for rows.Next() {
+		raw := rows.RawValues()
+		row := make([]any, len(table.Columns))
+		for i := range row {
+			if raw[i] == nil {
+				continue
+			}
+			if row[i], err = fromText(&table.Columns[i], infos[i], raw[i]); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
+}
+
+// targetName is the target table of a source table.
+func (s *Sink) targetName(id pipeline.TableID) string {
+	if s.opts.TablePrefix != "" {
+		return s.opts.TablePrefix + id.Table
+	}
+	return id.Schema + "_" + id.Table
+}
+
+func (s *Sink) qualified(table string) string { return quote(s.opts.Schema) + "." + quote(table) }

@@ -1,0 +1,88 @@
+// Package redis is the cache sink: it keeps one Redis key per captured row,
+// idempotently (Invariant 4).
+//
+// # Keys
+//
+// A row's key is Options.KeyTemplate (default "{schema}.{table}:{pk}") with
+// {database}, {schema} and {table} replaced by the source table's names and
+// {pk} by the key column values in key order, joined by ':', each encoded as
+// below with '\' and ':' escaped by a preceding '\' (key ("a:b", 1) →
+// "s.t:a\:b:1"). The template must end with a separator character and {pk};
+// every row key of a table then starts with the same prefix P. The table's
+// truncate barrier is the string key P minus its last character plus
+// "#barrier" ("s.t#barrier" by default), which never collides with a row
+// key (the separator may not be '#').
+//
+// # Stored form
+//
+// Every key is a hash holding the row version in field _v: the record's
+// pipeline.Version as 64 hex digits (Version.String), whose string order is
+// version order. Format "hash" (default) stores one field per non-NULL
+// column (NULL columns are absent); Format "json" stores the field doc, a
+// JSON object with one member per column (null for NULL). A deleted row is
+// a tombstone: _v and _deleted = "1", no data fields, expiring after
+// TombstoneTTL (default 168h). With TTL set, live keys expire that long
+// after their last write.
+//
+// Values are stored as text, the same text in hash fields and in the JSON
+// document's string members (JSON numbers are avoided because the script's
+// JSON library would round them):
+//
+//	bool               true | false
+//	integers           decimal
+//	floats             shortest round-trip form; NaN, Infinity, -Infinity
+//	decimal            exact plain text with its scale (12.50); NaN, infinity, -infinity
+//	string, text, enum, set, inet, macaddr   as is
+//	json               the document text
+//	bytes, bit, geometry                     standard base64
+//	uuid               8-4-4-4-12 lower-case hex
+//	date               2006-01-02; infinity, -infinity
+//	time               15:04:05.000000 (24:00:00.000000 allowed)
+//	timetz             15:04:05.000000+05:30 (seconds appended when not 0)
+//	timestamptz        RFC 3339 in UTC with microseconds: 2006-01-02T15:04:05.000000Z
+//	timestamp          the same without zone: 2006-01-02T15:04:05.000000
+//	interval           P<months>M<days>DT<seconds>S, e.g. P-14M3DT-1.500000S
+//	array              JSON text: null, booleans and integers as JSON values,
+//	                   nested arrays nested, other elements as JSON strings of
+//	                   their encoding above
+//
+// # Writes
+//
+// Every write runs one Lua script (EVALSHA, loaded with SCRIPT LOAD at
+// Open; EVAL when the server answers NOSCRIPT) that, atomically per call:
+//
+//   - ignores a record whose version is below the table's barrier, or not
+//     newer than the key's _v (replays, duplicates, late snapshot rows);
+//   - replaces the key's fields with the record's, keeping the stored
+//     value of each Unchanged column (hash: the stored field; json: the
+//     stored document's member, merged in the script); an Unchanged column
+//     of a key not held (or a tombstone) is NULL;
+//   - turns a delete into a versioned tombstone, so a late snapshot row
+//     cannot resurrect the key while the tombstone lives;
+//   - for a truncate, raises the barrier to its version (never lowers it).
+//     Write then SCANs the table's keys (MATCH P*, 1000 per page) and, one
+//     script call per page, deletes those whose _v is below the barrier.
+//     Until that finishes (or when a crash interrupted it; the retried
+//     truncate resumes it) such keys may still be visible.
+//
+// Consumer contract: a key is the row when it has no _deleted field and
+// its _v is not below the table's barrier key (absent barrier: no
+// barrier); anything else reads as absent. Sink.Rows implements it.
+//
+// A Write encodes its records, runs its truncates first (their barrier
+// makes the batch's older records no-ops and their purge deletes only
+// older keys, so the result is the in-order one), then sends the rows as
+// pipelines of script calls of 100 records each, partitioned by key over
+// four connections (all changes of a key on one connection, in order). It
+// returns nil only when every call was answered; with appendfsync always
+// (what sluice requires of a Redis used as a sink) an answered write is on
+// disk. A connection error or a transient server state (LOADING, BUSY,
+// OOM, READONLY, ...) fails the whole batch for the runtime to retry; an
+// error about one record (the key holds another type, a value that cannot
+// be encoded) fails that record permanently through a *pipeline.BatchError
+// so it is dead-lettered (Invariant 7).
+//
+// The sink assumes a single Redis (not a cluster: a call's keys span hash
+// slots) and that it is the only writer of its key prefix. Column names _v
+// and _deleted are reserved.
+package redis

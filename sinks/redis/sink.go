@@ -1,0 +1,657 @@
+package redis
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// Options configures a Sink.
+type Options struct {
+	// Name identifies the sink in logs.
+	Name string
+	// Addr is the server's host:port.
+	Addr     string
+	Username string
+	Password string
+	DB       int
+	// KeyTemplate names a row's key; placeholders {database}, {schema},
+	// {table} and {pk} (the key values joined by ':', each with '\' and ':'
+	// escaped by a '\'). It must end with a separator and {pk}, the
+	// separator not being '#'. Default "{schema}.{table}:{pk}".
+	KeyTemplate string
+	// Format is "hash" (default: one field per column) or "json" (fields
+	// _v and doc, a JSON object).
+	Format string
+	// TTL, when positive, expires live keys that long after their last
+	// write.
+	TTL time.Duration
+	// TombstoneTTL is how long a delete's tombstone is kept (default 168h).
+	// It must exceed the longest replay horizon: a record older than an
+	// expired tombstone could bring its key back.
+	TombstoneTTL time.Duration
+	// TLS connects with TLS (server name from Addr).
+	TLS bool
+}
+
+const (
+	defaultTemplate     = "{schema}.{table}:{pk}"
+	defaultTombstoneTTL = 168 * time.Hour
+	fieldVersion        = "_v"
+	fieldDeleted        = "_deleted"
+	fieldDoc            = "doc"
+	scanCount           = 1000
+	chunkSize           = 100 // row records per script call
+)
+
+// Sink keeps Redis keys in step with the captured tables' rows, as a cache
+// (see the package documentation). It implements pipeline.Sink. Write calls
+// are serialized.
+type Sink struct {
+	opts Options
+	log  *zap.Logger
+	sha  string
+
+	mu     sync.Mutex
+	client *goredis.Client
+	tables map[*pipeline.Table]*tableInfo
+}
+
+var _ pipeline.Sink = (*Sink)(nil)
+
+// New returns an unopened Sink. A nil logger logs nothing.
+func New(opts Options, log *zap.Logger) *Sink {
+	if opts.Name == "" {
+		opts.Name = "redis"
+	}
+	if opts.KeyTemplate == "" {
+		opts.KeyTemplate = defaultTemplate
+	}
+	if opts.Format == "" {
+		opts.Format = "hash"
+	}
+	if opts.TombstoneTTL <= 0 {
+		opts.TombstoneTTL = defaultTombstoneTTL
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	sum := sha1.Sum([]byte(writeScript))
+	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), sha: hex.EncodeToString(sum[:]),
+		tables: map[*pipeline.Table]*tableInfo{}}
+}
+
+func (s *Sink) validate() error {
+	o := &s.opts
+	if o.Addr == "" {
+		return errors.New("redis sink: addr is required")
+	}
+	if o.Format != "hash" && o.Format != "json" {
+		return fmt.Errorf("redis sink: format %q: want hash or json", o.Format)
+	}
+	t := o.KeyTemplate
+	if strings.Count(t, "{pk}") != 1 || !strings.HasSuffix(t, "{pk}") || len(t) < 5 {
+		return fmt.Errorf("redis sink: key template %q must end with a separator and {pk}", t)
+	}
+	if sep := t[len(t)-5]; sep == '#' || sep == '}' {
+		return fmt.Errorf("redis sink: key template %q: the separator before {pk} must be a literal character other than '#'", t)
+	}
+	return nil
+}
+
+// Open connects, checks the server and loads the write script. It may be
+// retried; opening an open Sink does nothing.
+func (s *Sink) Open(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client != nil {
+		return nil
+	}
+	if err := s.validate(); err != nil {
+		return pipeline.Fatal(err)
+	}
+	ro := &goredis.Options{Addr: s.opts.Addr, Username: s.opts.Username, Password: s.opts.Password, DB: s.opts.DB,
+		PoolSize:    4 * partitions,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+	if s.opts.TLS {
+		host, _, err := net.SplitHostPort(s.opts.Addr)
+		if err != nil {
+			host = s.opts.Addr
+		}
+		ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+	}
+	c := goredis.NewClient(ro)
+	sha, err := c.ScriptLoad(ctx, writeScript).Result()
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("redis sink: connect %s: %w", s.opts.Addr, err)
+	}
+	if sha != s.sha {
+		c.Close()
+		return pipeline.Fatal(fmt.Errorf("redis sink: server hashed the script as %s, want %s", sha, s.sha))
+	}
+	s.client = c
+	s.log.Info("redis sink open", zap.String("addr", s.opts.Addr), zap.String("format", s.opts.Format))
+	return nil
+}
+
+// Close releases the connections; Write already made everything durable.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client == nil {
+		return nil
+	}
+	err := s.client.Close()
+	s.client = nil
+	return err
+}
+
+// tableInfo is what a table shape needs for its keys.
+type tableInfo struct {
+	prefix  string // every row key of the table starts with it
+	barrier string // the barrier key
+	pattern string // SCAN MATCH pattern of the row keys
+	badCol  string // a column whose name collides with a reserved field
+}
+
+func (s *Sink) info(t *pipeline.Table) *tableInfo {
+	if ti := s.tables[t]; ti != nil {
+		return ti
+	}
+	tmpl := strings.TrimSuffix(s.opts.KeyTemplate, "{pk}")
+	prefix := strings.NewReplacer("{database}", t.ID.Database, "{schema}", t.ID.Schema, "{table}", t.ID.Table).Replace(tmpl)
+	ti := &tableInfo{prefix: prefix, barrier: prefix[:len(prefix)-1] + "#barrier", pattern: globEscape(prefix) + "*"}
+	for _, c := range t.Columns {
+		if c.Name == fieldVersion || c.Name == fieldDeleted || (s.opts.Format == "hash" && c.Name == "") {
+			ti.badCol = c.Name
+		}
+	}
+	s.tables[t] = ti
+	return ti
+}
+
+// rowKey is the key of the row whose image is img.
+func (s *Sink) rowKey(t *pipeline.Table, ti *tableInfo, img []any) (string, error) {
+	var b strings.Builder
+	b.WriteString(ti.prefix)
+	for i, idx := range t.KeyIdx {
+		if idx >= len(img) {
+			return "", fmt.Errorf("key column %d missing from the image", idx)
+		}
+		c := &t.Columns[idx]
+		v := img[idx]
+		if v == nil {
+			return "", fmt.Errorf("key column %s is NULL", c.Name)
+		}
+		if _, ok := v.(pipeline.Unchanged); ok {
+			return "", fmt.Errorf("key column %s is Unchanged", c.Name)
+		}
+		enc, err := encodeValue(c, v)
+		if err != nil {
+			return "", err
+		}
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		b.WriteString(escapeKeyPart(enc))
+	}
+	return b.String(), nil
+}
+
+// args builds the script's KEYS and ARGV for a row record.
+func (s *Sink) args(r *pipeline.Record) (keys []string, argv []any, err error) {
+	t := r.Table
+	ti := s.info(t)
+	if ti.badCol != "" || len(t.KeyIdx) == 0 {
+		return nil, nil, fmt.Errorf("table %s: column name %q is reserved or the table has no key", t.ID, ti.badCol)
+	}
+	img := r.After
+	op := "u"
+	ttl := s.opts.TTL
+	if r.Op == pipeline.OpDelete {
+		img, op, ttl = r.Before, "d", s.opts.TombstoneTTL
+	}
+	if img == nil {
+		return nil, nil, fmt.Errorf("%s record without an image", r.Op)
+	}
+	key, err := s.rowKey(t, ti, img)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys = []string{key, ti.barrier}
+	argv = make([]any, 5, 5+2*len(t.Columns)+3)
+	version := r.Version.String()
+	argv[0], argv[1], argv[2], argv[3], argv[4] = op, version, strconv.FormatInt(ttl.Milliseconds(), 10), "0", "0"
+	if op == "d" {
+		return keys, argv, nil
+	}
+	if len(img) > len(t.Columns) {
+		return nil, nil, fmt.Errorf("image has %d values for %d columns", len(img), len(t.Columns))
+	}
+	nk := 0
+	for i, v := range img {
+		if _, ok := v.(pipeline.Unchanged); ok {
+			argv = append(argv, t.Columns[i].Name)
+			nk++
+		}
+	}
+	argv[3] = strconv.Itoa(nk)
+	var doc bytes.Buffer
+	if s.opts.Format == "json" {
+		doc.WriteByte('{')
+	}
+	for i, v := range img {
+		c := &t.Columns[i]
+		var enc string
+		present := false
+		switch v.(type) {
+		case nil, pipeline.Unchanged:
+		default:
+			if enc, err = encodeValue(c, v); err != nil {
+				return nil, nil, fmt.Errorf("column %s: %w", c.Name, err)
+			}
+			present = true
+		}
+		if s.opts.Format == "hash" {
+			if present {
+				argv = append(argv, c.Name, enc)
+			}
+			continue
+		}
+		if doc.Len() > 1 {
+			doc.WriteByte(',')
+		}
+		writeJSONString(&doc, c.Name)
+		doc.WriteByte(':')
+		if present {
+			writeJSONString(&doc, enc)
+		} else {
+			doc.WriteString("null")
+		}
+	}
+	if s.opts.Format == "json" {
+		doc.WriteByte('}')
+		argv = append(argv, doc.String())
+	} else {
+		argv = append(argv, fieldVersion, version)
+	}
+	argv[4] = strconv.Itoa(len(argv) - 5 - nk)
+	return keys, argv, nil
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\'
+	}
+	if plain {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	b.Truncate(b.Len() - 1) // Encode's newline
+}
+
+// Write applies the records and returns once Redis acknowledged every
+// script call (durable with appendfsync always). Truncates run first; the
+// other records go in one pipeline of EVALSHA calls, in order.
+func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client == nil {
+		return errors.New("redis sink: write before open")
+	}
+	var failed []pipeline.RecordError
+	fail := func(i int, err error) {
+		r := &records[i]
+		s.log.Warn("record rejected", zap.Int("index", i), zap.String("table", r.Table.ID.String()),
+			zap.String("version", r.Version.String()), zap.Error(err))
+		failed = append(failed, pipeline.RecordError{Index: i, Err: err, Permanent: true})
+	}
+	// A truncate's barrier makes the batch's older records no-ops and its
+	// purge deletes only older keys: running truncates first gives the
+	// state the records in order give.
+	for i := range records {
+		r := &records[i]
+		if r.Op != pipeline.OpTruncate || r.Table == nil {
+			continue
+		}
+		if err := s.truncate(ctx, r); err != nil {
+			if perm, ok := s.classify(ctx, err); ok {
+				fail(i, perm)
+				continue
+			}
+			return s.wrap(ctx, err)
+		}
+	}
+	// Encode the row records, in parallel (order kept).
+	type encoded struct {
+		keys []string
+		argv []any
+		err  error
+	}
+	enc := make([]encoded, len(records))
+	isRow := func(r *pipeline.Record) bool {
+		return r.Table != nil && r.Op.IsData() && r.Op != pipeline.OpTruncate
+	}
+	for i := range records {
+		if r := &records[i]; isRow(r) {
+			s.info(r.Table) // fill the cache before the workers read it
+		}
+	}
+	workers := min(encodeWorkers, 1+len(records)/1000)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(records); i += workers {
+				if r := &records[i]; isRow(r) {
+					e := &enc[i]
+					e.keys, e.argv, e.err = s.args(r)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Records go to partitions by key, each partition keeping the order of
+	// its records (all changes of a key in one partition, in order), in
+	// chunks of chunkSize records per script call (one atomic call
+	// amortizes a call's overhead). Each partition is one pipeline of
+	// EVALSHA calls on its own connection; the partitions run concurrently.
+	parts := make([][]*chunk, partitions)
+	last := make([]*chunk, partitions)
+	for i := range records {
+		e := &enc[i]
+		if !isRow(&records[i]) {
+			continue
+		}
+		if e.err != nil {
+			fail(i, e.err)
+			continue
+		}
+		p := partitionOf(e.keys[0])
+		c := last[p]
+		if c == nil || len(c.idx) == chunkSize {
+			c = &chunk{argv: []any{"w", s.opts.Format[:1]}}
+			parts[p] = append(parts[p], c)
+			last[p] = c
+		}
+		c.idx = append(c.idx, i)
+		c.keys = append(c.keys, e.keys...)
+		c.argv = append(c.argv, e.argv...)
+	}
+	results := make([]partResult, partitions)
+	for p := range parts {
+		if len(parts[p]) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[p] = s.execPartition(ctx, parts[p])
+		}()
+	}
+	wg.Wait()
+	for _, res := range results {
+		if res.err != nil {
+			return s.wrap(ctx, res.err)
+		}
+	}
+	for _, res := range results {
+		for _, f := range res.failed {
+			fail(f.Index, f.Err)
+		}
+	}
+	if len(failed) > 0 {
+		sort.Slice(failed, func(a, b int) bool { return failed[a].Index < failed[b].Index })
+		return &pipeline.BatchError{Failed: failed}
+	}
+	return nil
+}
+
+const (
+	partitions    = 4 // concurrent pipelines per Write
+	encodeWorkers = 2
+)
+
+// chunk is one script call: the records idx, in order.
+type chunk struct {
+	idx  []int
+	keys []string
+	argv []any
+}
+
+type partResult struct {
+	failed []pipeline.RecordError // permanent per-record failures
+	err    error                  // the batch failed (connection, transient)
+}
+
+func partitionOf(key string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return int(h % partitions)
+}
+
+// execPartition runs the chunks as one pipeline of EVALSHA calls, in
+// order, and re-runs with EVAL those the server had no script for.
+func (s *Sink) execPartition(ctx context.Context, chunks []*chunk) (out partResult) {
+	useEval := false
+	for len(chunks) > 0 {
+		pipe := s.client.Pipeline()
+		cmds := make([]*goredis.Cmd, len(chunks))
+		for j, c := range chunks {
+			if useEval {
+				cmds[j] = pipe.Eval(ctx, writeScript, c.keys, c.argv...)
+			} else {
+				cmds[j] = pipe.EvalSha(ctx, s.sha, c.keys, c.argv...)
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+		var again []*chunk
+		for j, cmd := range cmds {
+			c := chunks[j]
+			res, err := cmd.Slice()
+			if err == nil && len(res) != len(c.idx) {
+				err = fmt.Errorf("script returned %d results for %d records", len(res), len(c.idx))
+			}
+			if err != nil {
+				if goredis.HasErrorPrefix(err, "NOSCRIPT") && !useEval {
+					again = append(again, c)
+					continue
+				}
+				perm, ok := s.classify(ctx, err)
+				if !ok {
+					return partResult{err: err}
+				}
+				for _, i := range c.idx {
+					out.failed = append(out.failed, pipeline.RecordError{Index: i, Err: perm, Permanent: true})
+				}
+				continue
+			}
+			for k, x := range res {
+				if msg, ok := x.(string); ok {
+					out.failed = append(out.failed, pipeline.RecordError{Index: c.idx[k], Err: fmt.Errorf("redis: %s", msg), Permanent: true})
+				}
+			}
+		}
+		// Redis lost its script cache (a restart, SCRIPT FLUSH): re-run
+		// those chunks with EVAL, which also caches the script again. The
+		// version guard makes re-running them after later ones harmless.
+		chunks, useEval = again, true
+	}
+	return out
+}
+
+// truncate sets the table's barrier, then deletes the keys older than the
+// barrier, SCAN page by SCAN page (each page in one script call).
+func (s *Sink) truncate(ctx context.Context, r *pipeline.Record) error {
+	ti := s.info(r.Table)
+	if err := s.run(ctx, []string{ti.barrier}, []any{"t", s.opts.Format[:1], r.Version.String()}); err != nil {
+		return err
+	}
+	argv := []any{"p", s.opts.Format[:1]}
+	var cursor uint64
+	for {
+		keys, next, err := s.client.Scan(ctx, cursor, ti.pattern, scanCount).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			if err := s.run(ctx, append([]string{ti.barrier}, keys...), argv); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// run calls the script once, with EVAL when the server lost it.
+func (s *Sink) run(ctx context.Context, keys []string, argv []any) error {
+	err := s.client.EvalSha(ctx, s.sha, keys, argv...).Err()
+	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		err = s.client.Eval(ctx, writeScript, keys, argv...).Err()
+	}
+	return err
+}
+
+// classify returns the permanent error of a record and true when err is
+// an error reply about that record (WRONGTYPE, a script error); false for
+// connection failures and transient server states, which fail the batch.
+func (s *Sink) classify(ctx context.Context, err error) (error, bool) {
+	var rerr goredis.Error
+	if ctx.Err() != nil || !errors.As(err, &rerr) {
+		return nil, false
+	}
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM",
+		"NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM", "MOVED", "ASK", "NOSCRIPT", "EXECABORT"} {
+		if goredis.HasErrorPrefix(err, p) {
+			return nil, false
+		}
+	}
+	return fmt.Errorf("redis: %w", err), true
+}
+
+func (s *Sink) wrap(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("redis sink %s: %w", s.opts.Name, err)
+}
+
+// Rows returns the live rows of a source table, ordered by key, with
+// values aligned with table.Columns in the record model's value types. It
+// reads what a consumer following the package's contract sees: tombstones
+// and keys older than the table's barrier are absent. It is a
+// verification helper (SCAN over the table's keys).
+func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client == nil {
+		return nil, errors.New("redis sink: read before open")
+	}
+	ti := s.info(table)
+	barrier, err := s.client.Get(ctx, ti.barrier).Result()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, err
+	}
+	var keys []string
+	var cursor uint64
+	for {
+		page, next, err := s.client.ScanType(ctx, cursor, ti.pattern, scanCount, "hash").Result()
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, page...)
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	sort.Strings(keys)
+	pipe := s.client.Pipeline()
+	cmds := make([]*goredis.MapStringStringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HGetAll(ctx, k)
+	}
+	if len(keys) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var out [][]any
+	for i, cmd := range cmds {
+		h := cmd.Val()
+		v, ok := h[fieldVersion]
+		if !ok || h[fieldDeleted] != "" || v < barrier {
+			continue
+		}
+		row, err := s.decodeRow(table, h)
+		if err != nil {
+			return nil, fmt.Errorf("key %s: %w", keys[i], err)
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}
+
+// decodeRow reads a stored hash back into a row of table.
+func (s *Sink) decodeRow(table *pipeline.Table, h map[string]string) ([]any, error) {
+	vals := h
+	if s.opts.Format == "json" {
+		var doc map[string]*string
+		if err := json.Unmarshal([]byte(h[fieldDoc]), &doc); err != nil {
+			return nil, fmt.Errorf("doc: %w", err)
+		}
+		vals = make(map[string]string, len(doc))
+		for k, v := range doc {
+			if v != nil {
+				vals[k] = *v
+			}
+		}
+	}
+	row := make([]any, len(table.Columns))
+	for i := range table.Columns {
+		c := &table.Columns[i]
+		text, ok := vals[c.Name]
+		if !ok {
+			continue
+		}
+		v, err := decodeValue(c, text)
+		if err != nil {
+			return nil, err
+		}
+		row[i] = v
+	}
+	return row, nil
+}
