@@ -103,8 +103,10 @@ type Snapshot struct {
 
 // Sink is one list item of sinks: exactly one field (the sink kind) is set.
 type Sink struct {
-	DuckDB *DuckDBSink `yaml:"duckdb"`
-	Kafka  *KafkaSink  `yaml:"kafka"`
+	DuckDB   *DuckDBSink   `yaml:"duckdb"`
+	Kafka    *KafkaSink    `yaml:"kafka"`
+	Postgres *PostgresSink `yaml:"postgres"`
+	Redis    *RedisSink    `yaml:"redis"`
 }
 
 func (*Sink) exclusive() {}
@@ -116,6 +118,10 @@ func (s Sink) Kind() string {
 		return "duckdb"
 	case s.Kafka != nil:
 		return "kafka"
+	case s.Postgres != nil:
+		return "postgres"
+	case s.Redis != nil:
+		return "redis"
 	}
 	return ""
 }
@@ -127,6 +133,10 @@ func (s Sink) Name() string {
 		return s.DuckDB.Name
 	case s.Kafka != nil:
 		return s.Kafka.Name
+	case s.Postgres != nil:
+		return s.Postgres.Name
+	case s.Redis != nil:
+		return s.Redis.Name
 	}
 	return ""
 }
@@ -138,8 +148,42 @@ func (s Sink) namePtr() *string {
 		return &s.DuckDB.Name
 	case s.Kafka != nil:
 		return &s.Kafka.Name
+	case s.Postgres != nil:
+		return &s.Postgres.Name
+	case s.Redis != nil:
+		return &s.Redis.Name
 	}
 	return nil
+}
+
+// PostgresSink upserts into PostgreSQL tables (an analytics store or
+// replica); see sinks/postgres.
+type PostgresSink struct {
+	Name string `yaml:"name" pattern:"^[a-z][a-z0-9_-]*$"`
+	// DSN is a postgres:// URL or a key=value connection string of the
+	// target database.
+	DSN string `yaml:"dsn" required:"true" secret:"true" doc:"e.g. postgres://writer@127.0.0.1:5432/analytics"`
+	// Password, when set, overrides the DSN's password.
+	Password     string   `yaml:"password" secret:"true"`
+	Schema       string   `yaml:"schema" default:"public" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$"`
+	TablePrefix  string   `yaml:"table_prefix" pattern:"^[A-Za-z0-9_]{0,40}$"`
+	HardDelete   bool     `yaml:"hard_delete" default:"false"`
+	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
+}
+
+// RedisSink keeps Redis keys in step with the captured rows (a cache); see
+// sinks/redis.
+type RedisSink struct {
+	Name         string   `yaml:"name" pattern:"^[a-z][a-z0-9_-]*$"`
+	Addr         string   `yaml:"addr" required:"true" doc:"host:port, e.g. 127.0.0.1:6379"`
+	Username     string   `yaml:"username"`
+	Password     string   `yaml:"password" secret:"true"`
+	DB           int      `yaml:"db" default:"0" min:"0" max:"1000"`
+	KeyTemplate  string   `yaml:"key_template" default:"'{schema}.{table}:{pk}'"`
+	Format       string   `yaml:"format" default:"hash" enum:"hash|json"`
+	TTL          Duration `yaml:"ttl" default:"0s" min:"0s"`
+	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"1s"`
+	TLS          bool     `yaml:"tls" default:"false"`
 }
 
 // DuckDBSink writes into a DuckDB database file.

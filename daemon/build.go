@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -13,6 +15,8 @@ import (
 	"github.com/sluice-cdc/sluice/schema"
 	"github.com/sluice-cdc/sluice/sinks/duckdb"
 	"github.com/sluice-cdc/sluice/sinks/kafka"
+	pgsink "github.com/sluice-cdc/sluice/sinks/postgres"
+	redissink "github.com/sluice-cdc/sluice/sinks/redis"
 	"github.com/sluice-cdc/sluice/sources/generate"
 	"github.com/sluice-cdc/sluice/sources/postgres"
 )
@@ -62,11 +66,40 @@ func buildSinks(cfg *config.Config, log *zap.Logger) ([]pipeline.NamedSink, erro
 				return nil, err
 			}
 			out = append(out, pipeline.NamedSink{Name: s.Kafka.Name, Sink: k})
+		case s.Postgres != nil:
+			p := s.Postgres
+			out = append(out, pipeline.NamedSink{Name: p.Name, Sink: pgsink.New(pgsink.Options{
+				Name: p.Name, DSN: withPassword(p.DSN, p.Password), Schema: p.Schema, TablePrefix: p.TablePrefix,
+				HardDelete: p.HardDelete, TombstoneTTL: p.TombstoneTTL.Std(),
+			}, log.Named("sink").With(zap.String("sink", p.Name)))})
+		case s.Redis != nil:
+			r := s.Redis
+			out = append(out, pipeline.NamedSink{Name: r.Name, Sink: redissink.New(redissink.Options{
+				Name: r.Name, Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB,
+				KeyTemplate: r.KeyTemplate, Format: r.Format, TTL: r.TTL.Std(), TombstoneTTL: r.TombstoneTTL.Std(), TLS: r.TLS,
+			}, log.Named("sink").With(zap.String("sink", r.Name)))})
 		default:
 			return nil, fmt.Errorf("config: sink %q has no kind", s.Name())
 		}
 	}
 	return out, nil
+}
+
+// withPassword sets password on a postgres:// URL or key=value DSN.
+func withPassword(dsn, password string) string {
+	if password == "" {
+		return dsn
+	}
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		name := ""
+		if u.User != nil {
+			name = u.User.Username()
+		}
+		u.User = url.UserPassword(name, password)
+		return u.String()
+	}
+	quoted := strings.ReplaceAll(strings.ReplaceAll(password, `\`, `\\`), `'`, `\'`)
+	return dsn + " password='" + quoted + "'"
 }
 
 // buildKafka makes a kafka sink and its schema registry client.

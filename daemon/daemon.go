@@ -80,6 +80,17 @@ func RegisterSecrets(cfg *config.Config) {
 		}
 	}
 	for _, s := range cfg.Sinks {
+		if p := s.Postgres; p != nil {
+			obs.RegisterSecret(p.Password)
+			if u, err := url.Parse(p.DSN); err == nil && u.User != nil {
+				if pw, ok := u.User.Password(); ok {
+					obs.RegisterSecret(pw)
+				}
+			}
+		}
+		if r := s.Redis; r != nil {
+			obs.RegisterSecret(r.Password)
+		}
 		if k := s.Kafka; k != nil {
 			for _, pw := range []string{k.SASL.Password, k.Registry.Password} {
 				if pw != "" {
