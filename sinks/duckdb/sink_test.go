@@ -79,7 +79,7 @@ var people = &pipeline.Table{
 	KeyIdx: []int{0}, Generation: 1,
 }
 
-func upsert(op pipeline.Op, v uint64, row ...any) pipeline.Record {
+func change(op pipeline.Op, v uint64, row ...any) pipeline.Record {
 	return pipeline.Record{Op: op, Table: people, After: row, Version: ver(v)}
 }
 
@@ -105,7 +105,7 @@ func stored(t *testing.T, s *Sink, id int64) (pipeline.Version, bool, bool) {
 
 func TestCreateUpsertStaleDelete(t *testing.T) {
 	s := openSink(t, Options{})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 2, int64(1), "ann", "x"), upsert(pipeline.OpInsert, 2, int64(2), "bob", "y"),
+	mustWrite(t, s, change(pipeline.OpInsert, 2, int64(1), "ann", "x"), change(pipeline.OpInsert, 2, int64(2), "bob", "y"),
 		pipeline.Record{Op: pipeline.OpHeartbeat, Version: ver(3)})
 	types := columnTypes(t, s, "public_people")
 	for col, want := range map[string]string{"id": "BIGINT", "name": "VARCHAR", "bio": "VARCHAR",
@@ -114,17 +114,17 @@ func TestCreateUpsertStaleDelete(t *testing.T) {
 			t.Errorf("column %s: type %q, want %q", col, types[col], want)
 		}
 	}
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 1, int64(1), "stale", "s"), upsert(pipeline.OpUpdate, 4, int64(2), "bobby", "y"))
+	mustWrite(t, s, change(pipeline.OpUpdate, 1, int64(1), "stale", "s"), change(pipeline.OpUpdate, 4, int64(2), "bobby", "y"))
 	expectRows(t, s, people, []any{int64(1), "ann", "x"}, []any{int64(2), "bobby", "y"})
 	// Delete leaves a tombstone; a late snapshot row does not resurrect it.
 	mustWrite(t, s, del(5, 1))
-	mustWrite(t, s, upsert(pipeline.OpRead, 0, int64(1), "snapshot", "z"))
+	mustWrite(t, s, change(pipeline.OpRead, 0, int64(1), "snapshot", "z"))
 	expectRows(t, s, people, []any{int64(2), "bobby", "y"})
 	if v, deleted, ok := stored(t, s, 1); !ok || !deleted || v != ver(5) {
 		t.Fatalf("tombstone: version %v deleted %v present %v", v, deleted, ok)
 	}
 	// A newer insert revives the key.
-	mustWrite(t, s, upsert(pipeline.OpInsert, 6, int64(1), "ann again", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 6, int64(1), "ann again", nil))
 	expectRows(t, s, people, []any{int64(1), "ann again", nil}, []any{int64(2), "bobby", "y"})
 }
 
@@ -149,16 +149,16 @@ func columnTypes(t *testing.T, s *Sink, table string) map[string]string {
 func TestTruncateBarrierSurvivesRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.duckdb")
 	s := openSink(t, Options{Path: path})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", nil), upsert(pipeline.OpInsert, 3, int64(2), "b", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil), change(pipeline.OpInsert, 3, int64(2), "b", nil))
 	mustWrite(t, s, pipeline.Record{Op: pipeline.OpTruncate, Table: people, Version: ver(5)},
-		upsert(pipeline.OpInsert, 6, int64(3), "c", nil))
+		change(pipeline.OpInsert, 6, int64(3), "c", nil))
 	expectRows(t, s, people, []any{int64(3), "c", nil})
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s = openSink(t, Options{Path: path})
 	// Records below the barrier are ignored, even for keys never seen.
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 4, int64(2), "late", nil), upsert(pipeline.OpRead, 0, int64(9), "snap", nil))
+	mustWrite(t, s, change(pipeline.OpUpdate, 4, int64(2), "late", nil), change(pipeline.OpRead, 0, int64(9), "snap", nil))
 	expectRows(t, s, people, []any{int64(3), "c", nil})
 	if v, deleted, ok := stored(t, s, 2); !ok || !deleted || v != ver(5) {
 		t.Fatalf("truncated row: version %v deleted %v present %v", v, deleted, ok)
@@ -171,16 +171,16 @@ func TestTruncateBarrierSurvivesRestart(t *testing.T) {
 
 func TestUnchangedKeepsStoredValue(t *testing.T) {
 	s := openSink(t, Options{})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", "long text"))
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 2, int64(1), "a2", pipeline.UnchangedValue))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", "long text"))
+	mustWrite(t, s, change(pipeline.OpUpdate, 2, int64(1), "a2", pipeline.UnchangedValue))
 	// A new key whose only change leaves the column Unchanged gets NULL.
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 3, int64(2), "b", pipeline.UnchangedValue))
+	mustWrite(t, s, change(pipeline.OpUpdate, 3, int64(2), "b", pipeline.UnchangedValue))
 	expectRows(t, s, people, []any{int64(1), "a2", "long text"}, []any{int64(2), "b", nil})
 }
 
 func TestAddColumnEvolution(t *testing.T) {
 	s := openSink(t, Options{})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", "x"))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", "x"))
 	gen2 := &pipeline.Table{ID: people.ID, KeyIdx: []int{0}, Generation: 2,
 		Columns: append(append([]pipeline.Column{}, people.Columns[:2]...), // bio dropped
 			pipeline.Column{Name: "score", Type: pipeline.TypeDecimal, Precision: 6, Scale: 1})}
@@ -230,13 +230,13 @@ func TestHardDeletePurgesExpiredTombstones(t *testing.T) {
 	s := openSink(t, Options{HardDelete: true, TombstoneTTL: time.Hour})
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.now = func() time.Time { return now }
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", nil), upsert(pipeline.OpInsert, 1, int64(2), "b", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil), change(pipeline.OpInsert, 1, int64(2), "b", nil))
 	mustWrite(t, s, del(2, 1))
 	if _, deleted, ok := stored(t, s, 1); !ok || !deleted {
 		t.Fatal("tombstone must be kept until it expires")
 	}
 	now = now.Add(2 * time.Hour)
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 3, int64(2), "b2", nil))
+	mustWrite(t, s, change(pipeline.OpUpdate, 3, int64(2), "b2", nil))
 	if _, _, ok := stored(t, s, 1); ok {
 		t.Fatal("expired tombstone not purged")
 	}
@@ -247,7 +247,7 @@ func TestWriteHonoursCancellation(t *testing.T) {
 	s := openSink(t, Options{})
 	c, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := s.Write(c, []pipeline.Record{upsert(pipeline.OpInsert, 1, int64(1), "a", nil)}); !errors.Is(err, context.Canceled) {
+	if err := s.Write(c, []pipeline.Record{change(pipeline.OpInsert, 1, int64(1), "a", nil)}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -326,7 +326,7 @@ func TestTypesRoundTrip(t *testing.T) {
 
 func TestAddColumnMissingValue(t *testing.T) {
 	s := openSink(t, Options{})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", "x"))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", "x"))
 	gen2 := &pipeline.Table{ID: people.ID, KeyIdx: []int{0}, Generation: 2,
 		Columns: append(append([]pipeline.Column{}, people.Columns...),
 			pipeline.Column{Name: "score", Type: pipeline.TypeDecimal, Precision: 6, Scale: 1, Missing: dec("12.5")},
@@ -335,7 +335,7 @@ func TestAddColumnMissingValue(t *testing.T) {
 				Missing: []any{dec("1.5"), nil}})}
 	// Key 2 is written with the old shape in the same batch as the new
 	// shape: it predates the columns and gets their missing values too.
-	mustWrite(t, s, upsert(pipeline.OpInsert, 2, int64(2), "b", nil),
+	mustWrite(t, s, change(pipeline.OpInsert, 2, int64(2), "b", nil),
 		pipeline.Record{Op: pipeline.OpInsert, Table: gen2, Version: ver(3),
 			After: []any{int64(3), "c", nil, dec("-0.5"), dec("1.25"), []any{dec("2")}}})
 	expectRows(t, s, gen2,

@@ -11,10 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 // apply writes every table batch in one transaction and commits it.
-func (s *Sink) apply(ctx context.Context, batches []*tableBatch) (err error) {
+func (s *Sink) apply(ctx context.Context, batches []*upsert.TableBatch) (err error) {
 	tx, err := s.conn.Begin(ctx)
 	if err != nil {
 		return err
@@ -29,44 +31,44 @@ func (s *Sink) apply(ctx context.Context, batches []*tableBatch) (err error) {
 	now := s.now().UTC()
 	for i, tb := range batches {
 		if err = s.applyTable(ctx, tx, tb, i, now); err != nil {
-			return fmt.Errorf("table %s: %w", tb.id, err)
+			return fmt.Errorf("table %s: %w", tb.ID, err)
 		}
 	}
 	return tx.Commit(ctx)
 }
 
-func (s *Sink) applyTable(ctx context.Context, tx pgx.Tx, tb *tableBatch, n int, now time.Time) error {
+func (s *Sink) applyTable(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch, n int, now time.Time) error {
 	if err := s.ensureTable(ctx, tx, tb); err != nil {
 		return err
 	}
-	barrier, hasBarrier := s.barriers[tb.target]
+	barrier, hasBarrier := s.barriers[tb.Target]
 	// Invariant 4: truncate is a versioned barrier. Rows below it become
 	// tombstones carrying the barrier's version, and the barrier is stored
 	// so that later records below it change nothing.
-	if tb.truncate != nil && (!hasBarrier || barrier.Less(*tb.truncate)) {
-		v := tb.truncate.Bytes()
-		tag, err := tx.Exec(ctx, "UPDATE "+s.qualified(tb.target)+" SET "+quote(colDeleted)+" = true, "+
+	if tb.Truncate != nil && (!hasBarrier || barrier.Less(*tb.Truncate)) {
+		v := tb.Truncate.Bytes()
+		tag, err := tx.Exec(ctx, "UPDATE "+s.qualified(tb.Target)+" SET "+quote(colDeleted)+" = true, "+
 			quote(colVersion)+" = $1, "+quote(colUpdatedAt)+" = $2 WHERE "+quote(colVersion)+" < $1", v, now)
 		if err != nil {
 			return fmt.Errorf("truncate: %w", err)
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO "+s.qualified(barrierTable)+" (target, version) VALUES ($1, $2)"+
-			" ON CONFLICT (target) DO UPDATE SET version = EXCLUDED.version", tb.target, v); err != nil {
+			" ON CONFLICT (target) DO UPDATE SET version = EXCLUDED.version", tb.Target, v); err != nil {
 			return fmt.Errorf("barrier: %w", err)
 		}
-		s.log.Info("truncate barrier", zap.String("table", tb.target), zap.String("version", tb.truncate.String()),
+		s.log.Info("truncate barrier", zap.String("table", tb.Target), zap.String("version", tb.Truncate.String()),
 			zap.Int64("rows", tag.RowsAffected()))
-		barrier, hasBarrier = *tb.truncate, true
-		s.barriers[tb.target] = barrier
+		barrier, hasBarrier = *tb.Truncate, true
+		s.barriers[tb.Target] = barrier
 	}
-	rows := tb.rows
+	rows := tb.Rows
 	if hasBarrier {
-		rows = slices.DeleteFunc(slices.Clone(rows), func(r stagedRow) bool { return r.version.Less(barrier) })
+		rows = slices.DeleteFunc(slices.Clone(rows), func(r upsert.Row) bool { return r.Version.Less(barrier) })
 		for i := range rows {
-			if k := rows[i].kept; k != nil {
-				for j := range k.hasFb {
-					if k.hasFb[j] && k.fbv[j].Less(barrier) {
-						k.hasFb[j], k.fb[j] = false, nil
+			if k := rows[i].Kept; k != nil {
+				for j := range k.HasFb {
+					if k.HasFb[j] && k.Fbv[j].Less(barrier) {
+						k.HasFb[j], k.Fb[j] = false, nil
 					}
 				}
 			}
@@ -80,7 +82,7 @@ func (s *Sink) applyTable(ctx context.Context, tx pgx.Tx, tb *tableBatch, n int,
 	// of a row with non-key columns, no column missing from a shape).
 	lean := true
 	for i := range rows {
-		if rows[i].kept != nil {
+		if rows[i].Kept != nil {
 			lean = false
 			break
 		}
@@ -93,42 +95,42 @@ func (s *Sink) applyTable(ctx context.Context, tx pgx.Tx, tb *tableBatch, n int,
 
 // ensureTable creates the target from the batch's columns or adds the
 // columns it lacks (dropped source columns are left in place, nullable).
-func (s *Sink) ensureTable(ctx context.Context, tx pgx.Tx, tb *tableBatch) error {
-	have, ok := s.tables[tb.target]
+func (s *Sink) ensureTable(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch) error {
+	have, ok := s.tables[tb.Target]
 	if !ok {
-		defs := make([]string, 0, len(tb.cols)+4)
-		for i := range tb.cols {
-			defs = append(defs, quote(tb.cols[i].Name)+" "+typeOf(&tb.cols[i]).ddl)
+		defs := make([]string, 0, len(tb.Cols)+4)
+		for i := range tb.Cols {
+			defs = append(defs, quote(tb.Cols[i].Name)+" "+typeOf(&tb.Cols[i]).ddl)
 		}
 		defs = append(defs, quote(colVersion)+" bytea NOT NULL", quote(colDeleted)+" boolean NOT NULL DEFAULT false",
 			quote(colUpdatedAt)+" timestamptz")
-		keys := make([]string, len(tb.keys))
-		for i, j := range tb.keys {
-			keys[i] = quote(tb.cols[j].Name)
+		keys := make([]string, len(tb.Keys))
+		for i, j := range tb.Keys {
+			keys[i] = quote(tb.Cols[j].Name)
 		}
 		defs = append(defs, "PRIMARY KEY ("+strings.Join(keys, ", ")+")")
-		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+s.qualified(tb.target)+
+		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+s.qualified(tb.Target)+
 			" (\n  "+strings.Join(defs, ",\n  ")+"\n)"); err != nil {
 			return fmt.Errorf("create: %w", err)
 		}
 		have = map[string]string{}
-		for i := range tb.cols {
-			have[strings.ToLower(tb.cols[i].Name)] = typeOf(&tb.cols[i]).ddl
+		for i := range tb.Cols {
+			have[strings.ToLower(tb.Cols[i].Name)] = typeOf(&tb.Cols[i]).ddl
 		}
-		s.tables[tb.target] = have
-		s.log.Info("target table created", zap.String("table", tb.target), zap.Int("columns", len(tb.cols)))
+		s.tables[tb.Target] = have
+		s.log.Info("target table created", zap.String("table", tb.Target), zap.Int("columns", len(tb.Cols)))
 		return nil
 	}
 	var fills []string
 	var fillArgs []any
-	for i := range tb.cols {
-		c := &tb.cols[i]
+	for i := range tb.Cols {
+		c := &tb.Cols[i]
 		name := strings.ToLower(c.Name)
 		if _, ok := have[name]; ok {
 			continue
 		}
 		ct := typeOf(c)
-		if _, err := tx.Exec(ctx, "ALTER TABLE "+s.qualified(tb.target)+" ADD COLUMN "+quote(c.Name)+" "+ct.ddl); err != nil {
+		if _, err := tx.Exec(ctx, "ALTER TABLE "+s.qualified(tb.Target)+" ADD COLUMN "+quote(c.Name)+" "+ct.ddl); err != nil {
 			return fmt.Errorf("add column %s: %w", c.Name, err)
 		}
 		if c.Missing != nil {
@@ -143,11 +145,11 @@ func (s *Sink) ensureTable(ctx context.Context, tx pgx.Tx, tb *tableBatch) error
 			fills = append(fills, quote(c.Name)+" = "+ct.cast("$"+strconv.Itoa(len(fillArgs))+"::"+ct.stage))
 		}
 		have[name] = ct.ddl
-		s.log.Info("target column added", zap.String("table", tb.target), zap.String("column", c.Name),
+		s.log.Info("target column added", zap.String("table", tb.Target), zap.String("column", c.Name),
 			zap.String("type", ct.ddl))
 	}
 	if len(fills) > 0 {
-		if _, err := tx.Exec(ctx, "UPDATE "+s.qualified(tb.target)+" SET "+strings.Join(fills, ", "), fillArgs...); err != nil {
+		if _, err := tx.Exec(ctx, "UPDATE "+s.qualified(tb.Target)+" SET "+strings.Join(fills, ", "), fillArgs...); err != nil {
 			return fmt.Errorf("add columns: fill existing rows with missing values: %w", err)
 		}
 	}
@@ -156,18 +158,18 @@ func (s *Sink) ensureTable(ctx context.Context, tx pgx.Tx, tb *tableBatch) error
 
 // upsertRows stages the rows in a temporary table with a binary COPY and
 // applies them with set-based, version-guarded statements.
-func (s *Sink) upsertRows(ctx context.Context, tx pgx.Tx, tb *tableBatch, rows []stagedRow, lean bool, n int, now time.Time) error {
+func (s *Sink) upsertRows(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch, rows []upsert.Row, lean bool, n int, now time.Time) error {
 	stage := "_sluice_stage_" + strconv.Itoa(n)
-	ncols := len(tb.cols)
+	ncols := len(tb.Cols)
 	defs := make([]string, 0, 2*ncols+4)
 	names := make([]string, 0, 2*ncols+4)
 	for _, p := range []string{"c", "f"} {
 		if p == "f" && lean {
 			break
 		}
-		for i := range tb.cols {
+		for i := range tb.Cols {
 			names = append(names, p+strconv.Itoa(i))
-			defs = append(defs, names[len(names)-1]+" "+typeOf(&tb.cols[i]).stage)
+			defs = append(defs, names[len(names)-1]+" "+typeOf(&tb.Cols[i]).stage)
 		}
 	}
 	names = append(names, "v", "d")
@@ -182,20 +184,20 @@ func (s *Sink) upsertRows(ctx context.Context, tx pgx.Tx, tb *tableBatch, rows [
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{stage}, names, &rowSource{rows: rows, n: ncols, lean: lean, ctx: ctx}); err != nil {
 		return fmt.Errorf("copy: %w", err)
 	}
-	target := s.qualified(tb.target)
+	target := s.qualified(tb.Target)
 	var cols, sel, set []string
-	keys := make([]string, len(tb.keys))
-	for i, j := range tb.keys {
-		keys[i] = quote(tb.cols[j].Name)
+	keys := make([]string, len(tb.Keys))
+	for i, j := range tb.Keys {
+		keys[i] = quote(tb.Cols[j].Name)
 	}
-	for i := range tb.cols {
-		ct := typeOf(&tb.cols[i])
-		name := quote(tb.cols[i].Name)
+	for i := range tb.Cols {
+		ct := typeOf(&tb.Cols[i])
+		name := quote(tb.Cols[i].Name)
 		c := ct.cast("s.c" + strconv.Itoa(i))
 		cols = append(cols, name)
-		if tb.isKey[i] || lean {
+		if tb.IsKey[i] || lean {
 			sel = append(sel, c)
-			if !tb.isKey[i] {
+			if !tb.IsKey[i] {
 				set = append(set, name+" = EXCLUDED."+name)
 			}
 			continue
@@ -230,9 +232,9 @@ func (s *Sink) upsertRows(ctx context.Context, tx pgx.Tx, tb *tableBatch, rows [
 	// does not hold at all (the rest, held at a newer or equal version, are
 	// left alone by both).
 	set = append(set, quote(colVersion)+" = s.v", quote(colDeleted)+" = s.d", quote(colUpdatedAt)+" = $1::timestamptz")
-	on := make([]string, len(tb.keys))
-	for i, j := range tb.keys {
-		on[i] = "t." + quote(tb.cols[j].Name) + " = " + typeOf(&tb.cols[j]).cast("s.c"+strconv.Itoa(j))
+	on := make([]string, len(tb.Keys))
+	for i, j := range tb.Keys {
+		on[i] = "t." + quote(tb.Cols[j].Name) + " = " + typeOf(&tb.Cols[j]).cast("s.c"+strconv.Itoa(j))
 	}
 	if _, err := tx.Exec(ctx, "UPDATE "+target+" AS t SET "+strings.Join(set, ", ")+" FROM "+stage+" s\nWHERE "+
 		strings.Join(on, " AND ")+" AND "+guard+"s.v", now); err != nil {
@@ -245,7 +247,7 @@ func (s *Sink) upsertRows(ctx context.Context, tx pgx.Tx, tb *tableBatch, rows [
 // rowSource feeds staged rows to CopyFrom.
 type rowSource struct {
 	ctx  context.Context
-	rows []stagedRow
+	rows []upsert.Row
 	n    int
 	lean bool
 	i    int
@@ -270,7 +272,7 @@ func (r *rowSource) Values() ([]any, error) {
 		r.vbuf = make([]byte, 32*len(r.rows))
 	}
 	v := r.vbuf[32*(r.i-1) : 32*r.i : 32*r.i]
-	for c, x := range row.version {
+	for c, x := range row.Version {
 		binary.BigEndian.PutUint64(v[8*c:], x)
 	}
 	n := r.n
@@ -278,8 +280,8 @@ func (r *rowSource) Values() ([]any, error) {
 		if r.vals == nil {
 			r.vals = make([]any, n+2)
 		}
-		copy(r.vals, row.vals)
-		r.vals[n], r.vals[n+1] = v, row.deleted
+		copy(r.vals, row.Vals)
+		r.vals[n], r.vals[n+1] = v, row.Deleted
 		return r.vals, nil
 	}
 	if r.vals == nil {
@@ -287,15 +289,15 @@ func (r *rowSource) Values() ([]any, error) {
 	}
 	keep, fbv := make([]bool, n), make([][]byte, n)
 	for c := range n {
-		r.vals[c], r.vals[n+c] = row.vals[c], nil
-		if k := row.kept; k != nil {
-			keep[c] = k.keep[c]
-			if k.hasFb[c] {
-				r.vals[n+c], fbv[c] = k.fb[c], k.fbv[c].Bytes()
+		r.vals[c], r.vals[n+c] = row.Vals[c], nil
+		if k := row.Kept; k != nil {
+			keep[c] = k.Keep[c]
+			if k.HasFb[c] {
+				r.vals[n+c], fbv[c] = k.Fb[c], k.Fbv[c].Bytes()
 			}
 		}
 	}
-	r.vals[2*n], r.vals[2*n+1], r.vals[2*n+2], r.vals[2*n+3] = v, row.deleted, keep, fbv
+	r.vals[2*n], r.vals[2*n+1], r.vals[2*n+2], r.vals[2*n+3] = v, row.Deleted, keep, fbv
 	return r.vals, nil
 }
 

@@ -113,7 +113,7 @@ var people = &pipeline.Table{
 	KeyIdx: []int{0}, Generation: 1,
 }
 
-func upsert(op pipeline.Op, v uint64, row ...any) pipeline.Record {
+func change(op pipeline.Op, v uint64, row ...any) pipeline.Record {
 	return pipeline.Record{Op: op, Table: people, After: row, Version: ver(v)}
 }
 

@@ -14,7 +14,7 @@ import (
 
 func TestCreateUpsertStaleDelete(t *testing.T) {
 	s := openSink(t, Options{})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 2, int64(1), "ann", "x"), upsert(pipeline.OpInsert, 2, int64(2), "bob", "y"),
+	mustWrite(t, s, change(pipeline.OpInsert, 2, int64(1), "ann", "x"), change(pipeline.OpInsert, 2, int64(2), "bob", "y"),
 		pipeline.Record{Op: pipeline.OpHeartbeat, Version: ver(3)})
 	types := columnTypes(t, s, "public_people")
 	for col, want := range map[string]string{"id": "bigint", "name": "text", "bio": "text",
@@ -23,23 +23,23 @@ func TestCreateUpsertStaleDelete(t *testing.T) {
 			t.Errorf("column %s: type %q, want %q", col, types[col], want)
 		}
 	}
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 1, int64(1), "stale", "s"), upsert(pipeline.OpUpdate, 4, int64(2), "bobby", "y"))
+	mustWrite(t, s, change(pipeline.OpUpdate, 1, int64(1), "stale", "s"), change(pipeline.OpUpdate, 4, int64(2), "bobby", "y"))
 	expectRows(t, s, people, []any{int64(1), "ann", "x"}, []any{int64(2), "bobby", "y"})
 	// Delete leaves a tombstone; a late snapshot row does not resurrect it.
 	mustWrite(t, s, del(5, 1))
-	mustWrite(t, s, upsert(pipeline.OpRead, 0, int64(1), "snapshot", "z"))
+	mustWrite(t, s, change(pipeline.OpRead, 0, int64(1), "snapshot", "z"))
 	expectRows(t, s, people, []any{int64(2), "bobby", "y"})
 	if v, deleted, ok := stored(t, s, 1); !ok || !deleted || v != ver(5) {
 		t.Fatalf("tombstone: version %v deleted %v present %v", v, deleted, ok)
 	}
 	// A newer insert revives the key.
-	mustWrite(t, s, upsert(pipeline.OpInsert, 6, int64(1), "ann again", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 6, int64(1), "ann again", nil))
 	expectRows(t, s, people, []any{int64(1), "ann again", nil}, []any{int64(2), "bobby", "y"})
 }
 
 func TestTablePrefix(t *testing.T) {
 	s := openSink(t, Options{TablePrefix: "src_"})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil))
 	if len(columnTypes(t, s, "src_people")) == 0 {
 		t.Fatal("target table src_people not created")
 	}
@@ -49,16 +49,16 @@ func TestTablePrefix(t *testing.T) {
 func TestTruncateBarrierSurvivesRestart(t *testing.T) {
 	schema := freshSchema()
 	s := openSink(t, Options{Schema: schema})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", nil), upsert(pipeline.OpInsert, 3, int64(2), "b", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil), change(pipeline.OpInsert, 3, int64(2), "b", nil))
 	mustWrite(t, s, pipeline.Record{Op: pipeline.OpTruncate, Table: people, Version: ver(5)},
-		upsert(pipeline.OpInsert, 6, int64(3), "c", nil))
+		change(pipeline.OpInsert, 6, int64(3), "c", nil))
 	expectRows(t, s, people, []any{int64(3), "c", nil})
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s = openSink(t, Options{Schema: schema})
 	// Records below the barrier are ignored, even for keys never seen.
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 4, int64(2), "late", nil), upsert(pipeline.OpRead, 0, int64(9), "snap", nil))
+	mustWrite(t, s, change(pipeline.OpUpdate, 4, int64(2), "late", nil), change(pipeline.OpRead, 0, int64(9), "snap", nil))
 	expectRows(t, s, people, []any{int64(3), "c", nil})
 	if v, deleted, ok := stored(t, s, 2); !ok || !deleted || v != ver(5) {
 		t.Fatalf("truncated row: version %v deleted %v present %v", v, deleted, ok)
@@ -74,18 +74,18 @@ func TestTruncateBarrierSurvivesRestart(t *testing.T) {
 
 func TestUnchangedKeepsStoredValue(t *testing.T) {
 	s := openSink(t, Options{})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", "long text"))
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 2, int64(1), "a2", pipeline.UnchangedValue))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", "long text"))
+	mustWrite(t, s, change(pipeline.OpUpdate, 2, int64(1), "a2", pipeline.UnchangedValue))
 	// A new key whose only change leaves the column Unchanged gets NULL.
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 3, int64(2), "b", pipeline.UnchangedValue))
+	mustWrite(t, s, change(pipeline.OpUpdate, 3, int64(2), "b", pipeline.UnchangedValue))
 	// A stale Unchanged update changes nothing.
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 1, int64(1), "stale", pipeline.UnchangedValue))
+	mustWrite(t, s, change(pipeline.OpUpdate, 1, int64(1), "stale", pipeline.UnchangedValue))
 	expectRows(t, s, people, []any{int64(1), "a2", "long text"}, []any{int64(2), "b", nil})
 }
 
 func TestAddColumnEvolution(t *testing.T) {
 	s := openSink(t, Options{})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", "x"))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", "x"))
 	gen2 := &pipeline.Table{ID: people.ID, KeyIdx: []int{0}, Generation: 2,
 		Columns: append(append([]pipeline.Column{}, people.Columns[:2]...), // bio dropped
 			pipeline.Column{Name: "score", Type: pipeline.TypeDecimal, Precision: 6, Scale: 1})}
@@ -102,7 +102,7 @@ func TestAddColumnEvolution(t *testing.T) {
 func TestAddColumnMissingValue(t *testing.T) {
 	schema := freshSchema()
 	s := openSink(t, Options{Schema: schema})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", "x"), upsert(pipeline.OpInsert, 1, int64(4), "gone", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", "x"), change(pipeline.OpInsert, 1, int64(4), "gone", nil))
 	mustWrite(t, s, del(2, 4))
 	gen2 := &pipeline.Table{ID: people.ID, KeyIdx: []int{0}, Generation: 2,
 		Columns: append(append([]pipeline.Column{}, people.Columns...),
@@ -115,7 +115,7 @@ func TestAddColumnMissingValue(t *testing.T) {
 			pipeline.Column{Name: "plain", Type: pipeline.TypeString})}
 	// Key 2 is written with the old shape in the same batch as the new
 	// shape: it predates the columns and gets their missing values too.
-	mustWrite(t, s, upsert(pipeline.OpInsert, 2, int64(2), "b", nil),
+	mustWrite(t, s, change(pipeline.OpInsert, 2, int64(2), "b", nil),
 		pipeline.Record{Op: pipeline.OpInsert, Table: gen2, Version: ver(3),
 			After: []any{int64(3), "c", nil, dec("-0.5"), dec("1.25"), []any{dec("2")}, pipeline.Timestamp{Micros: 2}, int64(7), "p"}})
 	missing := []any{dec("12.5"), dec("-7.00"), []any{dec("1.50"), nil}, pipeline.Timestamp{Micros: 1}, int64(42), nil}
@@ -199,23 +199,23 @@ func TestHardDeletePurgesExpiredTombstones(t *testing.T) {
 	s := openSink(t, Options{HardDelete: true, TombstoneTTL: time.Hour})
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.now = func() time.Time { return now }
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", nil), upsert(pipeline.OpInsert, 1, int64(2), "b", nil),
-		upsert(pipeline.OpInsert, 1, int64(3), "c", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil), change(pipeline.OpInsert, 1, int64(2), "b", nil),
+		change(pipeline.OpInsert, 1, int64(3), "c", nil))
 	mustWrite(t, s, del(2, 1))
 	if _, deleted, ok := stored(t, s, 1); !ok || !deleted {
 		t.Fatal("tombstone must be kept until it expires")
 	}
 	now = now.Add(2 * time.Hour)
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 3, int64(2), "b2", nil))
+	mustWrite(t, s, change(pipeline.OpUpdate, 3, int64(2), "b2", nil))
 	if _, _, ok := stored(t, s, 1); ok {
 		t.Fatal("expired tombstone not purged")
 	}
 	expectRows(t, s, people, []any{int64(2), "b2", nil}, []any{int64(3), "c", nil})
 	// Truncated rows are tombstones too and go the same way.
 	mustWrite(t, s, pipeline.Record{Op: pipeline.OpTruncate, Table: people, Version: ver(4)},
-		upsert(pipeline.OpInsert, 5, int64(4), "d", nil))
+		change(pipeline.OpInsert, 5, int64(4), "d", nil))
 	now = now.Add(2 * time.Hour)
-	mustWrite(t, s, upsert(pipeline.OpUpdate, 6, int64(4), "d2", nil))
+	mustWrite(t, s, change(pipeline.OpUpdate, 6, int64(4), "d2", nil))
 	if _, _, ok := stored(t, s, 3); ok {
 		t.Fatal("expired truncate tombstone not purged")
 	}
@@ -226,17 +226,17 @@ func TestWriteHonoursCancellation(t *testing.T) {
 	s := openSink(t, Options{})
 	c, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := s.Write(c, []pipeline.Record{upsert(pipeline.OpInsert, 1, int64(1), "a", nil)}); !errors.Is(err, context.Canceled) {
+	if err := s.Write(c, []pipeline.Record{change(pipeline.OpInsert, 1, int64(1), "a", nil)}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v", err)
 	}
 	// The sink still works afterwards.
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil))
 	expectRows(t, s, people, []any{int64(1), "a", nil})
 }
 
 func TestReconnectsAfterLostConnection(t *testing.T) {
 	s := openSink(t, Options{})
-	mustWrite(t, s, upsert(pipeline.OpInsert, 1, int64(1), "a", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil))
 	var pid int
 	if err := s.conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		t.Fatal(err)
@@ -245,7 +245,7 @@ func TestReconnectsAfterLostConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first write may fail (retryable); a retry succeeds.
-	recs := []pipeline.Record{upsert(pipeline.OpUpdate, 2, int64(1), "b", nil)}
+	recs := []pipeline.Record{change(pipeline.OpUpdate, 2, int64(1), "b", nil)}
 	if err := s.Write(ctx, recs); err != nil {
 		if pipeline.IsFatal(err) {
 			t.Fatal(err)
