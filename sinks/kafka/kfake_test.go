@@ -127,14 +127,38 @@ func readVersions(ctx context.Context, brokers []string, topic string, committed
 		return nil, err
 	}
 	defer adm.Close()
-	var ends kadm.ListedOffsets
-	if committed {
-		ends, err = kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
-	} else {
-		ends, err = kadm.NewClient(adm).ListEndOffsets(ctx, topic)
-	}
+	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
 	if err != nil {
 		return nil, err
+	}
+	if committed {
+		// A commit returns before the coordinator has written its markers
+		// to the partitions: wait until the last stable offset reaches the
+		// end (no transaction is left open when this is called).
+		for {
+			stable, err := kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+			if err != nil {
+				return nil, err
+			}
+			caught := true
+			ends.Each(func(o kadm.ListedOffset) {
+				if s, ok := stable.Lookup(topic, o.Partition); !ok || s.Offset < o.Offset {
+					caught = false
+				}
+			})
+			if caught {
+				ends = stable
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("topic %s: last stable offset never reached the end: %w", topic, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+			if ends, err = kadm.NewClient(adm).ListEndOffsets(ctx, topic); err != nil {
+				return nil, err
+			}
+		}
 	}
 	want := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
