@@ -227,10 +227,7 @@ func bkStart(b *testing.B) *bkEnv {
 		b.Cleanup(func() { _ = reg.Stop() })
 	}
 	if err := errors.Join(pgErr, kErr); err != nil {
-		if harness.InCI() {
-			b.Fatalf("harness (CI=true, services are required): %v", err)
-		}
-		b.Skipf("harness: %v (set CI=true to make this a failure)", err)
+		harness.SkipOrFail(b, err)
 	}
 	e := &bkEnv{b: b, pg: pg, k: k, start: map[string]pglogrepl.LSN{}}
 	if reg != nil {

@@ -15,10 +15,7 @@ import (
 // source.
 func TestQuickstartCopiesPostgresIntoDuckDB(t *testing.T) {
 	if _, _, err := harness.PostgresBinDir(); err != nil {
-		if harness.InCI() {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		harness.SkipOrFail(t, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -19,9 +19,9 @@ import (
 // InCI reports whether the tests run in CI, where missing services fail.
 func InCI() bool { return os.Getenv("CI") == "true" }
 
-// skipOrFail skips the test when a service is missing on a developer machine
-// and fails it in CI.
-func skipOrFail(t testing.TB, err error) {
+// SkipOrFail skips the test when a service is missing on a developer machine
+// and fails it in CI (CI=true), where a missing service is never a skip.
+func SkipOrFail(t testing.TB, err error) {
 	t.Helper()
 	if InCI() {
 		t.Fatalf("harness (CI=true, services are required): %v", err)
@@ -177,7 +177,7 @@ func serverT[S interface{ Stop() error }, O any](t testing.TB, opts []O, start f
 	}
 	s, err := start(context.Background(), o)
 	if err != nil {
-		skipOrFail(t, err)
+		SkipOrFail(t, err)
 	}
 	t.Cleanup(func() { _ = s.Stop() })
 	return s
