@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 // Options configures a Sink.
@@ -35,11 +36,10 @@ type Options struct {
 }
 
 const (
-	maxPurgeEvery = 10 * time.Minute
-	barrierTable  = "_sluice_barriers"
-	colVersion    = "_sluice_version"
-	colDeleted    = "_sluice_deleted"
-	colUpdatedAt  = "_sluice_updated_at"
+	barrierTable = "_sluice_barriers"
+	colVersion   = "_sluice_version"
+	colDeleted   = "_sluice_deleted"
+	colUpdatedAt = "_sluice_updated_at"
 )
 
 // Sink writes change records into a DuckDB database file, one target table
@@ -64,8 +64,8 @@ type Sink struct {
 	tables map[string]map[string]string
 	// barriers maps a target table name (lower case) to its truncate
 	// barrier: records with a lower version are ignored.
-	barriers  map[string]pipeline.Version
-	lastPurge time.Time
+	barriers map[string]pipeline.Version
+	purger   upsert.Purge
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -81,7 +81,8 @@ func New(opts Options, log *zap.Logger) *Sink {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now}
+	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now,
+		purger: upsert.Purge{HardDelete: opts.HardDelete, TTL: opts.TombstoneTTL}}
 }
 
 // Open opens (or creates) the database file, the schema and the barrier
@@ -241,16 +242,10 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 // min(TombstoneTTL, 10m). It runs after the batch committed, in its own
 // transactions; a failure is logged and retried later.
 func (s *Sink) purge(ctx context.Context) {
-	if !s.opts.HardDelete || s.opts.TombstoneTTL <= 0 {
+	cutoff, ok := s.purger.Due(s.now())
+	if !ok {
 		return
 	}
-	now := s.now()
-	every := min(s.opts.TombstoneTTL, maxPurgeEvery)
-	if !s.lastPurge.IsZero() && now.Sub(s.lastPurge) < every {
-		return
-	}
-	s.lastPurge = now
-	cutoff := now.Add(-s.opts.TombstoneTTL)
 	for t := range s.tables {
 		res, err := s.conn.ExecContext(ctx, "DELETE FROM "+s.qualified(t)+" WHERE "+quote(colDeleted)+
 			" AND "+quote(colUpdatedAt)+" < ?", cutoff)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 	pgsrc "github.com/sluice-cdc/sluice/sources/postgres"
 )
 
@@ -39,11 +40,10 @@ type Options struct {
 }
 
 const (
-	maxPurgeEvery = 10 * time.Minute
-	barrierTable  = "_sluice_barriers"
-	colVersion    = "_sluice_version"
-	colDeleted    = "_sluice_deleted"
-	colUpdatedAt  = "_sluice_updated_at"
+	barrierTable = "_sluice_barriers"
+	colVersion   = "_sluice_version"
+	colDeleted   = "_sluice_deleted"
+	colUpdatedAt = "_sluice_updated_at"
 )
 
 // Sink writes change records into a Postgres database, one target table
@@ -63,8 +63,8 @@ type Sink struct {
 	tables map[string]map[string]string
 	// barriers maps a target table name to its truncate barrier: records
 	// with a lower version are ignored.
-	barriers  map[string]pipeline.Version
-	lastPurge time.Time
+	barriers map[string]pipeline.Version
+	purger   upsert.Purge
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -80,7 +80,8 @@ func New(opts Options, log *zap.Logger) *Sink {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now}
+	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now,
+		purger: upsert.Purge{HardDelete: opts.HardDelete, TTL: opts.TombstoneTTL}}
 }
 
 // Open connects, creates the schema and the barrier table, and loads what
@@ -274,16 +275,10 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 // min(TombstoneTTL, 10m), after the batch committed; a failure is logged
 // and retried later.
 func (s *Sink) purge(ctx context.Context) {
-	if !s.opts.HardDelete || s.opts.TombstoneTTL <= 0 {
+	cutoff, ok := s.purger.Due(s.now())
+	if !ok {
 		return
 	}
-	now := s.now()
-	every := min(s.opts.TombstoneTTL, maxPurgeEvery)
-	if !s.lastPurge.IsZero() && now.Sub(s.lastPurge) < every {
-		return
-	}
-	s.lastPurge = now
-	cutoff := now.Add(-s.opts.TombstoneTTL)
 	for t := range s.tables {
 		tag, err := s.conn.Exec(ctx, "DELETE FROM "+s.qualified(t)+" WHERE "+quote(colDeleted)+
 			" AND "+quote(colUpdatedAt)+" < $1", cutoff)
