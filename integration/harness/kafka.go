@@ -437,42 +437,16 @@ func KafkaJarDir(ctx context.Context) (string, error) {
 		}
 		return d, nil
 	}
-	cache := os.Getenv("SLUICE_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("no SLUICE_CACHE and no home dir: %w", err)
-		}
-		cache = filepath.Join(home, ".cache", "sluice")
+	cache, err := cacheRoot()
+	if err != nil {
+		return "", err
 	}
 	dir := filepath.Join(cache, "kafka-"+KafkaVersion)
 	if kafkaCacheComplete(dir) {
 		return dir, nil
 	}
-	root, err := moduleRoot()
-	if err != nil {
+	if err := runCacheScript(ctx, cache, "kafka-jars.sh", dir, "the Kafka jars", kafkaJarsTimeout); err != nil {
 		return "", err
-	}
-	script := filepath.Join(root, "scripts", "kafka-jars.sh")
-	if _, err := os.Stat(script); err != nil {
-		return "", fmt.Errorf("kafka jars missing in %s and no fetch script: %w", dir, err)
-	}
-	if _, err := exec.LookPath("mvn"); err != nil {
-		return "", fmt.Errorf("kafka jars missing in %s and Maven is not installed to fetch them (apt-get install maven, then run scripts/kafka-jars.sh)", dir)
-	}
-	fctx, cancel := context.WithTimeout(ctx, kafkaJarsTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(fctx, "bash", script)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "SLUICE_CACHE="+cache)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("scripts/kafka-jars.sh: %v\n%s", err, tailBytes(stderr.Bytes(), 4000))
-	}
-	if got := strings.TrimSpace(lastLine(string(out))); got != "" && got != dir {
-		return "", fmt.Errorf("scripts/kafka-jars.sh filled %s, expected %s (is KafkaVersion in step with the POM?)", got, dir)
 	}
 	if !kafkaCacheComplete(dir) {
 		return "", fmt.Errorf("scripts/kafka-jars.sh left no complete jar set in %s", dir)

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -197,4 +198,48 @@ func retryPortClash[S any](ctx context.Context, dir string, once func() (S, erro
 			return s, err
 		}
 	}
+}
+
+// cacheRoot is ${SLUICE_CACHE:-$HOME/.cache/sluice}, where fetched jars and
+// builds are kept across runs (never in the repository).
+func cacheRoot() (string, error) {
+	if c := os.Getenv("SLUICE_CACHE"); c != "" {
+		return c, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no SLUICE_CACHE and no home dir: %w", err)
+	}
+	return filepath.Join(home, ".cache", "sluice"), nil
+}
+
+// runCacheScript runs scripts/<script> from the module root (Maven fills
+// the cache) and checks that the path it prints last is want.
+func runCacheScript(ctx context.Context, cache, script, want, what string, timeout time.Duration) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(root, "scripts", script)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("%s missing in %s and no scripts/%s: %w", what, cache, script, err)
+	}
+	if _, err := exec.LookPath("mvn"); err != nil {
+		return fmt.Errorf("%s missing in %s and Maven is not installed to make it (apt-get install maven, then run scripts/%s)", what, cache, script)
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(sctx, "bash", path)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "SLUICE_CACHE="+cache)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("scripts/%s: %v\n%s", script, err, tailBytes(stderr.Bytes(), 4000))
+	}
+	if got := strings.TrimSpace(lastLine(string(out))); got != "" && got != want {
+		return fmt.Errorf("scripts/%s made %s, expected %s (is the version in step with its POM?)", script, got, want)
+	}
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -194,43 +193,17 @@ func RegistryJar(ctx context.Context) (string, error) {
 		}
 		return j, nil
 	}
-	cache := os.Getenv("SLUICE_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("no SLUICE_CACHE and no home dir: %w", err)
-		}
-		cache = filepath.Join(home, ".cache", "sluice")
+	cache, err := cacheRoot()
+	if err != nil {
+		return "", err
 	}
 	dir := filepath.Join(cache, "registry-"+RegistryVersion)
 	jar := filepath.Join(dir, "quarkus-app", "quarkus-run.jar")
 	if registryCacheComplete(dir, jar) {
 		return jar, nil
 	}
-	root, err := moduleRoot()
-	if err != nil {
+	if err := runCacheScript(ctx, cache, "registry-build.sh", jar, "the schema registry build", registryBuildTimeout); err != nil {
 		return "", err
-	}
-	script := filepath.Join(root, "scripts", "registry-build.sh")
-	if _, err := os.Stat(script); err != nil {
-		return "", fmt.Errorf("schema registry build missing in %s and no build script: %w", dir, err)
-	}
-	if _, err := exec.LookPath("mvn"); err != nil {
-		return "", fmt.Errorf("schema registry build missing in %s and Maven is not installed to make it (apt-get install maven, then run scripts/registry-build.sh)", dir)
-	}
-	bctx, cancel := context.WithTimeout(ctx, registryBuildTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(bctx, "bash", script)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "SLUICE_CACHE="+cache)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("scripts/registry-build.sh: %v\n%s", err, tailBytes(stderr.Bytes(), 4000))
-	}
-	if got := strings.TrimSpace(lastLine(string(out))); got != "" && got != jar {
-		return "", fmt.Errorf("scripts/registry-build.sh made %s, expected %s (is RegistryVersion in step with the POM?)", got, jar)
 	}
 	if !registryCacheComplete(dir, jar) {
 		return "", fmt.Errorf("scripts/registry-build.sh left no complete build in %s", dir)
