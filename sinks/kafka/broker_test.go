@@ -19,7 +19,10 @@ func TestKafkaSink(t *testing.T) {
 		t.Skip("starts a Kafka broker")
 	}
 	k := harness.KafkaT(t)
-	t.Run("EveryType", func(t *testing.T) { testEveryType(t, k) })
+	t.Run("EveryType", func(t *testing.T) {
+		reg, srv := registryFor(t)
+		testEveryType(t, k, reg, memView{srv})
+	})
 	t.Run("RowEnvelope", func(t *testing.T) { testRowEnvelope(t, k) })
 	t.Run("Evolution", func(t *testing.T) { testEvolution(t, k) })
 	t.Run("Unencodable", func(t *testing.T) { testUnencodable(t, k) })
@@ -69,9 +72,10 @@ func sameImage(t *testing.T, what string, want, got []any) {
 
 // Every type round-trips through Kafka and the registry; deletes are
 // followed by tombstones; per-key order holds and the partition is the
-// Java client's murmur2 partition; every record carries its version.
-func testEveryType(t *testing.T, k *harness.Kafka) {
-	reg, srv := registryFor(t)
+// Java client's murmur2 partition; every record carries its version; the
+// registry (inspected through view) holds exactly the codec's schemas, and
+// a replay, also by a restarted sink, registers nothing new.
+func testEveryType(t *testing.T, k *harness.Kafka, reg schema.Registry, view registryView) {
 	s := openSink(t, k, reg, func(o *Options) {
 		o.CreateTopics = TopicOptions{Enabled: true, Partitions: 3, ReplicationFactor: 1, Compact: false}
 		o.Version = "1.2.3"
@@ -84,7 +88,7 @@ func testEveryType(t *testing.T, k *harness.Kafka) {
 	}
 	const topic = "srv.public.every_type"
 	byVersion := map[string]*pipeline.Record{}
-	perKey := map[string][]string{} // key → versions in input order
+	perKey := map[string][]string{}
 	for _, b := range log {
 		for i := range b {
 			r := &b[i]
@@ -104,6 +108,14 @@ func testEveryType(t *testing.T, k *harness.Kafka) {
 	}
 	keyText, _ := schema.SchemaText(codec.KeySchema())
 	envText, _ := schema.SchemaText(codec.EnvelopeSchema())
+	texts := map[int]string{}
+	lookup := func(id int) string {
+		if s, ok := texts[id]; ok {
+			return s
+		}
+		texts[id] = view.schema(t, id)
+		return texts[id]
+	}
 
 	got := readTopic(t, k, topic)
 	seen := map[string][]string{}
@@ -130,8 +142,8 @@ func testEveryType(t *testing.T, k *harness.Kafka) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if text, _ := srv.Mem.Schema(id); text != keyText {
-				t.Fatalf("key schema id %d is not the key schema", id)
+			if !view.same(lookup(id), keyText) {
+				t.Fatalf("key schema id %d is not the key schema: %s", id, lookup(id))
 			}
 			key, err := codec.DecodeKey(payload)
 			if err != nil {
@@ -160,19 +172,18 @@ func testEveryType(t *testing.T, k *harness.Kafka) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text, ok := srv.Mem.Schema(id)
-		if !ok || text != envText {
-			t.Fatalf("value schema id %d is not the envelope schema", id)
+		text := lookup(id)
+		if !view.same(text, envText) {
+			t.Fatalf("value schema id %d is not the envelope schema: %s", id, text)
 		}
-		// The registered text is a complete schema: a generic reader
-		// decodes the payload with it alone.
+		// The registry's text alone decodes the payload.
 		parsed, err := schema.ParseSchemaText(text)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var generic map[string]any
 		if err := codec.API().Unmarshal(parsed, payload, &generic); err != nil || generic["op"] != in.Op.String() {
-			t.Fatalf("generic decode: %v %v", generic["op"], err)
+			t.Fatalf("generic decode with the registry's schema: %v %v", generic["op"], err)
 		}
 		env, err := codec.DecodeEnvelope(payload)
 		if err != nil {
@@ -207,15 +218,30 @@ func testEveryType(t *testing.T, k *harness.Kafka) {
 			t.Errorf("key %s: versions %v, want %v", kk, seen[kk], want)
 		}
 	}
-	if subj := srv.Mem.Subjects(); strings.Join(subj, ",") != topic+"-key,"+topic+"-value" {
+	if subj := view.subjects(t, topic); strings.Join(subj, ",") != topic+"-key,"+topic+"-value" {
 		t.Errorf("subjects %v", subj)
 	}
-	if lvl := srv.Level(topic + "-value"); lvl != schema.CompatBackward {
-		t.Errorf("value subject level %q", lvl)
+	for _, subj := range []string{topic + "-key", topic + "-value"} {
+		if ids := view.versionIDs(t, subj); len(ids) != 1 {
+			t.Errorf("%s: versions %v, want 1", subj, ids)
+		}
+		if lvl := view.level(t, subj); lvl != schema.CompatBackward {
+			t.Errorf("%s: level %q", subj, lvl)
+		}
 	}
-	// A replay of the first batch is accepted again (at-least-once).
+	// A replay of the first batch is accepted again (at-least-once), by a
+	// new sink too (a restarted process: nothing cached).
 	if err := s.Write(t.Context(), log[0]); err != nil {
 		t.Fatal(err)
+	}
+	s2 := openSink(t, k, view.client(), func(o *Options) {
+		o.CreateTopics = TopicOptions{Enabled: true, Partitions: 3, ReplicationFactor: 1, Compact: false}
+	})
+	if err := s2.Write(t.Context(), log[0]); err != nil {
+		t.Fatal(err)
+	}
+	if ids := view.versionIDs(t, topic+"-value"); len(ids) != 1 {
+		t.Errorf("value versions %v after the replays, want 1", ids)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/big"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,4 +196,47 @@ func everyRow(id int64, seed int64) []any {
 		}
 	}
 	return row
+}
+
+// registryView inspects the registry a test's sink writes to: the
+// schematest double (memView) or a real registry over REST (restRegistry).
+type registryView interface {
+	schema(t *testing.T, id int) string
+	subjects(t *testing.T, prefix string) []string
+	versionIDs(t *testing.T, subject string) []int
+	level(t *testing.T, subject string) string
+	// same compares a registered schema text with the codec's.
+	same(registered, want string) bool
+	// client is a fresh registry client, as a restarted process has.
+	client() schema.Registry
+}
+
+// memView inspects the schematest double directly.
+type memView struct{ srv *schematest.Registry }
+
+func (m memView) schema(t *testing.T, id int) string {
+	t.Helper()
+	s, ok := m.srv.Mem.Schema(id)
+	if !ok {
+		t.Fatalf("schema id %d is not registered", id)
+	}
+	return s
+}
+
+func (m memView) subjects(_ *testing.T, prefix string) []string {
+	var out []string
+	for _, s := range m.srv.Mem.Subjects() {
+		if strings.HasPrefix(s, prefix) {
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m memView) versionIDs(_ *testing.T, subject string) []int { return m.srv.Mem.Versions(subject) }
+func (m memView) level(_ *testing.T, subject string) string     { return m.srv.Level(subject) }
+func (m memView) same(registered, want string) bool             { return registered == want }
+func (m memView) client() schema.Registry {
+	return schema.NewSRClient(m.srv.URL, schema.SRClientOptions{Timeout: 10 * time.Second})
 }

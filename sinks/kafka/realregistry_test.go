@@ -18,7 +18,6 @@ import (
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
-	"github.com/sluice-cdc/sluice/sinks/sinktest"
 )
 
 // The every-type and evolution checks of TestKafkaSink against a real
@@ -55,7 +54,7 @@ func TestKafkaSinkRealRegistry(t *testing.T) {
 	}
 	view := &restRegistry{base: r.URL()}
 	reg := schema.NewSRClient(r.URL(), schema.SRClientOptions{Timeout: 10 * time.Second})
-	t.Run("EveryType", func(t *testing.T) { testEveryTypeRealRegistry(t, k, reg, view) })
+	t.Run("EveryType", func(t *testing.T) { testEveryType(t, k, reg, view) })
 	t.Run("Evolution", func(t *testing.T) { testEvolutionRealRegistry(t, k, reg, view) })
 }
 
@@ -152,6 +151,14 @@ func (r *restRegistry) level(t *testing.T, subject string) string {
 	return body["compatibilityLevel"] + body["compatibility"]
 }
 
+// same compares schema texts as JSON (a registry may reformat them).
+func (r *restRegistry) same(a, b string) bool { return sameText(a, b) }
+
+// client is a fresh registry client, as a restarted process has.
+func (r *restRegistry) client() schema.Registry {
+	return schema.NewSRClient(r.base, schema.SRClientOptions{Timeout: 10 * time.Second})
+}
+
 // sameText compares schema texts as JSON (a registry may reformat them).
 func sameText(a, b string) bool {
 	var x, y any
@@ -161,164 +168,6 @@ func sameText(a, b string) bool {
 	xb, _ := json.Marshal(x)
 	yb, _ := json.Marshal(y)
 	return bytes.Equal(xb, yb)
-}
-
-// testEveryType with the schemas looked up in the real registry.
-func testEveryTypeRealRegistry(t *testing.T, k *harness.Kafka, reg schema.Registry, view *restRegistry) {
-	s := openSink(t, k, reg, func(o *Options) {
-		o.CreateTopics = TopicOptions{Enabled: true, Partitions: 3, ReplicationFactor: 1, Compact: false}
-		o.Version = "1.2.3"
-	})
-	log := everyTypeLog()
-	for _, b := range log {
-		if err := s.Write(t.Context(), b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const topic = "srv.public.every_type"
-	byVersion := map[string]*pipeline.Record{}
-	perKey := map[string][]string{}
-	for _, b := range log {
-		for i := range b {
-			r := &b[i]
-			if !r.Op.IsData() {
-				continue
-			}
-			byVersion[r.Version.String()] = r
-			if r.Op != pipeline.OpTruncate {
-				kk := sinktest.Key(r.Key())
-				perKey[kk] = append(perKey[kk], r.Version.String())
-			}
-		}
-	}
-	codec, err := schema.NewCodec(everyType, schema.Options{ConnectorName: "postgresql", ServerName: "srv", Unchanged: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyText, _ := schema.SchemaText(codec.KeySchema())
-	envText, _ := schema.SchemaText(codec.EnvelopeSchema())
-	texts := map[int]string{}
-	lookup := func(id int) string {
-		if s, ok := texts[id]; ok {
-			return s
-		}
-		texts[id] = view.schema(t, id)
-		return texts[id]
-	}
-
-	got := readTopic(t, k, topic)
-	seen := map[string][]string{}
-	events, tombstones, truncates := 0, 0, 0
-	for i, m := range got {
-		ver, ok := header(m, headerVersion)
-		if !ok {
-			t.Fatalf("record %d has no %s header", i, headerVersion)
-		}
-		in := byVersion[ver]
-		if in == nil {
-			t.Fatalf("record with unknown version %s", ver)
-		}
-		if op, _ := header(m, headerOp); op != in.Op.String() {
-			t.Errorf("op header %q, want %s", op, in.Op)
-		}
-		if in.Op == pipeline.OpTruncate {
-			truncates++
-			if m.Key != nil {
-				t.Errorf("truncate with a key")
-			}
-		} else {
-			id, payload, err := schema.Unframe(m.Key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !sameText(lookup(id), keyText) {
-				t.Fatalf("key schema id %d is not the key schema: %s", id, lookup(id))
-			}
-			key, err := codec.DecodeKey(payload)
-			if err != nil {
-				t.Fatal(err)
-			}
-			kk := sinktest.Key(key)
-			if kk != sinktest.Key(in.Key()) {
-				t.Errorf("key %s, want %s", kk, sinktest.Key(in.Key()))
-			}
-			if want := javaPartition(m.Key, 3); int(m.Partition) != want {
-				t.Errorf("key %s in partition %d, murmur2 says %d", kk, m.Partition, want)
-			}
-			if m.Value == nil {
-				tombstones++
-				if in.Op != pipeline.OpDelete || i == 0 || got[i-1].Partition != m.Partition || string(got[i-1].Key) != string(m.Key) {
-					t.Errorf("tombstone of %s does not directly follow its delete event", kk)
-				}
-				continue
-			}
-			seen[kk] = append(seen[kk], ver)
-		}
-		events++
-		id, payload, err := schema.Unframe(m.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := lookup(id)
-		if !sameText(text, envText) {
-			t.Fatalf("value schema id %d is not the envelope schema: %s", id, text)
-		}
-		// The registry's text alone decodes the payload.
-		parsed, err := schema.ParseSchemaText(text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var generic map[string]any
-		if err := codec.API().Unmarshal(parsed, payload, &generic); err != nil || generic["op"] != in.Op.String() {
-			t.Fatalf("generic decode with the registry's schema: %v %v", generic["op"], err)
-		}
-		env, err := codec.DecodeEnvelope(payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		what := fmt.Sprintf("%s %s", in.Op, ver)
-		if env.Op != in.Op.String() {
-			t.Errorf("%s: op %q", what, env.Op)
-		}
-		sameImage(t, what+" before", in.Before, env.Before)
-		sameImage(t, what+" after", in.After, env.After)
-	}
-	if want := len(byVersion); events != want {
-		t.Errorf("%d events, want %d", events, want)
-	}
-	if tombstones != 5 || truncates != 1 {
-		t.Errorf("%d tombstones (want 5), %d truncates (want 1)", tombstones, truncates)
-	}
-	for kk, want := range perKey {
-		if strings.Join(seen[kk], ",") != strings.Join(want, ",") {
-			t.Errorf("key %s: versions %v, want %v", kk, seen[kk], want)
-		}
-	}
-	if subj := view.subjects(t, topic); strings.Join(subj, ",") != topic+"-key,"+topic+"-value" {
-		t.Errorf("subjects %v", subj)
-	}
-	for _, subj := range []string{topic + "-key", topic + "-value"} {
-		if ids := view.versionIDs(t, subj); len(ids) != 1 {
-			t.Errorf("%s: versions %v, want 1", subj, ids)
-		}
-		if lvl := view.level(t, subj); lvl != schema.CompatBackward {
-			t.Errorf("%s: level %q", subj, lvl)
-		}
-	}
-	// A replay of the first batch is accepted again (at-least-once), by a
-	// new sink too (a restarted process: nothing cached).
-	if err := s.Write(t.Context(), log[0]); err != nil {
-		t.Fatal(err)
-	}
-	s2 := openSink(t, k, schema.NewSRClient(view.base, schema.SRClientOptions{}), func(o *Options) {
-		o.CreateTopics = TopicOptions{Enabled: true, Partitions: 3, ReplicationFactor: 1, Compact: false}
-	})
-	if err := s2.Write(t.Context(), log[0]); err != nil {
-		t.Fatal(err)
-	}
-	if ids := view.versionIDs(t, topic+"-value"); len(ids) != 1 {
-		t.Errorf("value versions %v after the replays, want 1", ids)
-	}
 }
 
 // testEvolution with a real registry deciding compatibility.
