@@ -184,6 +184,14 @@ func serverT[S interface{ Stop() error }, O any](t testing.TB, opts []O, start f
 	return s
 }
 
+// portClash reports whether a start-up error (which carries the server's
+// log tail) says a port was taken: the JVM's bind error, or Quarkus's own
+// "Port N seems to be in use" report.
+func portClash(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Address already in use") || strings.Contains(msg, "seems to be in use")
+}
+
 // retryPortClash runs once up to three times while it fails because a port
 // was taken between FreePort and the bind; anything else is not worth
 // another try, and neither is a cancelled ctx. On failure dir is removed.
@@ -193,7 +201,7 @@ func retryPortClash[S any](ctx context.Context, dir string, once func() (S, erro
 		if err == nil {
 			return s, nil
 		}
-		if attempt >= 2 || ctx.Err() != nil || !strings.Contains(err.Error(), "Address already in use") {
+		if attempt >= 2 || ctx.Err() != nil || !portClash(err) {
 			os.RemoveAll(dir)
 			return s, err
 		}
