@@ -264,3 +264,37 @@ func (o *maxObserver) InFlight(n int, b int64) {
 }
 
 func (o *maxObserver) EndToEnd(time.Duration) { o.mu.Lock(); o.e2e++; o.mu.Unlock() }
+
+func (s *memStore) commitCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.commits
+}
+
+// listSource emits fixed batches, each with position {"n": its index}.
+type listSource struct {
+	mu      sync.Mutex
+	batches [][]Record
+	next    int
+}
+
+func (s *listSource) Open(context.Context, Position) error { return nil }
+func (s *listSource) Read(ctx context.Context) (Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.next >= len(s.batches) {
+		return Batch{}, io.EOF
+	}
+	b := Batch{Records: s.batches[s.next], Pos: Position(fmt.Sprintf(`{"n":%d}`, s.next))}
+	s.next++
+	return b, nil
+}
+func (s *listSource) Ack(context.Context, Position) error { return nil }
+func (s *listSource) Close(context.Context) error         { return nil }
+
+// funcSink hands every batch to write.
+type funcSink struct{ write func([]Record) error }
+
+func (f *funcSink) Open(context.Context) error                   { return nil }
+func (f *funcSink) Write(_ context.Context, recs []Record) error { return f.write(recs) }
+func (f *funcSink) Close(context.Context) error                  { return nil }

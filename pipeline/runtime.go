@@ -61,6 +61,10 @@ func (c *Config) defaults() {
 type NamedSink struct {
 	Name string
 	Sink Sink
+	// Route selects the tables and columns the sink receives; nil: all.
+	Route *Route
+	// DLQ receives this sink's dead letters; nil: the pipeline's DLQ.
+	DLQ DLQ
 }
 
 // NamedOperator is an operator with the name its state is stored under.

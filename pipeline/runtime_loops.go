@@ -70,105 +70,6 @@ func (r *Runtime) read(ctx context.Context, items chan<- item) error {
 	}
 }
 
-// write coalesces items into sink batches (by count, bytes and linger),
-// writes each batch to every sink and marks its items durable in the ledger.
-func (r *Runtime) write(ctx context.Context, items <-chan item, durable chan<- struct{}) error {
-	var (
-		batch   []item
-		recs    int
-		bytes   int64
-		linger  *time.Timer
-		lingerC <-chan time.Time
-	)
-	flush := func() error {
-		if linger != nil {
-			linger.Stop()
-			linger, lingerC = nil, nil
-		}
-		if len(batch) == 0 {
-			return nil
-		}
-		err := r.writeBatch(ctx, batch)
-		if err != nil {
-			return err
-		}
-		for _, it := range batch {
-			r.ledger.done(it.seq)
-		}
-		n, b := r.ledger.inFlight()
-		r.obs.InFlight(n, b)
-		batch, recs, bytes = batch[:0], 0, 0
-		select {
-		case durable <- struct{}{}:
-		default:
-		}
-		return nil
-	}
-	for {
-		select {
-		case it, ok := <-items:
-			if !ok {
-				return flush()
-			}
-			batch = append(batch, it)
-			recs += len(it.records)
-			bytes += it.bytes
-			if recs >= r.cfg.BatchMaxRecords || bytes >= r.cfg.BatchMaxBytes {
-				if err := flush(); err != nil {
-					return err
-				}
-			} else if linger == nil {
-				linger = time.NewTimer(r.cfg.BatchLinger)
-				lingerC = linger.C
-			}
-		case <-lingerC:
-			linger, lingerC = nil, nil
-			if err := flush(); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// writeBatch writes the records of batch to every sink concurrently and
-// returns when all are durable (or dead-lettered, Invariant 7).
-func (r *Runtime) writeBatch(ctx context.Context, batch []item) error {
-	var recs []Record
-	for _, it := range batch {
-		recs = append(recs, it.records...)
-	}
-	if len(recs) > 0 {
-		errs := make(chan error, len(r.sinks))
-		for _, s := range r.sinks {
-			go func(s NamedSink) { errs <- r.writeSink(ctx, s, recs) }(s)
-		}
-		var first error
-		for range r.sinks {
-			if err := <-errs; err != nil && first == nil {
-				first = err
-			}
-		}
-		if first != nil {
-			return first
-		}
-	}
-	now := time.Now()
-	var newest time.Time
-	for i := range recs {
-		if recs[i].Op == OpHeartbeat && !recs[i].EventTime.IsZero() {
-			r.obs.EndToEnd(now.Sub(recs[i].EventTime))
-		} else if recs[i].Op != OpRead && recs[i].EventTime.After(newest) {
-			newest = recs[i].EventTime
-		}
-	}
-	if !newest.IsZero() {
-		r.obs.EndToEnd(now.Sub(newest))
-	}
-	return nil
-}
-
 // writeSink writes recs to one sink with retries; permanent per-record
 // failures go to the DLQ.
 func (r *Runtime) writeSink(ctx context.Context, s NamedSink, recs []Record) error {
@@ -207,7 +108,7 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, recs []Record) err
 				}
 			}
 			if len(letters) > 0 {
-				if err := r.putDLQ(ctx, stage, letters); err != nil {
+				if err := r.putDLQTo(ctx, s.DLQ, stage, letters); err != nil {
 					return err
 				}
 			}
@@ -249,12 +150,20 @@ func (r *Runtime) deadLetter(stage string, rec *Record, cause error) DeadLetter 
 }
 
 func (r *Runtime) putDLQ(ctx context.Context, stage string, letters []DeadLetter) error {
-	if r.dlq == nil {
+	return r.putDLQTo(ctx, nil, stage, letters)
+}
+
+// putDLQTo stores letters in dlq, or in the pipeline's queue when dlq is nil.
+func (r *Runtime) putDLQTo(ctx context.Context, dlq DLQ, stage string, letters []DeadLetter) error {
+	if dlq == nil {
+		dlq = r.dlq
+	}
+	if dlq == nil {
 		// Invariant 7: a poison record never vanishes silently.
 		return Fatal(fmt.Errorf("%s: %d record(s) failed permanently and no dead-letter queue is configured: %s",
 			stage, len(letters), letters[0].Error))
 	}
-	if err := r.dlq.Put(ctx, letters); err != nil {
+	if err := dlq.Put(ctx, letters); err != nil {
 		return Fatal(fmt.Errorf("dead-letter queue: %w", err))
 	}
 	r.obs.DeadLetters(stage, len(letters))

@@ -48,7 +48,7 @@ func TestCheckpointNeverPassesUndurableRecord(t *testing.T) {
 		}
 		return nil
 	}
-	rt, err := New(fastConfig(), src, []NamedSink{{"slow", slow}, {"flaky", flaky}}, store, Options{})
+	rt, err := New(fastConfig(), src, []NamedSink{{Name: "slow", Sink: slow}, {Name: "flaky", Sink: flaky}}, store, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestFailingSinkHoldsCheckpoint(t *testing.T) {
 	store := &memStore{events: ev}
 	cfg := fastConfig()
 	cfg.ShutdownTimeout = 200 * time.Millisecond
-	rt, _ := New(cfg, src, []NamedSink{{"bad", bad}}, store, Options{})
+	rt, _ := New(cfg, src, []NamedSink{{Name: "bad", Sink: bad}}, store, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- rt.Run(ctx) }()
@@ -131,7 +131,7 @@ func TestBackpressureHoldsMemoryUnderCap(t *testing.T) {
 	cfg := fastConfig()
 	cfg.MaxInFlightRecords = 2000
 	cfg.MaxInFlightBytes = 1 << 30
-	rt, _ := New(cfg, src, []NamedSink{{"stalled", stalled}}, store, Options{Observer: obs})
+	rt, _ := New(cfg, src, []NamedSink{{Name: "stalled", Sink: stalled}}, store, Options{Observer: obs})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- rt.Run(ctx) }()
@@ -205,7 +205,7 @@ func TestPermanentFailuresGoToDLQ(t *testing.T) {
 	}
 	store := &memStore{events: ev}
 	dlq := &memDLQ{}
-	rt, _ := New(fastConfig(), src, []NamedSink{{"picky", sink}}, store, Options{DLQ: dlq})
+	rt, _ := New(fastConfig(), src, []NamedSink{{Name: "picky", Sink: sink}}, store, Options{DLQ: dlq})
 	if err := rt.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestPermanentFailureWithoutDLQStops(t *testing.T) {
 		return &BatchError{Failed: []RecordError{{Index: 0, Err: errors.New("rejected"), Permanent: true}}}
 	}
 	store := &memStore{}
-	rt, _ := New(fastConfig(), src, []NamedSink{{"picky", sink}}, store, Options{})
+	rt, _ := New(fastConfig(), src, []NamedSink{{Name: "picky", Sink: sink}}, store, Options{})
 	err := rt.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "no dead-letter queue") {
 		t.Fatalf("err = %v", err)
@@ -257,7 +257,7 @@ func TestFatalSinkErrorStops(t *testing.T) {
 		return nil
 	}
 	store := &memStore{}
-	rt, _ := New(fastConfig(), src, []NamedSink{{"s", sink}}, store, Options{})
+	rt, _ := New(fastConfig(), src, []NamedSink{{Name: "s", Sink: sink}}, store, Options{})
 	err := rt.Run(context.Background())
 	if err == nil || !IsFatal(err) {
 		t.Fatalf("err = %v, want fatal", err)
@@ -280,7 +280,7 @@ func TestGracefulStopDrainsAndResumes(t *testing.T) {
 	src := &feedSource{total: -1, size: 10, keys: 100000, events: ev}
 	sink := newMemSink("s", ev)
 	store := &memStore{events: ev}
-	rt, _ := New(fastConfig(), src, []NamedSink{{"s", sink}}, store, Options{})
+	rt, _ := New(fastConfig(), src, []NamedSink{{Name: "s", Sink: sink}}, store, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- rt.Run(ctx) }()
@@ -311,7 +311,7 @@ func TestGracefulStopDrainsAndResumes(t *testing.T) {
 	}
 	// Restart: resumes strictly after the checkpoint.
 	src2 := &feedSource{total: read + 10, size: 10, keys: 100000}
-	rt2, _ := New(fastConfig(), src2, []NamedSink{{"s", sink}}, store, Options{})
+	rt2, _ := New(fastConfig(), src2, []NamedSink{{Name: "s", Sink: sink}}, store, Options{})
 	if err := rt2.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestHeartbeatsAdvanceCheckpoint(t *testing.T) {
 	sink := newMemSink("s", nil)
 	store := &memStore{}
 	obs := &maxObserver{}
-	rt, _ := New(fastConfig(), src, []NamedSink{{"s", sink}}, store, Options{Observer: obs})
+	rt, _ := New(fastConfig(), src, []NamedSink{{Name: "s", Sink: sink}}, store, Options{Observer: obs})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- rt.Run(ctx) }()
