@@ -84,6 +84,29 @@ sinks:
 			want: []string{`pipe.yaml:5:5: sinks[0].path: unknown kind (hint: "path" is a setting of duckdb; put it under "duckdb:")`},
 		},
 		{
+			name: "sink routing patterns and a per-sink kafka dlq",
+			src: `pipeline: shop
+source:
+  generate: {}
+sinks:
+  - redis:
+      addr: 127.0.0.1:6379
+      tabels: [public.a]
+      tables: [orders, "public.[x"]
+      columns:
+        exclude: [public.users.email.x]
+      dlq:
+        kafka: {brokers: [127.0.0.1:9092]}
+`,
+			want: []string{
+				`pipe.yaml:7:7: sinks[0].redis.tabels: unknown field (hint: did you mean "tables"?)`,
+				`pipe.yaml:8:16: sinks[0].redis.tables[0]: pattern "orders" has 1 dot-separated parts, want 2 (hint: write "schema.table", e.g. public.orders or "public.*"; * and ? match within one part)`,
+				`pipe.yaml:8:24: sinks[0].redis.tables[1]: pattern "public.[x": syntax error in pattern (hint: write "schema.table", e.g. public.orders or "public.*"; * and ? match within one part)`,
+				`pipe.yaml:10:19: sinks[0].redis.columns.exclude[0]: pattern "public.users.email.x" has 4 dot-separated parts, want 3 (hint: write "schema.table.column", e.g. "public.*.password"; * and ? match within one part)`,
+				`pipe.yaml:12:16: sinks[0].redis.dlq.kafka.topic: missing required field (hint: add "topic:" (e.g. shop.dlq))`,
+			},
+		},
+		{
 			name: "string where an integer is wanted",
 			src:  "pipeline: shop\nsource:\n  generate:\n    tables: three\nsinks:\n  - duckdb: {path: x}\n",
 			want: []string{`pipe.yaml:4:13: source.generate.tables: expected an integer, got "three"`},

@@ -35,7 +35,7 @@ func schemaPaths(prefix string, t reflect.Type, out map[string]bool) {
 	for _, f := range fieldsOf(t) {
 		p := join(prefix, f.key)
 		out[p] = true
-		schemaPaths(p, t.Field(f.index).Type, out)
+		schemaPaths(p, t.FieldByIndex(f.index).Type, out)
 	}
 }
 
@@ -57,6 +57,30 @@ func nodePaths(prefix string, n *yaml.Node, out map[string]bool) {
 			nodePaths(p, n.Content[i+1], out)
 		}
 	}
+}
+
+// sharedOnce folds the paths of settings that several places share, so
+// that reference.yaml documents each of them once: the keys every sink kind
+// takes (SinkCommon) under any one kind, and the keys of a Kafka
+// dead-letter topic under any one dlq.kafka block.
+func sharedOnce(paths map[string]bool) map[string]bool {
+	common := map[string]bool{}
+	for _, f := range fieldsOf(reflect.TypeFor[SinkCommon]()) {
+		common[f.key] = true
+	}
+	out := map[string]bool{}
+	for p := range paths {
+		parts := strings.Split(p, ".")
+		if len(parts) >= 3 && parts[0] == "sinks[]" && common[parts[2]] {
+			parts[1] = "*"
+		}
+		p = strings.Join(parts, ".")
+		if i := strings.Index(p, "dlq.kafka"); i >= 0 {
+			p = "(kafka dlq)" + p[i+len("dlq.kafka"):]
+		}
+		out[p] = true
+	}
+	return out
 }
 
 // commentedKey matches a commented-out setting such as "  #   seed: 1":
@@ -99,6 +123,7 @@ func TestReferenceComplete(t *testing.T) {
 	want, got := map[string]bool{}, map[string]bool{}
 	schemaPaths("", reflect.TypeFor[Config](), want)
 	nodePaths("", &doc, got)
+	want, got = sharedOnce(want), sharedOnce(got)
 	for _, p := range sorted(want) {
 		if !got[p] {
 			t.Errorf("reference.yaml does not document %s", p)
@@ -197,7 +222,7 @@ func TestSchemaTags(tt *testing.T) {
 		seen[t] = true
 		d := newDecoder("tags")
 		for _, f := range fieldsOf(t) {
-			ft := t.Field(f.index).Type
+			ft := t.FieldByIndex(f.index).Type
 			for _, tag := range []string{f.def, f.min, f.max} {
 				if tag != "" && ft.Kind() != reflect.Slice {
 					d.setTag(reflect.New(ft).Elem(), tag, t.Name()+"."+f.key, "test")

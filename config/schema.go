@@ -128,38 +128,71 @@ func (s Sink) Kind() string {
 
 // Name returns the sink's name (always set after loading).
 func (s Sink) Name() string {
-	switch {
-	case s.DuckDB != nil:
-		return s.DuckDB.Name
-	case s.Kafka != nil:
-		return s.Kafka.Name
-	case s.Postgres != nil:
-		return s.Postgres.Name
-	case s.Redis != nil:
-		return s.Redis.Name
+	if c := s.Common(); c != nil {
+		return c.Name
 	}
 	return ""
 }
 
-// namePtr returns the address of the sink's name, nil when no kind is set.
-func (s Sink) namePtr() *string {
+// Common returns the settings shared by every kind, nil when no kind is set.
+func (s Sink) Common() *SinkCommon {
 	switch {
 	case s.DuckDB != nil:
-		return &s.DuckDB.Name
+		return &s.DuckDB.SinkCommon
 	case s.Kafka != nil:
-		return &s.Kafka.Name
+		return &s.Kafka.SinkCommon
 	case s.Postgres != nil:
-		return &s.Postgres.Name
+		return &s.Postgres.SinkCommon
 	case s.Redis != nil:
-		return &s.Redis.Name
+		return &s.Redis.SinkCommon
 	}
 	return nil
+}
+
+// SinkCommon holds the settings every sink kind takes: its name, which
+// tables and columns it receives, and where its dead letters go.
+type SinkCommon struct {
+	// Name defaults to the kind ("duckdb"), or kind_<index in sinks> when
+	// several sinks share the kind (filled in by Parse).
+	Name string `yaml:"name" pattern:"^[a-z][a-z0-9_-]*$"`
+	// Tables the sink receives, as "schema.table" patterns (* and ? match
+	// within a name part); empty: every captured table.
+	Tables []string `yaml:"tables"`
+	// Columns narrows the columns the sink receives.
+	Columns Columns `yaml:"columns"`
+	// DLQ, when set, sends this sink's dead letters to Kafka instead of
+	// the pipeline's dead-letter queue.
+	DLQ SinkDLQ `yaml:"dlq"`
+}
+
+// Columns selects columns by "schema.table.column" patterns. A column is
+// sent when no include pattern names its table or one matches it, and no
+// exclude pattern matches it. Primary-key columns are always sent.
+type Columns struct {
+	Include []string `yaml:"include"`
+	Exclude []string `yaml:"exclude"`
+}
+
+// SinkDLQ overrides the dead-letter queue of one sink.
+type SinkDLQ struct {
+	Kafka *KafkaDLQ `yaml:"kafka"`
+}
+
+// KafkaDLQ writes dead letters as JSON records to a Kafka topic.
+type KafkaDLQ struct {
+	Brokers []string `yaml:"brokers" required:"true" min:"1" doc:"host:port list, e.g. [127.0.0.1:9092]"`
+	Topic   string   `yaml:"topic" required:"true" pattern:"^[A-Za-z0-9._-]{1,249}$" doc:"e.g. shop.dlq"`
+	// CreateTopic creates the topic (one partition, delete policy) when
+	// it is missing.
+	CreateTopic bool `yaml:"create_topic" default:"true"`
+	TLS         TLS  `yaml:"tls"`
+	SASL        SASL `yaml:"sasl"`
 }
 
 // PostgresSink upserts into PostgreSQL tables (an analytics store or
 // replica); see sinks/postgres.
 type PostgresSink struct {
-	Name string `yaml:"name" pattern:"^[a-z][a-z0-9_-]*$"`
+	SinkCommon `yaml:",inline"`
 	// DSN is a postgres:// URL or a key=value connection string of the
 	// target database.
 	DSN string `yaml:"dsn" required:"true" secret:"true" doc:"e.g. postgres://writer@127.0.0.1:5432/analytics"`
@@ -174,7 +207,7 @@ type PostgresSink struct {
 // RedisSink keeps Redis keys in step with the captured rows (a cache); see
 // sinks/redis.
 type RedisSink struct {
-	Name         string   `yaml:"name" pattern:"^[a-z][a-z0-9_-]*$"`
+	SinkCommon   `yaml:",inline"`
 	Addr         string   `yaml:"addr" required:"true" doc:"host:port, e.g. 127.0.0.1:6379"`
 	Username     string   `yaml:"username"`
 	Password     string   `yaml:"password" secret:"true"`
@@ -188,9 +221,7 @@ type RedisSink struct {
 
 // DuckDBSink writes into a DuckDB database file.
 type DuckDBSink struct {
-	// Name defaults to the kind ("duckdb"), or kind_<index in sinks> when
-	// several sinks share the kind (filled in by Parse).
-	Name string `yaml:"name" pattern:"^[a-z][a-z0-9_-]*$"`
+	SinkCommon `yaml:",inline"`
 	// Path is the database file; relative paths are resolved against the
 	// config file's directory. ":memory:" is kept as is.
 	Path         string   `yaml:"path" required:"true" doc:"the DuckDB database file, e.g. ./sluice.duckdb"`
@@ -202,8 +233,7 @@ type DuckDBSink struct {
 // KafkaSink produces change events to Kafka (Avro, Confluent wire format,
 // schemas in a registry); see sinks/kafka.
 type KafkaSink struct {
-	// Name defaults like DuckDBSink.Name ("kafka", or kafka_<index>).
-	Name    string   `yaml:"name" pattern:"^[a-z][a-z0-9_-]*$"`
+	SinkCommon `yaml:",inline"`
 	Brokers []string `yaml:"brokers" required:"true" min:"1" doc:"bootstrap addresses, e.g. [127.0.0.1:9092]"`
 	// ServerName is {prefix} in topic names and the first component of
 	// Avro namespaces; it defaults to the pipeline name (filled in by
@@ -280,6 +310,9 @@ type DLQ struct {
 	// Dir defaults to <offsets.dir>/dlq (filled in by Parse); relative
 	// paths are resolved against the config file's directory.
 	Dir string `yaml:"dir"`
+	// Kafka, when set, replaces the file queue: every dead letter goes to
+	// this topic.
+	Kafka *KafkaDLQ `yaml:"kafka"`
 }
 
 // Runtime bounds memory and paces batching, checkpointing and retries.

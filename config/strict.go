@@ -124,7 +124,7 @@ func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]
 
 // field is the decoded tag set of one struct field.
 type field struct {
-	index    int
+	index    []int // for reflect.Value.FieldByIndex (inline structs nest)
 	key      string
 	def      string
 	hasDef   bool
@@ -140,22 +140,35 @@ var allDigits = regexp.MustCompile(`^[-+]?[0-9_]+$`)
 
 var fieldCache sync.Map // reflect.Type → []field
 
-// fieldsOf returns the decodable fields of struct type t.
+// fieldsOf returns the decodable fields of struct type t. The fields of an
+// embedded struct tagged `yaml:",inline"` are decoded as the parent's own.
 func fieldsOf(t reflect.Type) []field {
 	if v, ok := fieldCache.Load(t); ok {
 		return v.([]field)
 	}
+	out := collectFields(t, nil)
+	fieldCache.Store(t, out)
+	return out
+}
+
+func collectFields(t reflect.Type, prefix []int) []field {
 	var out []field
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
-		key := strings.Split(sf.Tag.Get("yaml"), ",")[0]
+		tag := strings.Split(sf.Tag.Get("yaml"), ",")
+		key := tag[0]
 		if key == "-" || !sf.IsExported() {
+			continue
+		}
+		idx := append(append([]int(nil), prefix...), i)
+		if sf.Anonymous && len(tag) > 1 && tag[1] == "inline" && sf.Type.Kind() == reflect.Struct {
+			out = append(out, collectFields(sf.Type, idx)...)
 			continue
 		}
 		if key == "" {
 			panic("config: field " + t.Name() + "." + sf.Name + " has no yaml tag")
 		}
-		f := field{index: i, key: key, required: sf.Tag.Get("required") == "true",
+		f := field{index: idx, key: key, required: sf.Tag.Get("required") == "true",
 			secret: sf.Tag.Get("secret") == "true", doc: sf.Tag.Get("doc"),
 			min: sf.Tag.Get("min"), max: sf.Tag.Get("max")}
 		f.def, f.hasDef = sf.Tag.Lookup("default")
@@ -167,7 +180,6 @@ func fieldsOf(t reflect.Type) []field {
 		}
 		out = append(out, f)
 	}
-	fieldCache.Store(t, out)
 	return out
 }
 
@@ -494,7 +506,7 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) bool 
 	for i := range fields {
 		f := &fields[i]
 		p := join(path, f.key)
-		fv := v.Field(f.index)
+		fv := v.FieldByIndex(f.index)
 		e, present := given[f.key]
 		val := d.resolve(e.val)
 		switch {
@@ -549,7 +561,7 @@ func (d *decoder) absent(path string, pos *yaml.Node, v reflect.Value, f *field)
 		ok := true
 		fields := fieldsOf(v.Type())
 		for i := range fields {
-			if !d.absent(join(path, fields[i].key), pos, v.Field(fields[i].index), &fields[i]) {
+			if !d.absent(join(path, fields[i].key), pos, v.FieldByIndex(fields[i].index), &fields[i]) {
 				ok = false
 			}
 		}

@@ -140,7 +140,7 @@ func (d *decoder) unknownKey(path string, k *yaml.Node, t reflect.Type, fields [
 		// A setting written directly where its kind belongs, e.g. "- path: x"
 		// instead of "- duckdb: {path: x}".
 		for _, f := range fields {
-			inner := t.Field(f.index).Type
+			inner := t.FieldByIndex(f.index).Type
 			for inner.Kind() == reflect.Pointer {
 				inner = inner.Elem()
 			}

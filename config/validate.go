@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -38,7 +39,11 @@ func (d *decoder) validate(c *Config) {
 		if s.Kafka != nil && !d.failed(index("sinks", i)) {
 			d.validateKafka(c, i, s.Kafka)
 		}
+		if cm := s.Common(); cm != nil {
+			d.validateRoute(index("sinks", i)+"."+s.Kind(), cm)
+		}
 	}
+	d.validateKafkaDLQ("dlq.kafka", c.DLQ.Kafka)
 	d.checkOrder("source.postgres.reconnect_backoff", c.Source.Postgres != nil, func() (a, b Duration) {
 		return c.Source.Postgres.ReconnectBackoff.Initial, c.Source.Postgres.ReconnectBackoff.Max
 	})
@@ -256,10 +261,11 @@ func (d *decoder) nameSinks(c *Config) {
 	}
 	used := map[string]int{}
 	for i, s := range c.Sinks {
-		name := s.namePtr()
-		if name == nil {
+		c := s.Common()
+		if c == nil {
 			continue
 		}
+		name := &c.Name
 		kind := s.Kind()
 		path := index("sinks", i) + "." + kind + ".name"
 		if d.failed(path) {
@@ -292,14 +298,7 @@ func (d *decoder) validateKafka(c *Config, i int, k *KafkaSink) {
 	if p := base + ".topic_template"; !d.failed(p) && !strings.Contains(k.TopicTemplate, "{table}") {
 		d.errAt(p, "must contain {table}", "every table needs its own topic, e.g. {prefix}.{schema}.{table}")
 	}
-	if p := base + ".sasl"; !d.failed(p) {
-		switch {
-		case k.SASL.Mechanism != "" && (k.SASL.Username == "" || k.SASL.Password == ""):
-			d.errAt(p+".mechanism", "needs username and password", "set sasl.username and sasl.password")
-		case k.SASL.Mechanism == "" && (k.SASL.Username != "" || k.SASL.Password != ""):
-			d.errAt(p+".mechanism", "missing: username and password are set", "set mechanism to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-		}
-	}
+	d.validateSASL(base+".sasl", k.SASL)
 	if k.ExactlyOnce && k.OffsetsTopic == "" && !d.failed(base+".server_name", base+".offsets_topic") {
 		k.OffsetsTopic = k.ServerName + ".sluice.offsets"
 	}
@@ -308,6 +307,63 @@ func (d *decoder) validateKafka(c *Config, i int, k *KafkaSink) {
 	if p := base + ".registry"; !d.failed(p) && (k.Registry.Username == "") != (k.Registry.Password == "") {
 		d.errAt(p+".username", "username and password go together", "set both for basic authentication, or neither")
 	}
+}
+
+// validateSASL checks that a mechanism and its credentials come together.
+func (d *decoder) validateSASL(p string, s SASL) {
+	if d.failed(p) {
+		return
+	}
+	switch {
+	case s.Mechanism != "" && (s.Username == "" || s.Password == ""):
+		d.errAt(p+".mechanism", "needs username and password", "set sasl.username and sasl.password")
+	case s.Mechanism == "" && (s.Username != "" || s.Password != ""):
+		d.errAt(p+".mechanism", "missing: username and password are set", "set mechanism to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	}
+}
+
+// validateKafkaDLQ checks a Kafka dead-letter topic block.
+func (d *decoder) validateKafkaDLQ(p string, k *KafkaDLQ) {
+	if k == nil || d.failed(p) {
+		return
+	}
+	d.validateSASL(p+".sasl", k.SASL)
+	d.validateTLS(p+".tls", k.TLS)
+}
+
+// validateRoute checks a sink's table and column patterns.
+func (d *decoder) validateRoute(base string, c *SinkCommon) {
+	check := func(p string, pats []string, parts int, example string) {
+		if d.failed(p) {
+			return
+		}
+		for i, pat := range pats {
+			if err := checkPattern(pat, parts); err != nil {
+				d.errAt(index(p, i), err.Error(), "write "+example+"; * and ? match within one part")
+			}
+		}
+	}
+	check(base+".tables", c.Tables, 2, `"schema.table", e.g. public.orders or "public.*"`)
+	check(base+".columns.include", c.Columns.Include, 3, `"schema.table.column", e.g. public.users.email`)
+	check(base+".columns.exclude", c.Columns.Exclude, 3, `"schema.table.column", e.g. "public.*.password"`)
+	d.validateKafkaDLQ(base+".dlq.kafka", c.DLQ.Kafka)
+}
+
+// checkPattern reports a pattern that is not parts dot-separated glob parts.
+func checkPattern(pat string, parts int) error {
+	ps := strings.Split(pat, ".")
+	if len(ps) != parts {
+		return fmt.Errorf("pattern %q has %d dot-separated parts, want %d", pat, len(ps), parts)
+	}
+	for _, part := range ps {
+		if part == "" {
+			return fmt.Errorf("pattern %q has an empty part", pat)
+		}
+		if _, err := path.Match(part, ""); err != nil {
+			return fmt.Errorf("pattern %q: %v", pat, err)
+		}
+	}
+	return nil
 }
 
 // validateTLS checks that client certificate files come in pairs and that
@@ -339,7 +395,16 @@ func resolvePaths(c *Config, dir string) {
 	} else {
 		c.DLQ.Dir = abs(c.DLQ.Dir)
 	}
+	kafkaDLQ := func(k *KafkaDLQ) {
+		if k != nil {
+			k.TLS.CAFile, k.TLS.CertFile, k.TLS.KeyFile = abs(k.TLS.CAFile), abs(k.TLS.CertFile), abs(k.TLS.KeyFile)
+		}
+	}
+	kafkaDLQ(c.DLQ.Kafka)
 	for _, s := range c.Sinks {
+		if cm := s.Common(); cm != nil {
+			kafkaDLQ(cm.DLQ.Kafka)
+		}
 		if s.DuckDB != nil && s.DuckDB.Path != ":memory:" {
 			s.DuckDB.Path = abs(s.DuckDB.Path)
 		}
