@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -248,16 +249,17 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			zap.String("version", r.Version.String()), zap.Error(f.Err))
 	}
 	if len(batches) > 0 {
-		if err := s.apply(ctx, batches); err != nil {
-			// The cached tables and barriers may describe a rolled-back
-			// transaction: reload them (or reconnect on the next Write).
-			if s.conn.IsClosed() {
-				s.conn = nil
-			} else if lerr := s.load(context.Background()); lerr != nil {
-				s.log.Warn("reload after failed write", zap.Error(lerr))
-				s.conn.Close(context.Background())
-				s.conn = nil
-			}
+		err := s.apply(ctx, batches)
+		if err != nil {
+			s.afterFailure()
+		}
+		if err != nil && isDataError(err) && s.conn != nil {
+			// A value the target refuses (a CHECK, a narrower
+			// pre-created column): find the records to blame.
+			err = s.isolate(ctx, records, failed, &failed)
+			slices.SortFunc(failed, func(a, b pipeline.RecordError) int { return a.Index - b.Index })
+		}
+		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,4 +277,52 @@ func TestKeyOnlyTableDelete(t *testing.T) {
 	mustWrite(t, s, rec(pipeline.OpInsert, 1, "a", 1), rec(pipeline.OpInsert, 1, "a", 2), rec(pipeline.OpInsert, 1, "b", 1))
 	mustWrite(t, s, rec(pipeline.OpDelete, 3, "a", 1), rec(pipeline.OpInsert, 2, "a", 1), rec(pipeline.OpDelete, 0, "b", 1))
 	expectRows(t, s, tags, []any{"a", int64(2)}, []any{"b", int64(1)})
+}
+
+// A value the target itself refuses — here a pre-created table with a
+// narrower column and a CHECK constraint — fails only its own record,
+// permanently, with Postgres's error text; the rest of the batch is applied.
+func TestTargetRefusalFailsOnlyItsRecord(t *testing.T) {
+	s := openSink(t, Options{})
+	if _, err := s.conn.Exec(ctx, `CREATE TABLE `+s.qualified("public_people")+` (id bigint PRIMARY KEY,
+		name varchar(10) CHECK (name <> 'forbidden'), bio text, _sluice_version bytea NOT NULL,
+		_sluice_deleted boolean NOT NULL DEFAULT false, _sluice_updated_at timestamptz)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var batch []pipeline.Record
+	for i := int64(1); i <= 40; i++ {
+		name := "n" + string(rune('a'+i%26))
+		switch i {
+		case 7:
+			name = "much too long for ten"
+		case 23:
+			name = "forbidden"
+		}
+		batch = append(batch, change(pipeline.OpInsert, uint64(i), i, name, nil))
+	}
+	err := s.Write(ctx, batch)
+	var be *pipeline.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 2 || be.Failed[0].Index != 6 || be.Failed[1].Index != 22 {
+		t.Fatalf("want records 6 and 22 refused, got %v", err)
+	}
+	for _, f := range be.Failed {
+		if !f.Permanent {
+			t.Errorf("refusal of record %d is not permanent", f.Index)
+		}
+	}
+	if !strings.Contains(be.Failed[0].Err.Error(), "too long") || !strings.Contains(be.Failed[1].Err.Error(), "check constraint") {
+		t.Errorf("errors do not carry Postgres's text: %v / %v", be.Failed[0].Err, be.Failed[1].Err)
+	}
+	got := rows(t, s, people)
+	if len(got) != 38 {
+		t.Fatalf("%d rows applied, want 38", len(got))
+	}
+	// The pipeline keeps going: the next batch is applied normally.
+	mustWrite(t, s, change(pipeline.OpUpdate, 50, int64(7), "fixed", nil))
+	if len(rows(t, s, people)) != 39 {
+		t.Fatal("the batch after the refusal was not applied")
+	}
 }
