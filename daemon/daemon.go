@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/config"
-	"github.com/sluice-cdc/sluice/dlq"
 	"github.com/sluice-cdc/sluice/obs"
 	"github.com/sluice-cdc/sluice/offsets"
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -134,7 +133,7 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 		st = &previousStore{DirStore: store, cp: cp}
 	}
 
-	deadLetters, err := dlq.OpenFile(cfg.DLQ.Dir, cfg.Pipeline, dlq.WithRegisterer(reg))
+	deadLetters, err := openDLQ(ctx, cfg, reg)
 	if err != nil {
 		return &pipeline.OpenError{What: "dead-letter queue", Err: err}
 	}
@@ -145,6 +144,11 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 		return &pipeline.OpenError{What: "source", Err: err}
 	}
 	sinks, err := buildSinks(cfg, log)
+	if err != nil {
+		return err
+	}
+	closeRoutes, err := routeSinks(ctx, cfg, sinks)
+	defer closeRoutes()
 	if err != nil {
 		return err
 	}

@@ -2,17 +2,14 @@ package kafka
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/sluice-cdc/sluice/internal/kafkaauth"
 	"github.com/sluice-cdc/sluice/schema"
 )
 
@@ -259,17 +256,11 @@ func (o *Options) clientOpts() ([]kgo.Opt, error) {
 		}
 		opts = append(opts, kgo.DialTLSConfig(cfg))
 	}
-	switch m := strings.ToUpper(o.SASL.Mechanism); m {
-	case "":
-	case "PLAIN":
-		opts = append(opts, kgo.SASL(plain.Auth{User: o.SASL.Username, Pass: o.SASL.Password}.AsMechanism()))
-	case "SCRAM-SHA-256":
-		opts = append(opts, kgo.SASL(scram.Auth{User: o.SASL.Username, Pass: o.SASL.Password}.AsSha256Mechanism()))
-	case "SCRAM-SHA-512":
-		opts = append(opts, kgo.SASL(scram.Auth{User: o.SASL.Username, Pass: o.SASL.Password}.AsSha512Mechanism()))
-	default:
-		return nil, fmt.Errorf("sasl: unknown mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", o.SASL.Mechanism)
+	sasl, err := kafkaauth.SASL(o.SASL.Mechanism, o.SASL.Username, o.SASL.Password)
+	if err != nil {
+		return nil, err
 	}
+	opts = append(opts, sasl...)
 	return opts, nil
 }
 
@@ -292,31 +283,7 @@ func (t TLSOptions) config() (*tls.Config, error) {
 	return TLSConfig(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
 }
 
-// TLSConfig builds a client TLS configuration: roots from caFile (system
-// roots when empty), a client certificate from certFile and keyFile (both
-// or neither).
+// TLSConfig builds a client TLS configuration (see kafkaauth.TLSConfig).
 func TLSConfig(caFile, certFile, keyFile string, insecure bool) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure} //nolint:gosec // opt-in
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls: ca file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls: ca file %s holds no PEM certificate", caFile)
-		}
-		cfg.RootCAs = pool
-	}
-	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("tls: cert file and key file go together")
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls: client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
+	return kafkaauth.TLSConfig(caFile, certFile, keyFile, insecure)
 }
