@@ -114,6 +114,7 @@ func TestDefaults(t *testing.T) {
 		Runtime: Runtime{MaxInFlightRecords: 200000, MaxInFlightBytes: 256 * MiB, BatchMaxRecords: 10000,
 			BatchMaxBytes: 16 * MiB, BatchLinger: Duration(100 * time.Millisecond), CheckpointInterval: Duration(time.Second),
 			ShutdownTimeout: Duration(30 * time.Second),
+			WriteTimeout:    Duration(2 * time.Minute),
 			Retry:           Retry{Initial: Duration(100 * time.Millisecond), Max: Duration(30 * time.Second)}},
 		HTTP: HTTP{Listen: "127.0.0.1:9090"},
 		Log:  Log{Level: "info", Format: "json"},

@@ -234,7 +234,7 @@ type DuckDBSink struct {
 // schemas in a registry); see sinks/kafka.
 type KafkaSink struct {
 	SinkCommon `yaml:",inline"`
-	Brokers []string `yaml:"brokers" required:"true" min:"1" doc:"bootstrap addresses, e.g. [127.0.0.1:9092]"`
+	Brokers    []string `yaml:"brokers" required:"true" min:"1" doc:"bootstrap addresses, e.g. [127.0.0.1:9092]"`
 	// ServerName is {prefix} in topic names and the first component of
 	// Avro namespaces; it defaults to the pipeline name (filled in by
 	// Parse).
@@ -324,6 +324,7 @@ type Runtime struct {
 	BatchLinger        Duration `yaml:"batch_linger" default:"100ms" min:"0s"`
 	CheckpointInterval Duration `yaml:"checkpoint_interval" default:"1s" min:"1ms"`
 	ShutdownTimeout    Duration `yaml:"shutdown_timeout" default:"30s" min:"1ms"`
+	WriteTimeout       Duration `yaml:"write_timeout" default:"2m" min:"100ms"`
 	Retry              Retry    `yaml:"retry"`
 }
 

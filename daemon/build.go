@@ -159,6 +159,7 @@ func runtimeConfig(cfg *config.Config) pipeline.Config {
 		BatchLinger:        r.BatchLinger.Std(),
 		CheckpointInterval: r.CheckpointInterval.Std(),
 		ShutdownTimeout:    r.ShutdownTimeout.Std(),
+		WriteTimeout:       r.WriteTimeout.Std(),
 		RetryInitial:       r.Retry.Initial.Std(),
 		RetryMax:           r.Retry.Max.Std(),
 		RetryMaxAttempts:   r.Retry.MaxAttempts,

@@ -176,3 +176,40 @@ func TestRouteProjection(t *testing.T) {
 		t.Error("a one-part table pattern was accepted")
 	}
 }
+
+// A write that never returns on its own (a black-holed target) is cut off
+// by WriteTimeout and retried; the run completes.
+func TestWriteTimeoutRetriesAHungWrite(t *testing.T) {
+	src := &feedSource{total: 100, size: 10}
+	calls := 0
+	var first error
+	hung := &ctxSink{write: func(ctx context.Context, recs []Record) error {
+		calls++
+		if calls == 1 {
+			<-ctx.Done()
+			first = ctx.Err()
+			return first
+		}
+		return nil
+	}}
+	cfg := fastConfig()
+	cfg.WriteTimeout = 50 * time.Millisecond
+	store := &memStore{}
+	rt, _ := New(cfg, src, []NamedSink{{Name: "hung", Sink: hung}}, store, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rt.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(first, context.DeadlineExceeded) || calls < 2 || store.position() != 99 {
+		t.Fatalf("first attempt ended with %v, %d calls, checkpoint %d", first, calls, store.position())
+	}
+}
+
+type ctxSink struct {
+	write func(context.Context, []Record) error
+}
+
+func (s *ctxSink) Open(context.Context) error                     { return nil }
+func (s *ctxSink) Write(ctx context.Context, recs []Record) error { return s.write(ctx, recs) }
+func (s *ctxSink) Close(context.Context) error                    { return nil }

@@ -25,6 +25,11 @@ type Config struct {
 	RetryInitial       time.Duration // default 100ms
 	RetryMax           time.Duration // default 30s
 	RetryMaxAttempts   int           // 0: retry transient errors forever
+	// WriteTimeout bounds one sink Write or Open attempt (default 2m): a
+	// target that accepts connections but never answers (a partition, a
+	// hung server) fails the attempt, which is retried, instead of
+	// stalling the pipeline forever.
+	WriteTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -54,6 +59,9 @@ func (c *Config) defaults() {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 2 * time.Minute
 	}
 }
 
@@ -307,7 +315,9 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 func (r *Runtime) openSink(ctx context.Context, s NamedSink) error {
 	b := newBackoff(r.cfg.RetryInitial, r.cfg.RetryMax)
 	for attempt := 1; ; attempt++ {
-		err := s.Sink.Open(ctx)
+		actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+		err := s.Sink.Open(actx)
+		cancel()
 		if err == nil {
 			return nil
 		}

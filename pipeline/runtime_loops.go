@@ -78,7 +78,9 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, recs []Record) err
 	todo := recs
 	for attempt := 1; ; attempt++ {
 		t0 := time.Now()
-		err := s.Sink.Write(ctx, todo)
+		actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+		err := s.Sink.Write(actx, todo)
+		cancel()
 		r.obs.BatchDuration(stage, time.Since(t0))
 		if err == nil {
 			r.obs.Records(stage, len(todo))

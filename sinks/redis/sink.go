@@ -128,7 +128,10 @@ func (s *Sink) Open(ctx context.Context) error {
 	}
 	ro := &goredis.Options{Addr: s.opts.Addr, Username: s.opts.Username, Password: s.opts.Password, DB: s.opts.DB,
 		PoolSize:    4 * partitions,
-		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+		// The runtime bounds each Write with a deadline; socket reads and
+		// writes follow it, so a black-holed server fails the attempt.
+		ContextTimeoutEnabled: true}
 	if s.opts.TLS {
 		host, _, err := net.SplitHostPort(s.opts.Addr)
 		if err != nil {
