@@ -1,0 +1,128 @@
+package harness
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards TCP connections from a loopback port to a server, and can
+// make the server unreachable without touching it: Cut closes every open
+// connection and holds new ones silent (a black hole: connected, never
+// answered) until Restore, which closes the held ones so clients reconnect.
+// It stands in for a network partition or a dead host.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]struct{}
+	held  []net.Conn
+}
+
+// StartProxy listens on a random 127.0.0.1 port and forwards to target.
+func StartProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	go p.accept()
+	return p, nil
+}
+
+// ProxyT is StartProxy for tests; the proxy closes at cleanup.
+func ProxyT(t testing.TB, target string) *Proxy {
+	t.Helper()
+	p, err := StartProxy(target)
+	if err != nil {
+		t.Fatalf("proxy: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Port is the proxy's port.
+func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.held = append(p.held, c)
+			p.mu.Unlock()
+			continue
+		}
+		p.mu.Unlock()
+		go p.forward(c)
+	}
+}
+
+func (p *Proxy) forward(c net.Conn) {
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		c.Close()
+		s.Close()
+		return
+	}
+	p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		done <- struct{}{}
+	}
+	go pipe(s, c)
+	go pipe(c, s)
+	<-done
+	c.Close()
+	s.Close()
+	<-done
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, s)
+	p.mu.Unlock()
+}
+
+// Cut makes the server unreachable (see Proxy).
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Restore makes the server reachable again.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+	for _, c := range p.held {
+		c.Close()
+	}
+	p.held = nil
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() {
+	p.ln.Close()
+	p.Cut()
+	p.Restore()
+}

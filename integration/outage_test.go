@@ -1,0 +1,212 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/offsets"
+	"github.com/sluice-cdc/sluice/pipeline"
+	pgsink "github.com/sluice-cdc/sluice/sinks/postgres"
+	redissink "github.com/sluice-cdc/sluice/sinks/redis"
+	"github.com/sluice-cdc/sluice/sinks/sinktest"
+	"github.com/sluice-cdc/sluice/sources/generate"
+)
+
+// rowReader reads a sink's live rows for verification.
+type rowReader interface {
+	Open(context.Context) error
+	Close(context.Context) error
+	Rows(context.Context, *pipeline.Table) ([][]any, error)
+}
+
+// outageCase is one sink under test: its YAML (given the address the
+// daemon must use, a proxy in front of the server) and a reader of the
+// real server.
+type outageCase struct {
+	name   string
+	server func(t *testing.T) (addr string, sinkYAML func(proxy string) string, reader rowReader)
+}
+
+var outageCases = []outageCase{
+	{"postgres", func(t *testing.T) (string, func(string) string, rowReader) {
+		pg := harness.PostgresT(t)
+		if err := pg.CreateDatabase(context.Background(), "outage"); err != nil {
+			t.Fatal(err)
+		}
+		yaml := func(proxy string) string {
+			return fmt.Sprintf(`postgres: {dsn: "postgres://postgres@%s/outage?sslmode=disable"}`, proxy)
+		}
+		return fmt.Sprintf("%s:%d", pg.Host, pg.Port), yaml, pgsink.New(pgsink.Options{Name: "check", DSN: pg.DSN("outage")}, nil)
+	}},
+	{"redis", func(t *testing.T) (string, func(string) string, rowReader) {
+		rd := harness.RedisT(t)
+		yaml := func(proxy string) string { return fmt.Sprintf(`redis: {addr: "%s"}`, proxy) }
+		return rd.Addr(), yaml, redissink.New(redissink.Options{Name: "check", Addr: rd.Addr()}, nil)
+	}},
+}
+
+// Each sink made unreachable for 20 s in the middle of a stream: the
+// pipeline retries without losing anything, the checkpoint does not move
+// while the sink cannot have written, and once the sink is back the run
+// completes with the sink equal to the feed.
+func TestSinkUnreachableFor20Seconds(t *testing.T) {
+	for _, c := range outageCases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			testOutage(t, c)
+		})
+	}
+}
+
+func testOutage(t *testing.T, c outageCase) {
+	const outage = 20 * time.Second
+	addr, sinkYAML, reader := c.server(t)
+	proxy := harness.ProxyT(t, addr)
+	dir := t.TempDir()
+	opts := generate.Options{Seed: 11, Tables: 3, InitialRows: 300, Changes: 40000, Rate: 1500, Batch: 100,
+		Mix: generate.Mix{Insert: 30, Update: 55, Delete: 15}}
+	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: outage
+source:
+  generate: {seed: %d, initial_rows: %d, changes: %d, rate: %g, batch: %d, mix: {insert: 30, update: 55, delete: 15}}
+sinks:
+  - %s
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: 50ms, write_timeout: 3s, retry: {initial: 50ms, max: 1s}}
+`, opts.Seed, opts.InitialRows, opts.Changes, opts.Rate, opts.Batch, sinkYAML(proxy.Addr())))
+	d := startDaemon(t, cfg)
+	base := "http://" + d.waitAddr(t, time.Minute)
+
+	// A few checkpoints into the stream, cut the sink off.
+	waitUntil(t, d, time.Minute, "first checkpoints", func() bool { return statusOf(t, base).CheckpointSeq >= 3 })
+	proxy.Cut()
+	cutAt := time.Now()
+	// Once the runtime has seen two failed writes, whatever was durable
+	// before the cut is committed; from then on nothing may be.
+	waitUntil(t, d, outage/2, "failed writes", func() bool { return sinkRetries(t, base) >= 2 })
+	frozen := statusOf(t, base).CheckpointSeq
+	for time.Since(cutAt) < outage {
+		if seq := statusOf(t, base).CheckpointSeq; seq != frozen {
+			t.Fatalf("checkpoint moved from %d to %d while the sink was unreachable", frozen, seq)
+		}
+		time.Sleep(200 * time.Millisecond) // sampling the checkpoint through the outage
+	}
+	proxy.Restore()
+	if code := d.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d after the outage:\n%s", code, d.logs())
+	}
+	if final := statusAfter(t, dir); final <= frozen {
+		t.Fatalf("no checkpoint after the outage (still %d)", final)
+	}
+
+	ctx := context.Background()
+	if err := reader.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	expected := generate.Expected(opts, math.MaxInt64)
+	for _, table := range generate.Tables(opts) {
+		want := map[string][]any{}
+		for _, row := range expected[table.ID] {
+			want[sinktest.RowKey(table, row)] = row
+		}
+		rows, err := reader.Rows(ctx, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][]any{}
+		for _, row := range rows {
+			got[sinktest.RowKey(table, row)] = row
+		}
+		if diff := sinktest.Diff(table, want, got); diff != "" {
+			t.Fatalf("%s differs from the feed after the outage:\n%s", table.ID, diff)
+		}
+	}
+}
+
+// waitUntil polls cond until it holds, the daemon exits or timeout passes.
+func waitUntil(t *testing.T, d *daemonProc, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		select {
+		case <-d.done:
+			t.Fatalf("daemon exited (%d) waiting for %s:\n%s", d.exitCode(), what, d.logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after %s:\n%s", what, timeout, d.logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type statusDoc struct {
+	CheckpointSeq uint64 `json:"checkpoint_seq"`
+}
+
+func statusOf(t *testing.T, base string) statusDoc {
+	t.Helper()
+	resp, err := http.Get(base + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s statusDoc
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// sinkRetries sums sluice_sink_retries_total.
+func sinkRetries(t *testing.T, base string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var n float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "sluice_sink_retries_total") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			n += v
+		}
+	}
+	return n
+}
+
+// statusAfter reads the checkpoint sequence a stopped daemon left.
+func statusAfter(t *testing.T, dir string) uint64 {
+	t.Helper()
+	cp := readCheckpointFile(t, filepath.Join(dir, "offsets"))
+	return cp.Seq
+}
+
+// readCheckpointFile loads the checkpoint a stopped daemon committed.
+func readCheckpointFile(t *testing.T, dir string) pipeline.Checkpoint {
+	t.Helper()
+	store, err := offsets.OpenDir(dir, "outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cp, ok, err := store.Load(context.Background(), "outage")
+	if err != nil || !ok {
+		t.Fatalf("checkpoint: %v (found %v)", err, ok)
+	}
+	return cp
+}
