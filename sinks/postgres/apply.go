@@ -87,6 +87,15 @@ func (s *Sink) applyTable(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch,
 			break
 		}
 	}
+	if lean && tb.OnlyNew {
+		done, err := s.copyNew(ctx, tx, tb, rows, now)
+		if err != nil {
+			return fmt.Errorf("bulk load: %w", err)
+		}
+		if done {
+			return nil
+		}
+	}
 	if err := s.upsertRows(ctx, tx, tb, rows, lean, n, now); err != nil {
 		return fmt.Errorf("upsert: %w", err)
 	}
@@ -250,10 +259,13 @@ type rowSource struct {
 	rows []upsert.Row
 	n    int
 	lean bool
-	i    int
-	vals []any
-	vbuf []byte
-	err  error
+	// updatedAt, when set, is sent after the deleted flag (a COPY straight
+	// into the target, which has the column).
+	updatedAt *time.Time
+	i         int
+	vals      []any
+	vbuf      []byte
+	err       error
 }
 
 func (r *rowSource) Next() bool {
@@ -278,7 +290,10 @@ func (r *rowSource) Values() ([]any, error) {
 	n := r.n
 	if r.lean {
 		if r.vals == nil {
-			r.vals = make([]any, n+2)
+			r.vals = make([]any, n+2, n+3)
+			if r.updatedAt != nil {
+				r.vals = append(r.vals, *r.updatedAt)
+			}
 		}
 		copy(r.vals, row.Vals)
 		r.vals[n], r.vals[n+1] = v, row.Deleted

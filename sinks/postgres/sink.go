@@ -66,6 +66,8 @@ type Sink struct {
 	// with a lower version are ignored.
 	barriers map[string]pipeline.Version
 	purger   upsert.Purge
+	// direct is the bulk-load state of each target table (see direct.go).
+	direct map[string]*directState
 }
 
 var _ pipeline.Sink = (*Sink)(nil)

@@ -326,3 +326,42 @@ func TestTargetRefusalFailsOnlyItsRecord(t *testing.T) {
 		t.Fatal("the batch after the refusal was not applied")
 	}
 }
+
+// Insert-only batches go straight into the target by COPY; a batch whose
+// keys exist (a replay, a key re-inserted after its delete) falls back to
+// the version-guarded upsert with the same result.
+func TestBulkLoadPathAndFallback(t *testing.T) {
+	s := openSink(t, Options{})
+	var first []pipeline.Record
+	for i := int64(1); i <= 100; i++ {
+		first = append(first, change(pipeline.OpInsert, 10, i, "v10", nil))
+	}
+	mustWrite(t, s, first...)
+	if st := s.direct["public_people"]; st == nil || st.off || st.skip != 0 || st.penalty != 1 {
+		t.Fatalf("bulk-load path not taken: %+v", st)
+	}
+	// The same keys again, older: the COPY is refused and nothing changes.
+	var replay []pipeline.Record
+	for i := int64(1); i <= 100; i++ {
+		replay = append(replay, change(pipeline.OpRead, 5, i, "old", nil))
+	}
+	mustWrite(t, s, replay...)
+	if st := s.direct["public_people"]; st.skip != 1 || st.penalty != 2 {
+		t.Fatalf("refused bulk load not recorded: %+v", st)
+	}
+	// Deleted then inserted again, newer: the staged path revives it.
+	mustWrite(t, s, del(11, 7))
+	mustWrite(t, s, change(pipeline.OpInsert, 12, int64(7), "again", nil), change(pipeline.OpInsert, 12, int64(200), "new", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 13, int64(201), "new", nil))
+	got := rows(t, s, people)
+	if len(got) != 102 {
+		t.Fatalf("%d rows, want 102", len(got))
+	}
+	want := map[int64]string{1: "v10", 7: "again", 100: "v10", 200: "new", 201: "new"}
+	for k, name := range want {
+		r, ok := got[sinktest.RowKey(people, []any{k, nil, nil})]
+		if !ok || r[1] != name {
+			t.Errorf("key %d: %v, want name %q", k, r, name)
+		}
+	}
+}

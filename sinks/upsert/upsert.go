@@ -39,6 +39,11 @@ type TableBatch struct {
 	Truncate *pipeline.Version
 	// Rows holds the highest-version change per key.
 	Rows []Row
+	// OnlyNew is true when every change of the table in the batch was an
+	// insert or a snapshot read (no update, delete or truncate): its keys
+	// are most likely absent from the target, so a sink may try a plain
+	// bulk load first (and must fall back when a key turns out to exist).
+	OnlyNew bool
 
 	conv Converter
 	// records counts the batch's data records of the table; arena is the
@@ -133,7 +138,7 @@ func Prepare(records []pipeline.Record, conv Converter, target func(pipeline.Tab
 		tb := lookup(r.Table)
 		if tb == nil {
 			tb = &TableBatch{ID: r.Table.ID, Target: target(r.Table.ID), conv: conv, byKey: map[string]int{},
-				shapes: map[*pipeline.Table][]int{}}
+				shapes: map[*pipeline.Table][]int{}, OnlyNew: true}
 			byID[r.Table.ID] = tb
 			order = append(order, tb)
 			lastTB = tb
@@ -161,6 +166,9 @@ func Prepare(records []pipeline.Record, conv Converter, target func(pipeline.Tab
 			continue
 		}
 		tb := lookup(r.Table)
+		if r.Op != pipeline.OpInsert && r.Op != pipeline.OpRead {
+			tb.OnlyNew = false
+		}
 		switch r.Op {
 		case pipeline.OpTruncate:
 			if tb.Truncate == nil || tb.Truncate.Less(r.Version) {
