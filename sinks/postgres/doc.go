@@ -23,7 +23,12 @@
 // (Unchanged values, a delete's non-key columns, columns missing from the
 // record's shape) per-column keep flags and fallbacks are staged as well and
 // the rows are applied as a version-guarded UPDATE … FROM the staging table
-// followed by INSERT … ON CONFLICT DO NOTHING. Delivery guarantees
+// followed by INSERT … ON CONFLICT DO NOTHING. A table's batch made only of
+// inserts and snapshot reads is first COPYed straight into the target in a
+// savepoint (the bulk-load path, direct.go): with no stored row to compare
+// against, that is what the guarded upsert would do; an existing key makes
+// the primary key refuse it and the batch takes the staged path. Delivery
+// guarantees
 // (Invariant 4):
 //
 //   - a change whose version is not newer than the stored row's changes
@@ -40,5 +45,8 @@
 // with NUL bytes or invalid UTF-8, invalid JSON or JSON with \u0000,
 // ragged multi-dimensional arrays) fail their record permanently through a
 // *pipeline.BatchError so the runtime dead-letters it (Invariant 7); the
-// rest of the batch applies. Heartbeats are ignored.
+// rest of the batch applies. So do values the target itself refuses (a
+// pre-created table's narrower column or CHECK constraint: SQLSTATE classes
+// 22 and 23), found by halving the batch until each refused record stands
+// alone (isolate.go). Heartbeats are ignored.
 package postgres
