@@ -113,4 +113,7 @@ log "kafka jars: $("$(dirname "${BASH_SOURCE[0]}")/kafka-jars.sh")"
 # A Confluent-compatible schema registry (Apicurio Registry, built through
 # Maven), cached across runs.
 log "schema registry: $("$(dirname "${BASH_SOURCE[0]}")/registry-build.sh")"
+# The OpenSearch and Elasticsearch server distributions (through Maven),
+# cached across runs.
+log "search nodes: $("$(dirname "${BASH_SOURCE[0]}")/search-dist.sh")"
 log "ok"
