@@ -1,0 +1,170 @@
+package search
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/sinktest"
+)
+
+// TestExternalVersionOrder checks that the packing never reorders:
+// external versions are non-decreasing in version order, strictly
+// increasing below the saturation point.
+func TestExternalVersionOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var vs []pipeline.Version
+	for range 5000 {
+		lsn := rng.Uint64N(1 << 20)
+		if rng.IntN(4) == 0 {
+			lsn = maxLSN - rng.Uint64N(1<<20)
+		}
+		idx := rng.Uint64N(maxIndex + 10)
+		if rng.IntN(10) == 0 {
+			idx = rng.Uint64()
+		}
+		vs = append(vs, pipeline.Version{0, lsn, 0, idx})
+	}
+	vs = append(vs, pipeline.Version{}, pipeline.Version{0, maxLSN, 0, ^uint64(0)}, pipeline.Version{0, 0, 0, maxIndex - 1},
+		pipeline.Version{0, 0, 0, maxIndex}, pipeline.Version{0, 1, 0, 0})
+	sort.Slice(vs, func(a, b int) bool { return vs[a].Less(vs[b]) })
+	for i := 1; i < len(vs); i++ {
+		a, satA, errA := external(vs[i-1])
+		b, _, errB := external(vs[i])
+		if errA != nil || errB != nil {
+			t.Fatal(errA, errB)
+		}
+		switch {
+		case a > b:
+			t.Fatalf("%s → %d but %s → %d", vs[i-1], a, vs[i], b)
+		case a == b && !satA && vs[i-1] != vs[i]:
+			t.Fatalf("%s and %s share %d without saturating", vs[i-1], vs[i], a)
+		}
+		if a < 0 || b < 0 {
+			t.Fatalf("negative external version")
+		}
+	}
+	for _, v := range []pipeline.Version{{1, 0, 0, 0}, {0, 0, 1, 0}, {0, maxLSN + 1, 0, 0}} {
+		if _, _, err := external(v); err == nil {
+			t.Errorf("%s packed", v)
+		}
+	}
+	if ext, sat, _ := external(pipeline.Version{0, 0x16B3748, 0, 3}); ext != 0x16B3748<<12|3 || sat {
+		t.Errorf("ext = %#x %v", ext, sat)
+	}
+}
+
+func TestDocIDs(t *testing.T) {
+	for _, c := range []struct {
+		vals []any
+		want string
+	}{
+		{[]any{int64(42)}, "42"},
+		{[]any{"a:b\\c", int64(-1)}, `a\:b\\c:-1`},
+		{[]any{""}, `\e`},
+		{[]any{"", ""}, ":"},
+		{[]any{uint64(18446744073709551615), true, 1.5}, "18446744073709551615:true:1.5"},
+		{[]any{json.RawMessage(`["x",1]`)}, `["x",1]`},
+	} {
+		keys := make([]int, len(c.vals))
+		for i := range keys {
+			keys[i] = i
+		}
+		if got := docID(keys, c.vals); got != c.want {
+			t.Errorf("docID(%v) = %q, want %q", c.vals, got, c.want)
+		}
+	}
+	long := docID([]int{0}, []any{strings.Repeat("é", 300)})
+	if !strings.HasPrefix(long, `\h`) || len(long) != 66 || long == docID([]int{0}, []any{strings.Repeat("é", 301)}) {
+		t.Errorf("long id %q", long)
+	}
+}
+
+func TestIndexNames(t *testing.T) {
+	for tmpl, want := range map[string]string{
+		"{schema}.{table}":        "public.orders",
+		"cdc-{database}_{table}":  "cdc-shop_orders",
+		"_{schema}/{table}?":      "public_orders_",
+		"{table} #1, \"x\" <y>|z": "orders__1___x___y__z",
+	} {
+		got, err := indexName(tmpl, pipeline.TableID{Database: "Shop", Schema: "Public", Table: "Orders"})
+		if err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", tmpl, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "..", "___", strings.Repeat("x", 256)} {
+		if _, err := sanitizeIndex(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestStageDecodeRoundTrip checks the value encodings without a node:
+// every value of the types table survives staging, JSON encoding and
+// decoding.
+func TestStageDecodeRoundTrip(t *testing.T) {
+	for _, r := range typeRows() {
+		for i := range allTypes.Columns {
+			c := &allTypes.Columns[i]
+			x, err := (conv{}).Stage(c, r[i])
+			if err != nil {
+				t.Fatalf("%s: stage %v: %v", c.Name, r[i], err)
+			}
+			raw := appendValue(nil, x)
+			if !json.Valid(raw) {
+				t.Fatalf("%s: invalid JSON %s", c.Name, raw)
+			}
+			got, err := decodeColumn(c, raw)
+			if err != nil {
+				t.Fatalf("%s: decode %s: %v", c.Name, raw, err)
+			}
+			if !sinktest.Equal(got, r[i]) {
+				t.Errorf("%s: %s → %s, want %s", c.Name, raw, sinktest.Canon(got), sinktest.Canon(r[i]))
+			}
+		}
+	}
+	bad := &pipeline.Column{Name: "c", Type: pipeline.TypeString}
+	for _, v := range []any{"\xff", struct{}{}, pipeline.JSON(`{`)} {
+		if _, err := (conv{}).Stage(bad, v); err == nil {
+			t.Errorf("%v staged", v)
+		}
+	}
+}
+
+func TestBadOptionsAreFatal(t *testing.T) {
+	for _, o := range []Options{
+		{},
+		{Kind: "solr", URLs: []string{"http://x:1"}},
+		{Kind: KindOpenSearch},
+		{Kind: KindOpenSearch, URLs: []string{"x:1"}},
+		{Kind: KindOpenSearch, URLs: []string{"http://x:1"}, APIKey: "k"},
+		{Kind: KindOpenSearch, URLs: []string{"http://x:1"}, IndexTemplate: "{schema}.{tabel}"},
+		{Kind: KindOpenSearch, URLs: []string{"http://x:1"}, Mappings: map[string]json.RawMessage{"s.t": json.RawMessage(`[1]`)}},
+		{Kind: KindOpenSearch, URLs: []string{"http://x:1"}, Mappings: map[string]json.RawMessage{
+			"s.t": json.RawMessage(`{"properties":{"_sluice_version":{"type":"long"}}}`)}},
+		{Kind: KindOpenSearch, URLs: []string{"http://x:1"}, CAFile: "/nonexistent.pem"},
+		{Kind: KindOpenSearch, URLs: []string{"http://x:1"}, BulkMaxBytes: 100},
+		{Kind: KindOpenSearch, URLs: []string{"http://x:1"}, StateIndex: "Upper"},
+		{Kind: KindOpenSearch, URLs: []string{"http://x:1"}, AliasSuffix: "#x"},
+	} {
+		if err := New(o, nil).Open(ctx); !pipeline.IsFatal(err) {
+			t.Errorf("%+v: err = %v, want fatal", o, err)
+		}
+	}
+}
+
+func TestMappingsBody(t *testing.T) {
+	ov, err := parseOverride(json.RawMessage(`{"dynamic":"strict","properties":{"b":{"type":"keyword"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := []pipeline.Column{{Name: "a", Type: pipeline.TypeString}, {Name: "b", Type: pipeline.TypeInt64}}
+	got := string(mappingsBody(properties(cols, []bool{true, false}, ov, true), ov))
+	want := `{"properties":{` + metaProperties + `,"a":{"type":"keyword"},"b":{"type":"keyword"}},"dynamic":"strict"}`
+	if got != want || !json.Valid([]byte(got)) {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
