@@ -61,7 +61,8 @@ func nodePaths(prefix string, n *yaml.Node, out map[string]bool) {
 
 // sharedOnce folds the paths of settings that several places share, so
 // that reference.yaml documents each of them once: the keys every sink kind
-// takes (SinkCommon) under any one kind, and the keys of a Kafka
+// takes (SinkCommon) under any one kind, the elasticsearch kind's under
+// opensearch, and the keys of a Kafka
 // dead-letter topic under any one dlq.kafka block.
 func sharedOnce(paths map[string]bool) map[string]bool {
 	common := map[string]bool{}
@@ -73,6 +74,10 @@ func sharedOnce(paths map[string]bool) map[string]bool {
 		parts := strings.Split(p, ".")
 		if len(parts) >= 3 && parts[0] == "sinks[]" && common[parts[2]] {
 			parts[1] = "*"
+		}
+		// elasticsearch and opensearch take the same settings (IndexSink).
+		if len(parts) >= 2 && parts[0] == "sinks[]" && parts[1] == "elasticsearch" {
+			parts[1] = "opensearch"
 		}
 		p = strings.Join(parts, ".")
 		if i := strings.Index(p, "dlq.kafka"); i >= 0 {

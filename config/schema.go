@@ -103,10 +103,13 @@ type Snapshot struct {
 
 // Sink is one list item of sinks: exactly one field (the sink kind) is set.
 type Sink struct {
-	DuckDB   *DuckDBSink   `yaml:"duckdb"`
-	Kafka    *KafkaSink    `yaml:"kafka"`
-	Postgres *PostgresSink `yaml:"postgres"`
-	Redis    *RedisSink    `yaml:"redis"`
+	Bleve         *BleveSink    `yaml:"bleve"`
+	DuckDB        *DuckDBSink   `yaml:"duckdb"`
+	Elasticsearch *IndexSink    `yaml:"elasticsearch"`
+	Kafka         *KafkaSink    `yaml:"kafka"`
+	OpenSearch    *IndexSink    `yaml:"opensearch"`
+	Postgres      *PostgresSink `yaml:"postgres"`
+	Redis         *RedisSink    `yaml:"redis"`
 }
 
 func (*Sink) exclusive() {}
@@ -114,6 +117,12 @@ func (*Sink) exclusive() {}
 // Kind returns the sink kind, e.g. "duckdb".
 func (s Sink) Kind() string {
 	switch {
+	case s.Bleve != nil:
+		return "bleve"
+	case s.Elasticsearch != nil:
+		return "elasticsearch"
+	case s.OpenSearch != nil:
+		return "opensearch"
 	case s.DuckDB != nil:
 		return "duckdb"
 	case s.Kafka != nil:
@@ -137,6 +146,12 @@ func (s Sink) Name() string {
 // Common returns the settings shared by every kind, nil when no kind is set.
 func (s Sink) Common() *SinkCommon {
 	switch {
+	case s.Bleve != nil:
+		return &s.Bleve.SinkCommon
+	case s.Elasticsearch != nil:
+		return &s.Elasticsearch.SinkCommon
+	case s.OpenSearch != nil:
+		return &s.OpenSearch.SinkCommon
 	case s.DuckDB != nil:
 		return &s.DuckDB.SinkCommon
 	case s.Kafka != nil:
@@ -147,6 +162,49 @@ func (s Sink) Common() *SinkCommon {
 		return &s.Redis.SinkCommon
 	}
 	return nil
+}
+
+// BleveSink keeps an embedded full-text index of the captured rows (see
+// sinks/bleve); `sluice search` queries it.
+type BleveSink struct {
+	SinkCommon `yaml:",inline"`
+	// Path is the index directory; relative paths are resolved against the
+	// config file's directory.
+	Path         string   `yaml:"path" required:"true" doc:"the index directory, e.g. ./sluice.bleve"`
+	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
+}
+
+// IndexSink writes documents to an OpenSearch or Elasticsearch cluster
+// (see sinks/search); the kind key says which.
+type IndexSink struct {
+	SinkCommon `yaml:",inline"`
+	URLs       []string `yaml:"urls" required:"true" min:"1" doc:"e.g. [http://127.0.0.1:9200]"`
+	Username   string   `yaml:"username"`
+	Password   string   `yaml:"password" secret:"true"`
+	// APIKey is an Elasticsearch API key (base64 id:key); instead of
+	// username and password.
+	APIKey        string         `yaml:"api_key" secret:"true"`
+	TLS           IndexTLS       `yaml:"tls"`
+	IndexTemplate string         `yaml:"index_template" default:"'{schema}.{table}'"`
+	Mappings      []IndexMapping `yaml:"mappings"`
+	Refresh       bool           `yaml:"refresh" default:"false"`
+	TombstoneTTL  Duration       `yaml:"tombstone_ttl" default:"168h" min:"0s"`
+	BulkMaxBytes  ByteSize       `yaml:"bulk_max_bytes" default:"10MiB" min:"64KiB" max:"100MiB"`
+	Timeout       Duration       `yaml:"timeout" default:"60s" min:"1s"`
+}
+
+// IndexTLS configures TLS to search nodes (server verification only).
+type IndexTLS struct {
+	Enabled            bool   `yaml:"enabled" default:"false"`
+	CAFile             string `yaml:"ca_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" default:"false"`
+}
+
+// IndexMapping overrides the mapping derived for one table's index.
+type IndexMapping struct {
+	Table string `yaml:"table" required:"true" doc:"schema.table"`
+	// JSON is the index's "mappings" object.
+	JSON string `yaml:"json" required:"true" doc:"the mappings object as JSON, e.g. '{\"properties\": {…}}'"`
 }
 
 // SinkCommon holds the settings every sink kind takes: its name, which

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -41,6 +42,11 @@ func (d *decoder) validate(c *Config) {
 		}
 		if cm := s.Common(); cm != nil {
 			d.validateRoute(index("sinks", i)+"."+s.Kind(), cm)
+		}
+		for _, x := range []*IndexSink{s.OpenSearch, s.Elasticsearch} {
+			if x != nil {
+				d.validateIndex(index("sinks", i)+"."+s.Kind(), x)
+			}
 		}
 	}
 	d.validateKafkaDLQ("dlq.kafka", c.DLQ.Kafka)
@@ -309,6 +315,32 @@ func (d *decoder) validateKafka(c *Config, i int, k *KafkaSink) {
 	}
 }
 
+// validateIndex checks a search-index sink's cross-field rules.
+func (d *decoder) validateIndex(base string, x *IndexSink) {
+	if p := base + ".index_template"; !d.failed(p) && !strings.Contains(x.IndexTemplate, "{table}") {
+		d.errAt(p, "must contain {table}", "every table needs its own index, e.g. {schema}.{table}")
+	}
+	if p := base + ".username"; !d.failed(p) && (x.Username == "") != (x.Password == "") {
+		d.errAt(p, "username and password go together", "set both for basic authentication, or neither")
+	}
+	if p := base + ".api_key"; !d.failed(p) && x.APIKey != "" && x.Username != "" {
+		d.errAt(p, "api_key and username are alternatives", "keep one of them")
+	}
+	for i, m := range x.Mappings {
+		p := index(base+".mappings", i)
+		if d.failed(p) {
+			continue
+		}
+		if err := checkPattern(m.Table, 2); err != nil || strings.ContainsAny(m.Table, "*?[") {
+			d.errAt(p+".table", fmt.Sprintf("%q is not a schema.table name", m.Table), "write e.g. public.orders")
+		}
+		if !json.Valid([]byte(m.JSON)) {
+			d.errAt(p+".json", "is not valid JSON", `write the mappings object, e.g. '{"properties": {"sku": {"type": "keyword"}}}'`)
+		}
+	}
+	d.validateTLS(base+".tls", TLS{Enabled: x.TLS.Enabled, CAFile: x.TLS.CAFile, InsecureSkipVerify: x.TLS.InsecureSkipVerify})
+}
+
 // validateSASL checks that a mechanism and its credentials come together.
 func (d *decoder) validateSASL(p string, s SASL) {
 	if d.failed(p) {
@@ -404,6 +436,14 @@ func resolvePaths(c *Config, dir string) {
 	for _, s := range c.Sinks {
 		if cm := s.Common(); cm != nil {
 			kafkaDLQ(cm.DLQ.Kafka)
+		}
+		if s.Bleve != nil {
+			s.Bleve.Path = abs(s.Bleve.Path)
+		}
+		for _, x := range []*IndexSink{s.OpenSearch, s.Elasticsearch} {
+			if x != nil {
+				x.TLS.CAFile = abs(x.TLS.CAFile)
+			}
 		}
 		if s.DuckDB != nil && s.DuckDB.Path != ":memory:" {
 			s.DuckDB.Path = abs(s.DuckDB.Path)

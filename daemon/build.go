@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -13,10 +14,12 @@ import (
 	"github.com/sluice-cdc/sluice/config"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
+	"github.com/sluice-cdc/sluice/sinks/bleve"
 	"github.com/sluice-cdc/sluice/sinks/duckdb"
 	"github.com/sluice-cdc/sluice/sinks/kafka"
 	pgsink "github.com/sluice-cdc/sluice/sinks/postgres"
 	redissink "github.com/sluice-cdc/sluice/sinks/redis"
+	"github.com/sluice-cdc/sluice/sinks/search"
 	"github.com/sluice-cdc/sluice/sources/generate"
 	"github.com/sluice-cdc/sluice/sources/postgres"
 )
@@ -55,6 +58,18 @@ func buildSinks(cfg *config.Config, log *zap.Logger) ([]pipeline.NamedSink, erro
 	var out []pipeline.NamedSink
 	for _, s := range cfg.Sinks {
 		switch {
+		case s.Bleve != nil:
+			b := s.Bleve
+			out = append(out, pipeline.NamedSink{Name: b.Name, Sink: bleve.New(bleve.Options{
+				Name: b.Name, Path: b.Path, TombstoneTTL: b.TombstoneTTL.Std(),
+			}, log.Named("sink").With(zap.String("sink", b.Name)))})
+		case s.OpenSearch != nil || s.Elasticsearch != nil:
+			x, kind := s.OpenSearch, "opensearch"
+			if x == nil {
+				x, kind = s.Elasticsearch, "elasticsearch"
+			}
+			out = append(out, pipeline.NamedSink{Name: x.Name, Sink: search.New(indexOptions(kind, x),
+				log.Named("sink").With(zap.String("sink", x.Name)))})
 		case s.DuckDB != nil:
 			d := s.DuckDB
 			out = append(out, pipeline.NamedSink{Name: d.Name, Sink: duckdb.New(duckdb.Options{
@@ -83,6 +98,26 @@ func buildSinks(cfg *config.Config, log *zap.Logger) ([]pipeline.NamedSink, erro
 		}
 	}
 	return out, nil
+}
+
+// indexOptions maps an opensearch or elasticsearch sink's settings.
+func indexOptions(kind string, x *config.IndexSink) search.Options {
+	o := search.Options{Name: x.Name, Kind: kind, URLs: x.URLs, Username: x.Username, Password: x.Password,
+		APIKey: x.APIKey, IndexTemplate: x.IndexTemplate, Refresh: x.Refresh, TombstoneTTL: x.TombstoneTTL.Std(),
+		BulkMaxBytes: int(x.BulkMaxBytes.Int64()), Timeout: x.Timeout.Std()}
+	if o.TombstoneTTL == 0 {
+		o.TombstoneTTL = -1 // the config's 0 keeps tombstones forever
+	}
+	if x.TLS.Enabled {
+		o.CAFile, o.InsecureSkipVerify = x.TLS.CAFile, x.TLS.InsecureSkipVerify
+	}
+	if len(x.Mappings) > 0 {
+		o.Mappings = map[string]json.RawMessage{}
+		for _, m := range x.Mappings {
+			o.Mappings[m.Table] = json.RawMessage(m.JSON)
+		}
+	}
+	return o
 }
 
 // withPassword sets password on a postgres:// URL or key=value DSN.

@@ -186,6 +186,7 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 			return nil
 		}
 		srv := obs.NewServer(listen, reg, status, ready, log.Named("http"))
+		srv.Handle(SearchPath, searchHandler(sinks))
 		if err := srv.Start(); err != nil {
 			return &pipeline.OpenError{What: "http server", Err: err}
 		}

@@ -25,6 +25,7 @@ import (
 type Server struct {
 	addr    string
 	handler http.Handler
+	mux     *http.ServeMux
 	log     *zap.Logger
 
 	mu   sync.Mutex
@@ -77,8 +78,12 @@ func NewServer(addr string, reg *prometheus.Registry, status func() any, ready f
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(append([]byte(Redact(string(b))), '\n'))
 	})
-	return &Server{addr: addr, handler: mux, log: log}
+	return &Server{addr: addr, handler: mux, mux: mux, log: log}
 }
+
+// Handle adds a route (for example the daemon's /search); call it before
+// Start.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Handler returns the server's routes, for tests and for mounting elsewhere.
 func (s *Server) Handler() http.Handler { return s.handler }
