@@ -7,6 +7,8 @@ import (
 
 	_ "github.com/duckdb/duckdb-go/v2" // the DuckDB driver, for reading the copy
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-cdc/sluice/sinks/bleve"
 )
 
 // Per table: the row count and an order-independent checksum over columns
@@ -51,4 +53,41 @@ func compare(ctx context.Context, dsn, duckPath string) (result, error) {
 		res.Tables = append(res.Tables, t)
 	}
 	return res, nil
+}
+
+// Searches the quickstart runs against its embedded index, each with the
+// SQL that counts the same rows in PostgreSQL.
+var searches = []struct {
+	table, query, pg string
+}{
+	{"public.customers", "*", `SELECT count(*) FROM customers`},
+	{"public.orders", "status:shipped", `SELECT count(*) FROM orders WHERE status = 'shipped'`},
+	{"public.customers", "vip:true", `SELECT count(*) FROM customers WHERE vip`},
+}
+
+// compareSearch runs the searches on the bleve index and counts the same
+// rows in PostgreSQL.
+func compareSearch(ctx context.Context, dsn, indexDir string, res *result) error {
+	pg, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer pg.Close(ctx)
+	for _, q := range searches {
+		var c searchResult
+		c.Query = q.table + " " + q.query
+		if err := pg.QueryRow(ctx, q.pg).Scan(&c.SourceN); err != nil {
+			return fmt.Errorf("postgres %s: %w", q.pg, err)
+		}
+		r, err := bleve.Search(ctx, indexDir, bleve.SearchRequest{Query: q.query, Table: q.table, Size: 1})
+		if err != nil {
+			return fmt.Errorf("search %s: %w", c.Query, err)
+		}
+		c.IndexN = int64(r.Total)
+		if c.IndexN != c.SourceN {
+			res.Equal = false
+		}
+		res.Searches = append(res.Searches, c)
+	}
+	return nil
 }

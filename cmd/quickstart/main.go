@@ -1,6 +1,7 @@
 // Command quickstart starts a throwaway local PostgreSQL (installing the
 // Debian package when it is missing) with sample tables and a small write
-// workload, and captures it with sluice into an embedded DuckDB file.
+// workload, and captures it with sluice into an embedded DuckDB file and an
+// embedded search index.
 //
 //	go run ./cmd/quickstart            # until Ctrl-C
 //	go run ./cmd/quickstart --for 30s  # a bounded run that verifies the copy

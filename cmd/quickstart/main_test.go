@@ -11,9 +11,9 @@ import (
 )
 
 // The quickstart runs end to end: throwaway PostgreSQL, initial load, a
-// write workload streamed into DuckDB, catch-up, and the copy equals the
-// source.
-func TestQuickstartCopiesPostgresIntoDuckDB(t *testing.T) {
+// write workload streamed into DuckDB and the search index, catch-up; the
+// copy equals the source and searches count the rows PostgreSQL counts.
+func TestQuickstartCopiesPostgresIntoDuckDBAndTheIndex(t *testing.T) {
 	if _, _, err := harness.PostgresBinDir(); err != nil {
 		harness.SkipOrFail(t, err)
 	}
@@ -26,6 +26,14 @@ func TestQuickstartCopiesPostgresIntoDuckDB(t *testing.T) {
 	t.Log(res.summary())
 	if !res.Equal || len(res.Tables) != 2 {
 		t.Fatalf("copy differs:\n%s", res.summary())
+	}
+	if len(res.Searches) != 3 {
+		t.Fatalf("searches: %+v", res.Searches)
+	}
+	for _, q := range res.Searches {
+		if q.IndexN == 0 {
+			t.Fatalf("search %s found nothing", q.Query)
+		}
 	}
 	for _, tr := range res.Tables {
 		if tr.SinkN < 1000 {

@@ -31,9 +31,18 @@ type options struct {
 
 // result compares the source with the DuckDB copy at the end.
 type result struct {
-	Tables []tableResult
-	Equal  bool
-	Path   string
+	Tables   []tableResult
+	Searches []searchResult
+	Equal    bool
+	Path     string
+	Index    string
+}
+
+// searchResult is one search on the embedded index and the number of rows
+// PostgreSQL has for it.
+type searchResult struct {
+	Query           string
+	SourceN, IndexN int64
 }
 
 type tableResult struct {
@@ -52,8 +61,19 @@ func (r result) summary() string {
 		}
 		fmt.Fprintf(&b, "  %-16s postgres %-40s duckdb %-40s %s\n", t.Name, t.Source, t.Sink, mark)
 	}
+	if r.Index != "" {
+		fmt.Fprintf(&b, "\nsearch index: %s (try: go run ./cmd/sluice search -c %s 'status:paid')\n", r.Index,
+			filepath.Join(filepath.Dir(r.Index), "quickstart-postgres.yaml"))
+	}
+	for _, q := range r.Searches {
+		mark := "equal"
+		if q.SourceN != q.IndexN {
+			mark = "DIFFERENT"
+		}
+		fmt.Fprintf(&b, "  %-34s %6d hits   postgres %6d rows   %s\n", q.Query, q.IndexN, q.SourceN, mark)
+	}
 	if r.Equal {
-		b.WriteString("every table in DuckDB equals PostgreSQL\n")
+		b.WriteString("every table in DuckDB and every search of the index agree with PostgreSQL\n")
 	}
 	return b.String()
 }
@@ -119,7 +139,7 @@ func run(ctx context.Context, o options) (result, error) {
 	}
 	// A fresh copy each run: the PostgreSQL server is new, so old
 	// checkpoints and DuckDB rows belong to a database that is gone.
-	for _, p := range []string{"quickstart.duckdb", "quickstart.duckdb.wal", "offsets"} {
+	for _, p := range []string{"quickstart.duckdb", "quickstart.duckdb.wal", "quickstart.bleve", "offsets"} {
 		_ = os.RemoveAll(filepath.Join(dir, p))
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -150,6 +170,8 @@ source:
 sinks:
   - duckdb:
       path: ./quickstart.duckdb
+  - bleve:
+      path: ./quickstart.bleve
 offsets:
   dir: ./offsets
 runtime:
@@ -173,7 +195,8 @@ log:
 	go func() {
 		daemonErr <- daemon.Run(runCtx, cfg, daemon.RunFlags{DropSlotOnExit: true, OnListen: o.OnListen}, log)
 	}()
-	log.Info("sluice is capturing public.customers and public.orders; watch it with `go run ./cmd/sluice status`",
+	log.Info("sluice is capturing public.customers and public.orders into DuckDB and a search index; "+
+		"watch it with `go run ./cmd/sluice status`, search it with `go run ./cmd/sluice search -c CONFIG QUERY`",
 		zap.String("config", cfgPath))
 
 	// The workload runs until the deadline or Ctrl-C.
@@ -206,7 +229,12 @@ log:
 	if err := <-daemonErr; err != nil {
 		return result{}, fmt.Errorf("sluice: %w", err)
 	}
-	return compare(bg, pg.DSN("shop"), filepath.Join(dir, "quickstart.duckdb"))
+	res, err := compare(bg, pg.DSN("shop"), filepath.Join(dir, "quickstart.duckdb"))
+	if err != nil {
+		return res, err
+	}
+	res.Index = filepath.Join(dir, "quickstart.bleve")
+	return res, compareSearch(bg, pg.DSN("shop"), res.Index, &res)
 }
 
 // workload writes a small mix of inserts, updates and deletes.
