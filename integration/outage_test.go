@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 	pgsink "github.com/sluice-cdc/sluice/sinks/postgres"
 	redissink "github.com/sluice-cdc/sluice/sinks/redis"
+	"github.com/sluice-cdc/sluice/sinks/search"
 	"github.com/sluice-cdc/sluice/sinks/sinktest"
 	"github.com/sluice-cdc/sluice/sources/generate"
 )
@@ -47,6 +48,18 @@ var outageCases = []outageCase{
 			return fmt.Sprintf(`postgres: {dsn: "postgres://postgres@%s/outage?sslmode=disable"}`, proxy)
 		}
 		return fmt.Sprintf("%s:%d", pg.Host, pg.Port), yaml, pgsink.New(pgsink.Options{Name: "check", DSN: pg.DSN("outage")}, nil)
+	}},
+	{"opensearch", func(t *testing.T) (string, func(string) string, rowReader) {
+		n := harness.StartOpenSearch(t)
+		yaml := func(proxy string) string { return fmt.Sprintf(`opensearch: {urls: ["http://%s"]}`, proxy) }
+		return fmt.Sprintf("%s:%d", n.Host, n.Port), yaml,
+			search.New(search.Options{Name: "check", Kind: "opensearch", URLs: []string{n.URL}}, nil)
+	}},
+	{"elasticsearch", func(t *testing.T) (string, func(string) string, rowReader) {
+		n := harness.StartElasticsearch(t)
+		yaml := func(proxy string) string { return fmt.Sprintf(`elasticsearch: {urls: ["http://%s"]}`, proxy) }
+		return fmt.Sprintf("%s:%d", n.Host, n.Port), yaml,
+			search.New(search.Options{Name: "check", Kind: "elasticsearch", URLs: []string{n.URL}}, nil)
 	}},
 	{"redis", func(t *testing.T) (string, func(string) string, rowReader) {
 		rd := harness.RedisT(t)
