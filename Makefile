@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: deps build test vet unit fuzz quickstart bench-postgres bench-kafka clean
+.PHONY: deps build test vet unit fuzz quickstart bench-postgres bench-sinks bench-kafka clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -28,6 +28,12 @@ quickstart:
 
 bench-postgres:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./sources/postgres/
+
+# Every upsert sink: 1,000,000 six-column upserts each, with the ratio to
+# the target's own bulk path measured in the same run.
+bench-sinks:
+	SLUICE_BENCH_ROWS=1000000 $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 90m \
+		./sinks/postgres/ ./sinks/redis/ ./sinks/duckdb/ ./sinks/bleve/ ./sinks/search/
 
 bench-kafka:
 	$(GO) test -run '^$$' -bench PostgresToKafka -benchtime 1x -timeout 30m ./integration/

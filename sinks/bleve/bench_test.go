@@ -3,6 +3,7 @@ package bleve
 import (
 	"flag"
 	"math/big"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -20,7 +21,15 @@ import (
 // is 1,000,000:
 //
 //	go test ./sinks/bleve/ -run '^$' -bench Upsert -benchtime 1x -args -bleve.rows=1000000
-var benchRows = flag.Int("bleve.rows", 50_000, "upserts per BenchmarkUpsert run")
+var benchRows = flag.Int("bleve.rows", envRows(50_000), "upserts per BenchmarkUpsert run (default: SLUICE_BENCH_ROWS, else 50,000)")
+
+// envRows reads SLUICE_BENCH_ROWS, the row count every sink benchmark takes.
+func envRows(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROWS")); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
 
 // benchTable has the shape of the Postgres drain benchmark's table:
 // id bigint PRIMARY KEY, qty integer, label text, amount numeric(12,2),
