@@ -519,11 +519,13 @@ func TestKfakeRuntimeCheckpointNeverPassesUnacked(t *testing.T) {
 	}
 	rt, err := pipeline.New(pipeline.Config{Pipeline: "p", BatchMaxRecords: 12, BatchLinger: 5 * time.Millisecond,
 		CheckpointInterval: 20 * time.Millisecond, RetryInitial: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-		ShutdownTimeout: 30 * time.Second}, src, []pipeline.NamedSink{{Name: "kafka", Sink: s}}, store, pipeline.Options{})
+		// The source ends at once, so nearly the whole run is the drain;
+		// each failure burst costs the client a metadata refresh (seconds).
+		ShutdownTimeout: 3 * time.Minute}, src, []pipeline.NamedSink{{Name: "kafka", Sink: s}}, store, pipeline.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	if err := rt.Run(ctx); err != nil {
 		t.Fatal(err)
