@@ -34,19 +34,8 @@ type directState struct {
 // it. false with a nil error means: use the staged upsert (nothing of the
 // attempt remains).
 func (s *Sink) copyNew(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch, rows []upsert.Row, now time.Time) (bool, error) {
-	if s.direct == nil {
-		s.direct = map[string]*directState{}
-	}
-	st := s.direct[tb.Target]
-	if st == nil {
-		st = &directState{penalty: 1}
-		s.direct[tb.Target] = st
-	}
-	if st.off {
-		return false, nil
-	}
-	if st.skip > 0 {
-		st.skip--
+	st := s.directFor(tb.Target)
+	if !st.try() {
 		return false, nil
 	}
 	for i := range tb.Cols {
@@ -79,6 +68,37 @@ func (s *Sink) copyNew(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch, ro
 	if rerr := sp.Rollback(ctx); rerr != nil {
 		return false, errors.Join(err, rerr)
 	}
+	s.refused(st, tb.Target, err)
+	return false, nil
+}
+
+// directFor returns the fast-path state of a target table.
+func (s *Sink) directFor(target string) *directState {
+	if s.direct == nil {
+		s.direct = map[string]*directState{}
+	}
+	st := s.direct[target]
+	if st == nil {
+		st = &directState{penalty: 1}
+		s.direct[target] = st
+	}
+	return st
+}
+
+// try reports whether to attempt the fast path for this batch.
+func (st *directState) try() bool {
+	if st.off {
+		return false
+	}
+	if st.skip > 0 {
+		st.skip--
+		return false
+	}
+	return true
+}
+
+// refused records why a fast-path attempt failed.
+func (s *Sink) refused(st *directState, target string, err error) {
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "23505": // unique_violation: a key exists
@@ -88,7 +108,6 @@ func (s *Sink) copyNew(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch, ro
 		// A value the target refuses: the staged path finds the record.
 	default:
 		st.off = true
-		s.log.Info("bulk-load path disabled for table; using staged upserts", zap.String("table", tb.Target), zap.Error(err))
+		s.log.Info("bulk-load path disabled for table; using staged upserts", zap.String("table", target), zap.Error(err))
 	}
-	return false, nil
 }

@@ -23,12 +23,14 @@
 // (Unchanged values, a delete's non-key columns, columns missing from the
 // record's shape) per-column keep flags and fallbacks are staged as well and
 // the rows are applied as a version-guarded UPDATE … FROM the staging table
-// followed by INSERT … ON CONFLICT DO NOTHING. A table's batch made only of
-// inserts and snapshot reads is first COPYed straight into the target in a
-// savepoint (the bulk-load path, direct.go): with no stored row to compare
-// against, that is what the guarded upsert would do; an existing key makes
-// the primary key refuse it and the batch takes the staged path. Delivery
-// guarantees
+// followed by INSERT … ON CONFLICT DO NOTHING. A batch made only of inserts
+// and snapshot reads is first COPYed straight into the target (the
+// bulk-load paths: stream.go converts the records as the COPY streams when
+// they share one shape and the target has every column; direct.go copies a
+// table's folded rows in a savepoint otherwise): with no stored row to
+// compare against, that is what the guarded upsert would do; an existing or
+// repeated key makes the primary key refuse it and the batch takes the
+// staged path. Delivery guarantees
 // (Invariant 4):
 //
 //   - a change whose version is not newer than the stored row's changes

@@ -239,6 +239,17 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		}
 		return err
 	}
+	if done, err := s.streamNew(ctx, records); err != nil || done {
+		if err != nil {
+			s.afterFailure()
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return fmt.Errorf("postgres sink: %w", err)
+		}
+		s.purge(ctx)
+		return nil
+	}
 	batches, failed := s.prepare(records)
 	for _, f := range failed {
 		r := &records[f.Index]

@@ -1,0 +1,152 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// streamNew is the bulk-load path without the batch fold: a Write whose
+// records are all inserts or snapshot reads of one table shape, into a
+// target table that already has every column, is COPYed into the target
+// converting each record as the COPY streams (so conversion overlaps the
+// server's work). Nothing is folded: a key present twice (a duplicate in
+// the batch) or already in the target makes the primary key refuse the
+// COPY, the transaction is rolled back and the caller takes the staged
+// path, which also reports values that cannot be converted (Invariant 7).
+// It returns whether the records were written, durably (committed).
+func (s *Sink) streamNew(ctx context.Context, records []pipeline.Record) (bool, error) {
+	t := streamShape(records)
+	if t == nil {
+		return false, nil
+	}
+	target := s.targetName(t.ID)
+	have, ok := s.tables[target]
+	if !ok {
+		return false, nil
+	}
+	for i := range t.Columns {
+		c := &t.Columns[i]
+		if _, ok := have[strings.ToLower(c.Name)]; !ok {
+			return false, nil
+		}
+		if ct := typeOf(c); ct.stage != ct.ddl {
+			return false, nil
+		}
+	}
+	st := s.directFor(target)
+	if !st.try() {
+		return false, nil
+	}
+	names := make([]string, 0, len(t.Columns)+3)
+	for i := range t.Columns {
+		names = append(names, t.Columns[i].Name)
+	}
+	names = append(names, colVersion, colDeleted, colUpdatedAt)
+	src := &recordSource{ctx: ctx, recs: records, t: t, now: s.now().UTC()}
+	if b, ok := s.barriers[target]; ok {
+		src.barrier = &b
+	}
+	tx, err := s.conn.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{s.opts.Schema, target}, names, src)
+	if err == nil {
+		if err = tx.Commit(ctx); err == nil {
+			st.penalty = 1
+			return true, nil
+		}
+	} else if rerr := tx.Rollback(context.Background()); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if s.conn.IsClosed() {
+		return false, err
+	}
+	s.refused(st, target, err)
+	return false, nil
+}
+
+// streamShape returns the one table shape of records when every record
+// is an insert or a snapshot read of it, else nil.
+func streamShape(records []pipeline.Record) *pipeline.Table {
+	var t *pipeline.Table
+	for i := range records {
+		r := &records[i]
+		if r.Op == pipeline.OpHeartbeat {
+			continue
+		}
+		if (r.Op != pipeline.OpInsert && r.Op != pipeline.OpRead) || r.Table == nil || len(r.After) != len(r.Table.Columns) ||
+			(t != nil && r.Table != t) {
+			return nil
+		}
+		t = r.Table
+	}
+	if t == nil || len(t.KeyIdx) == 0 {
+		return nil
+	}
+	return t
+}
+
+// recordSource feeds records to CopyFrom, converting them on the way and
+// skipping those below the table's truncate barrier (Invariant 4).
+type recordSource struct {
+	ctx     context.Context
+	recs    []pipeline.Record
+	t       *pipeline.Table
+	barrier *pipeline.Version
+	now     time.Time
+	i       int
+	vals    []any
+	err     error
+}
+
+func (r *recordSource) Next() bool {
+	for r.i < len(r.recs) {
+		rec := &r.recs[r.i]
+		r.i++
+		if r.i%1024 == 0 {
+			if r.err = r.ctx.Err(); r.err != nil {
+				return false
+			}
+		}
+		if rec.Op == pipeline.OpHeartbeat || (r.barrier != nil && rec.Version.Less(*r.barrier)) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+func (r *recordSource) Values() ([]any, error) {
+	rec := &r.recs[r.i-1]
+	n := len(r.t.Columns)
+	if r.vals == nil {
+		r.vals = make([]any, n+3)
+	}
+	for c := range n {
+		v, err := toStage(&r.t.Columns[c], rec.After[c])
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", r.t.Columns[c].Name, err)
+		}
+		r.vals[c] = v
+	}
+	var vb [32]byte
+	for c, x := range rec.Version {
+		binary.BigEndian.PutUint64(vb[8*c:], x)
+	}
+	r.vals[n], r.vals[n+1], r.vals[n+2] = vb[:], false, r.now
+	return r.vals, nil
+}
+
+func (r *recordSource) Err() error { return r.err }
