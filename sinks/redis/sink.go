@@ -352,79 +352,41 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			return s.wrap(ctx, err)
 		}
 	}
-	// Encode the row records, in parallel (order kept).
-	type encoded struct {
-		keys []string
-		argv []any
-		err  error
-	}
-	enc := make([]encoded, len(records))
-	isRow := func(r *pipeline.Record) bool {
-		return r.Table != nil && r.Op.IsData() && r.Op != pipeline.OpTruncate
-	}
+	// The rows go in segments: while the server runs one segment's
+	// script calls, the next segment is encoded. A segment starts only
+	// after the previous one finished, so every key's changes stay in
+	// order (Invariant 4).
 	for i := range records {
 		if r := &records[i]; isRow(r) {
-			s.info(r.Table) // fill the cache before the workers read it
+			s.info(r.Table) // fill the cache before the encoders read it
 		}
 	}
-	workers := min(encodeWorkers, 1+len(records)/1000)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < len(records); i += workers {
-				if r := &records[i]; isRow(r) {
-					e := &enc[i]
-					e.keys, e.argv, e.err = s.args(r)
-				}
+	var results []partResult
+	var running chan []partResult
+	wait := func() error {
+		if running == nil {
+			return nil
+		}
+		res := <-running
+		running = nil
+		results = append(results, res...)
+		for _, r := range res {
+			if r.err != nil {
+				return r.err
 			}
-		}()
+		}
+		return nil
 	}
-	wg.Wait()
-	// Records go to partitions by key, each partition keeping the order of
-	// its records (all changes of a key in one partition, in order), in
-	// chunks of chunkSize records per script call (one atomic call
-	// amortizes a call's overhead). Each partition is one pipeline of
-	// EVALSHA calls on its own connection; the partitions run concurrently.
-	parts := make([][]*chunk, partitions)
-	last := make([]*chunk, partitions)
-	for i := range records {
-		e := &enc[i]
-		if !isRow(&records[i]) {
-			continue
+	for lo := 0; lo < len(records); lo += segmentSize {
+		parts := s.encodeSegment(records[lo:min(lo+segmentSize, len(records))], lo, fail)
+		if err := wait(); err != nil {
+			return s.wrap(ctx, err)
 		}
-		if e.err != nil {
-			fail(i, e.err)
-			continue
-		}
-		p := partitionOf(e.keys[0])
-		c := last[p]
-		if c == nil || len(c.idx) == chunkSize {
-			c = &chunk{argv: []any{"w", s.opts.Format[:1]}}
-			parts[p] = append(parts[p], c)
-			last[p] = c
-		}
-		c.idx = append(c.idx, i)
-		c.keys = append(c.keys, e.keys...)
-		c.argv = append(c.argv, e.argv...)
+		running = make(chan []partResult, 1)
+		go func() { running <- s.execParts(ctx, parts) }()
 	}
-	results := make([]partResult, partitions)
-	for p := range parts {
-		if len(parts[p]) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[p] = s.execPartition(ctx, parts[p])
-		}()
-	}
-	wg.Wait()
-	for _, res := range results {
-		if res.err != nil {
-			return s.wrap(ctx, res.err)
-		}
+	if err := wait(); err != nil {
+		return s.wrap(ctx, err)
 	}
 	for _, res := range results {
 		for _, f := range res.failed {
@@ -441,7 +403,84 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 const (
 	partitions    = 4 // concurrent pipelines per Write
 	encodeWorkers = 2
+	segmentSize   = 2500 // records encoded while the previous ones are written
 )
+
+// isRow reports records that write a row key (not truncates, heartbeats).
+func isRow(r *pipeline.Record) bool {
+	return r.Table != nil && r.Op.IsData() && r.Op != pipeline.OpTruncate
+}
+
+// encodeSegment encodes recs (records[base:base+len(recs)]) in parallel and
+// groups them into chunks per partition, by key, each partition keeping
+// the order of its records; a record that cannot be encoded goes to fail.
+// Each chunk is one script call of up to chunkSize records (one atomic
+// call amortizes a call's overhead).
+func (s *Sink) encodeSegment(recs []pipeline.Record, base int, fail func(int, error)) [][]*chunk {
+	type encoded struct {
+		keys []string
+		argv []any
+		err  error
+	}
+	enc := make([]encoded, len(recs))
+	workers := min(encodeWorkers, 1+len(recs)/1000)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(recs); i += workers {
+				if r := &recs[i]; isRow(r) {
+					e := &enc[i]
+					e.keys, e.argv, e.err = s.args(r)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	parts := make([][]*chunk, partitions)
+	last := make([]*chunk, partitions)
+	for i := range recs {
+		e := &enc[i]
+		if !isRow(&recs[i]) {
+			continue
+		}
+		if e.err != nil {
+			fail(base+i, e.err)
+			continue
+		}
+		p := partitionOf(e.keys[0])
+		c := last[p]
+		if c == nil || len(c.idx) == chunkSize {
+			c = &chunk{argv: []any{"w", s.opts.Format[:1]}}
+			parts[p] = append(parts[p], c)
+			last[p] = c
+		}
+		c.idx = append(c.idx, base+i)
+		c.keys = append(c.keys, e.keys...)
+		c.argv = append(c.argv, e.argv...)
+	}
+	return parts
+}
+
+// execParts runs each partition's chunks as one pipeline on its own
+// connection, the partitions concurrently.
+func (s *Sink) execParts(ctx context.Context, parts [][]*chunk) []partResult {
+	results := make([]partResult, partitions)
+	var wg sync.WaitGroup
+	for p := range parts {
+		if len(parts[p]) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[p] = s.execPartition(ctx, parts[p])
+		}()
+	}
+	wg.Wait()
+	return results
+}
 
 // chunk is one script call: the records idx, in order.
 type chunk struct {
