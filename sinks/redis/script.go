@@ -78,10 +78,16 @@ local function apply(key, bkey, rop, v, ttl, nk, first, last)
           end
         end
       end
-      redis.call('DEL', key)
     end
-    -- the data arguments end with the pair '_v', version
+    -- The data arguments end with the pair '_v', version. Overwriting in
+    -- place is cheaper than replacing the key; a field the new row lacks
+    -- (a NULL, a dropped column, a tombstone's mark) shows as a longer
+    -- hash, which is then rebuilt.
     redis.call('HSET', key, unpack(ARGV, first, last))
+    if cur and redis.call('HLEN', key) > (last - first + 1) / 2 then
+      redis.call('DEL', key)
+      redis.call('HSET', key, unpack(ARGV, first, last))
+    end
     if kept and #kept > 0 then redis.call('HSET', key, unpack(kept)) end
   else
     local doc = ARGV[first]
