@@ -10,8 +10,10 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -141,12 +143,42 @@ func startProcess(cmd *exec.Cmd) (*process, error) {
 	}
 	cmd.SysProcAttr.Setpgid = true
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		return nil, err
 	}
 	p := &process{cmd: cmd, exited: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.exited) }()
 	return p, nil
+}
+
+// Pdeathsig fires when the OS thread that started the child exits, not
+// the process, and the Go runtime may retire the thread a goroutine ran
+// on: a server started from an ordinary goroutine can be SIGKILLed at a
+// random later moment. Every server is therefore started from one
+// goroutine locked to its thread for the life of the test binary.
+var (
+	spawnOnce sync.Once
+	spawnReqs chan spawnReq
+)
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
+			for r := range spawnReqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawnReqs <- spawnReq{cmd: cmd, done: done}
+	return <-done
 }
 
 // stop sends sig and waits up to grace, then kills.
