@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // Rules that span several fields, and values derived from other fields
@@ -331,7 +332,7 @@ func (d *decoder) validateIndex(base string, x *IndexSink) {
 		if d.failed(p) {
 			continue
 		}
-		if err := checkPattern(m.Table, 2); err != nil || strings.ContainsAny(m.Table, "*?[") {
+		if err := pipeline.CheckPattern(m.Table, 2); err != nil || strings.ContainsAny(m.Table, "*?[") {
 			d.errAt(p+".table", fmt.Sprintf("%q is not a schema.table name", m.Table), "write e.g. public.orders")
 		}
 		if !json.Valid([]byte(m.JSON)) {
@@ -370,7 +371,7 @@ func (d *decoder) validateRoute(base string, c *SinkCommon) {
 			return
 		}
 		for i, pat := range pats {
-			if err := checkPattern(pat, parts); err != nil {
+			if err := pipeline.CheckPattern(pat, parts); err != nil {
 				d.errAt(index(p, i), err.Error(), "write "+example+"; * and ? match within one part")
 			}
 		}
@@ -379,23 +380,6 @@ func (d *decoder) validateRoute(base string, c *SinkCommon) {
 	check(base+".columns.include", c.Columns.Include, 3, `"schema.table.column", e.g. public.users.email`)
 	check(base+".columns.exclude", c.Columns.Exclude, 3, `"schema.table.column", e.g. "public.*.password"`)
 	d.validateKafkaDLQ(base+".dlq.kafka", c.DLQ.Kafka)
-}
-
-// checkPattern reports a pattern that is not parts dot-separated glob parts.
-func checkPattern(pat string, parts int) error {
-	ps := strings.Split(pat, ".")
-	if len(ps) != parts {
-		return fmt.Errorf("pattern %q has %d dot-separated parts, want %d", pat, len(ps), parts)
-	}
-	for _, part := range ps {
-		if part == "" {
-			return fmt.Errorf("pattern %q has an empty part", pat)
-		}
-		if _, err := path.Match(part, ""); err != nil {
-			return fmt.Errorf("pattern %q: %v", pat, err)
-		}
-	}
-	return nil
 }
 
 // validateTLS checks that client certificate files come in pairs and that

@@ -28,12 +28,6 @@ func (r *Runtime) write(ctx context.Context, items <-chan item, durable chan<- s
 	defer cancel(nil)
 	lanes := make([]chan *tracked, len(r.sinks))
 	var wg sync.WaitGroup
-	var firstErr error
-	var once sync.Once
-	fail := func(err error) {
-		once.Do(func() { firstErr = err })
-		cancel(err)
-	}
 	for i, s := range r.sinks {
 		in := make(chan *tracked)
 		out := make(chan *tracked)
@@ -43,22 +37,25 @@ func (r *Runtime) write(ctx context.Context, items <-chan item, durable chan<- s
 		go func() {
 			defer wg.Done()
 			if err := r.lane(ctx, s, out, durable); err != nil {
-				fail(err)
+				cancel(err) // the first cause is kept
 			}
 		}()
 	}
-	closeLanes := func() {
+	drain := func() error {
 		for _, l := range lanes {
 			close(l)
 		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return context.Cause(ctx) // a lane's error, or the caller's cancellation
+		}
+		return nil
 	}
 	for {
 		select {
 		case it, ok := <-items:
 			if !ok {
-				closeLanes()
-				wg.Wait()
-				return firstErr
+				return drain()
 			}
 			t := &tracked{item: it}
 			t.pending.Store(int32(len(lanes)))
@@ -69,12 +66,7 @@ func (r *Runtime) write(ctx context.Context, items <-chan item, durable chan<- s
 				}
 			}
 		case <-ctx.Done():
-			closeLanes()
-			wg.Wait()
-			if firstErr != nil {
-				return firstErr
-			}
-			return context.Cause(ctx)
+			return drain()
 		}
 	}
 }

@@ -47,18 +47,30 @@ func NewRoute(tables, include, exclude []string) (*Route, error) {
 func splitPatterns(pats []string, parts int) ([][]string, error) {
 	var out [][]string
 	for _, p := range pats {
-		ps := strings.Split(p, ".")
-		if len(ps) != parts {
-			return nil, fmt.Errorf("route: pattern %q has %d dot-separated parts, want %d", p, len(ps), parts)
+		if err := CheckPattern(p, parts); err != nil {
+			return nil, fmt.Errorf("route: %w", err)
 		}
-		for _, part := range ps {
-			if _, err := path.Match(part, ""); err != nil || part == "" {
-				return nil, fmt.Errorf("route: bad pattern %q", p)
-			}
-		}
-		out = append(out, ps)
+		out = append(out, strings.Split(p, "."))
 	}
 	return out, nil
+}
+
+// CheckPattern reports a route pattern that is not parts dot-separated,
+// non-empty path.Match globs ("schema.table": 2, "schema.table.column": 3).
+func CheckPattern(pat string, parts int) error {
+	ps := strings.Split(pat, ".")
+	if len(ps) != parts {
+		return fmt.Errorf("pattern %q has %d dot-separated parts, want %d", pat, len(ps), parts)
+	}
+	for _, part := range ps {
+		if part == "" {
+			return fmt.Errorf("pattern %q has an empty part", pat)
+		}
+		if _, err := path.Match(part, ""); err != nil {
+			return fmt.Errorf("pattern %q: %v", pat, err)
+		}
+	}
+	return nil
 }
 
 // match reports whether name parts match the first len(name) parts of pat.
@@ -79,13 +91,18 @@ func (r *Route) Apply(recs []Record) []Record {
 		return recs
 	}
 	out := make([]Record, 0, len(recs))
+	// Consecutive records mostly share their table: look the shape up once
+	// per run of them.
+	var lastIn, shape *Table
 	for i := range recs {
 		rec := &recs[i]
 		if rec.Table == nil {
 			out = append(out, *rec)
 			continue
 		}
-		shape := r.shape(rec.Table)
+		if rec.Table != lastIn {
+			lastIn, shape = rec.Table, r.shape(rec.Table)
+		}
 		switch {
 		case shape == nil:
 			continue
