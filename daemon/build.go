@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/config"
+	"github.com/sluice-cdc/sluice/internal/kafkaauth"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
 	"github.com/sluice-cdc/sluice/sinks/bleve"
@@ -141,7 +142,7 @@ func withPassword(dsn, password string) string {
 func buildKafka(cfg *config.Config, k *config.KafkaSink, log *zap.Logger) (*kafka.Sink, error) {
 	regOpts := schema.SRClientOptions{Username: k.Registry.Username, Password: k.Registry.Password, Timeout: k.Registry.Timeout.Std()}
 	if t := k.Registry.TLS; t.Enabled {
-		tc, err := kafka.TLSConfig(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
+		tc, err := kafkaauth.TLSConfig(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
 		if err != nil {
 			return nil, &pipeline.OpenError{What: "sink " + k.Name + " registry", Err: err}
 		}

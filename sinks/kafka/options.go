@@ -280,10 +280,5 @@ func compression(name string) kgo.CompressionCodec {
 
 // config builds the TLS configuration from the files.
 func (t TLSOptions) config() (*tls.Config, error) {
-	return TLSConfig(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
-}
-
-// TLSConfig builds a client TLS configuration (see kafkaauth.TLSConfig).
-func TLSConfig(caFile, certFile, keyFile string, insecure bool) (*tls.Config, error) {
-	return kafkaauth.TLSConfig(caFile, certFile, keyFile, insecure)
+	return kafkaauth.TLSConfig(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
 }

@@ -1,12 +1,7 @@
 package kafka
 
 import (
-	"encoding/pem"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -204,37 +199,5 @@ func TestErrorClasses(t *testing.T) {
 	}
 	if isPermanent(kerr.NotLeaderForPartition) || isFatal(kgo.ErrRecordTimeout) {
 		t.Error("retriable errors classified as final")
-	}
-}
-
-func TestTLSConfig(t *testing.T) {
-	srv := httptest.NewTLSServer(http.NotFoundHandler())
-	defer srv.Close()
-	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := TLSConfig(ca, "", "", false)
-	if err != nil || cfg.RootCAs == nil || cfg.InsecureSkipVerify {
-		t.Fatalf("%+v %v", cfg, err)
-	}
-	// The configured roots verify the server's certificate.
-	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
-	resp, err := cl.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if _, err := TLSConfig(filepath.Join(dir, "missing.pem"), "", "", false); err == nil {
-		t.Error("missing CA file accepted")
-	}
-	empty := filepath.Join(dir, "empty.pem")
-	_ = os.WriteFile(empty, []byte("not a certificate"), 0o600)
-	if _, err := TLSConfig(empty, "", "", false); err == nil {
-		t.Error("CA file without PEM accepted")
-	}
-	if _, err := TLSConfig("", ca, "", false); err == nil {
-		t.Error("cert without key accepted")
 	}
 }
