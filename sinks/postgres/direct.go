@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
@@ -35,29 +36,48 @@ type directState struct {
 // attempt remains).
 func (s *Sink) copyNew(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch, rows []upsert.Row, now time.Time) (bool, error) {
 	st := s.directFor(tb.Target)
-	if !st.try() {
+	if !directTypes(tb.Cols) || !st.try() {
 		return false, nil
 	}
-	for i := range tb.Cols {
-		// Only values staged in the target's own type can go straight in.
-		if ct := typeOf(&tb.Cols[i]); ct.stage != ct.ddl {
-			st.off = true
-			return false, nil
+	return s.bulkCopy(ctx, tx, tb.Target, tb.Cols,
+		&rowSource{rows: rows, n: len(tb.Cols), lean: true, ctx: ctx, updatedAt: &now}, st)
+}
+
+// directTypes reports whether every column's values are staged in the
+// target's own type, so they can go straight into the target.
+func directTypes(cols []pipeline.Column) bool {
+	for i := range cols {
+		if ct := typeOf(&cols[i]); ct.stage != ct.ddl {
+			return false
 		}
 	}
-	names := make([]string, 0, len(tb.Cols)+3)
-	for i := range tb.Cols {
-		names = append(names, tb.Cols[i].Name)
+	return true
+}
+
+// beginner starts a transaction: a *pgx.Conn, or a pgx.Tx (a savepoint).
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// bulkCopy COPYs src (the columns cols, then the version, deleted flag
+// and update time) into target in a transaction begun from b, and commits
+// it. It reports whether the rows went in; false with a nil error means
+// the attempt was rolled back, its refusal recorded in st, and the staged
+// upsert must run.
+func (s *Sink) bulkCopy(ctx context.Context, b beginner, target string, cols []pipeline.Column, src pgx.CopyFromSource,
+	st *directState) (bool, error) {
+	names := make([]string, 0, len(cols)+3)
+	for i := range cols {
+		names = append(names, cols[i].Name)
 	}
 	names = append(names, colVersion, colDeleted, colUpdatedAt)
-	sp, err := tx.Begin(ctx)
+	tx, err := b.Begin(ctx)
 	if err != nil {
 		return false, err
 	}
-	_, err = sp.CopyFrom(ctx, pgx.Identifier{s.opts.Schema, tb.Target}, names,
-		&rowSource{rows: rows, n: len(tb.Cols), lean: true, ctx: ctx, updatedAt: &now})
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{s.opts.Schema, target}, names, src)
 	if err == nil {
-		if err = sp.Commit(ctx); err == nil {
+		if err = tx.Commit(ctx); err == nil {
 			st.penalty = 1
 			return true, nil
 		}
@@ -65,10 +85,10 @@ func (s *Sink) copyNew(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch, ro
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
-	if rerr := sp.Rollback(ctx); rerr != nil {
+	if rerr := tx.Rollback(ctx); rerr != nil {
 		return false, errors.Join(err, rerr)
 	}
-	s.refused(st, tb.Target, err)
+	s.refused(st, target, err)
 	return false, nil
 }
 

@@ -3,12 +3,9 @@ package postgres
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -33,48 +30,19 @@ func (s *Sink) streamNew(ctx context.Context, records []pipeline.Record) (bool, 
 		return false, nil
 	}
 	for i := range t.Columns {
-		c := &t.Columns[i]
-		if _, ok := have[strings.ToLower(c.Name)]; !ok {
-			return false, nil
-		}
-		if ct := typeOf(c); ct.stage != ct.ddl {
+		if _, ok := have[strings.ToLower(t.Columns[i].Name)]; !ok {
 			return false, nil
 		}
 	}
 	st := s.directFor(target)
-	if !st.try() {
+	if !directTypes(t.Columns) || !st.try() {
 		return false, nil
 	}
-	names := make([]string, 0, len(t.Columns)+3)
-	for i := range t.Columns {
-		names = append(names, t.Columns[i].Name)
-	}
-	names = append(names, colVersion, colDeleted, colUpdatedAt)
-	src := &recordSource{ctx: ctx, recs: records, t: t, now: s.now().UTC()}
+	src := &recordSource{ctx: ctx, recs: records, t: t, now: s.now().UTC(), vbuf: make([]byte, 32*len(records))}
 	if b, ok := s.barriers[target]; ok {
 		src.barrier = &b
 	}
-	tx, err := s.conn.Begin(ctx)
-	if err != nil {
-		return false, err
-	}
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{s.opts.Schema, target}, names, src)
-	if err == nil {
-		if err = tx.Commit(ctx); err == nil {
-			st.penalty = 1
-			return true, nil
-		}
-	} else if rerr := tx.Rollback(context.Background()); rerr != nil {
-		err = errors.Join(err, rerr)
-	}
-	if ctx.Err() != nil {
-		return false, ctx.Err()
-	}
-	if s.conn.IsClosed() {
-		return false, err
-	}
-	s.refused(st, target, err)
-	return false, nil
+	return s.bulkCopy(ctx, s.conn, target, t.Columns, src, st)
 }
 
 // streamShape returns the one table shape of records when every record
@@ -108,6 +76,7 @@ type recordSource struct {
 	now     time.Time
 	i       int
 	vals    []any
+	vbuf    []byte // 32 bytes per record for the versions
 	err     error
 }
 
@@ -141,11 +110,11 @@ func (r *recordSource) Values() ([]any, error) {
 		}
 		r.vals[c] = v
 	}
-	var vb [32]byte
+	vb := r.vbuf[32*(r.i-1) : 32*r.i : 32*r.i]
 	for c, x := range rec.Version {
 		binary.BigEndian.PutUint64(vb[8*c:], x)
 	}
-	r.vals[n], r.vals[n+1], r.vals[n+2] = vb[:], false, r.now
+	r.vals[n], r.vals[n+1], r.vals[n+2] = vb, false, r.now
 	return r.vals, nil
 }
 
