@@ -117,7 +117,7 @@ runtime: {checkpoint_interval: 50ms, write_timeout: 3s, retry: {initial: 50ms, m
 	if code := d.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("exit %d after the outage:\n%s", code, d.logs())
 	}
-	if final := statusAfter(t, dir); final <= frozen {
+	if final := readCheckpointFile(t, filepath.Join(dir, "offsets")).Seq; final <= frozen {
 		t.Fatalf("no checkpoint after the outage (still %d)", final)
 	}
 
@@ -200,13 +200,6 @@ func sinkRetries(t *testing.T, base string) float64 {
 		}
 	}
 	return n
-}
-
-// statusAfter reads the checkpoint sequence a stopped daemon left.
-func statusAfter(t *testing.T, dir string) uint64 {
-	t.Helper()
-	cp := readCheckpointFile(t, filepath.Join(dir, "offsets"))
-	return cp.Seq
 }
 
 // readCheckpointFile loads the checkpoint a stopped daemon committed.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -142,7 +143,7 @@ func searchDaemon(ctx context.Context, addr, sink string, req bleve.SearchReques
 		}
 		return res, fmt.Errorf("search %s: %s: %s", addr, resp.Status, e.Error)
 	}
-	d := json.NewDecoder(strings.NewReader(string(body)))
+	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
 	return res, d.Decode(&res)
 }
