@@ -42,9 +42,7 @@ import (
 // A missing service skips the test, except in CI where it fails it.
 func kafkaStack(t *testing.T) (*harness.Postgres, *harness.Kafka, *harness.Registry) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts PostgreSQL, a Kafka broker and a schema registry")
-	}
+	harness.SkipShort(t, "starts PostgreSQL, a Kafka broker and a schema registry")
 	ctx := context.Background()
 	var (
 		wg   sync.WaitGroup

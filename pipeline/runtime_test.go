@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
 )
 
 func fastConfig() Config {
@@ -118,9 +120,7 @@ func TestFailingSinkHoldsCheckpoint(t *testing.T) {
 // offering data, the records in flight stay under the cap and the heap stays
 // flat; after the stall everything drains.
 func TestBackpressureHoldsMemoryUnderCap(t *testing.T) {
-	if testing.Short() {
-		t.Skip("10 s stall")
-	}
+	harness.SkipShort(t, "10 s stall")
 	ev := &eventLog{}
 	var offered atomic.Int64
 	src := &feedSource{total: -1, size: 100, keys: 1000, events: ev, readHook: func(n int) { offered.Store(int64(n)) }}

@@ -18,9 +18,7 @@ import (
 // subject's rule, leaving the global one in force (NONE is set as an
 // explicit subject rule instead, any number of times).
 func TestSRClientAgainstApicurio(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a JVM schema registry")
-	}
+	harness.SkipShort(t, "starts a JVM schema registry")
 	reg := harness.RegistryT(t, harness.RegistryOptions{GlobalCompatibility: schema.CompatBackward})
 	ctx := context.Background()
 	const subject = "srv.public.t-value"

@@ -14,9 +14,7 @@ import (
 )
 
 func TestKafkaProduceConsume(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a JVM broker")
-	}
+	SkipShort(t, "starts a JVM broker")
 	start := time.Now()
 	k := KafkaT(t)
 	t.Logf("kafka %s ready at %v in %s (cluster %s)", KafkaVersion, k.Brokers(), time.Since(start).Round(time.Millisecond), k.ClusterID)

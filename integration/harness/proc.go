@@ -32,6 +32,15 @@ func SkipOrFail(t testing.TB, err error) {
 	t.Skipf("harness: %v (set CI=true to make this a failure)", err)
 }
 
+// SkipShort skips a heavy test under -short on a developer machine. In CI
+// (CI=true) it never skips: every test runs there.
+func SkipShort(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() && !InCI() {
+		t.Skip(why + " (-short)")
+	}
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

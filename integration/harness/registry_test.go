@@ -75,9 +75,7 @@ type idResp struct {
 }
 
 func TestRegistryConfluentAPI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a JVM schema registry")
-	}
+	SkipShort(t, "starts a JVM schema registry")
 	start := time.Now()
 	r := RegistryT(t)
 	t.Logf("apicurio registry %s ready at %s in %s", RegistryVersion, r.URL(), time.Since(start).Round(time.Millisecond))
@@ -186,9 +184,7 @@ func TestRegistryConfluentAPI(t *testing.T) {
 }
 
 func TestRegistryGlobalCompatibility(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a JVM schema registry")
-	}
+	SkipShort(t, "starts a JVM schema registry")
 	r := RegistryT(t, RegistryOptions{GlobalCompatibility: "BACKWARD"})
 	const subject = "global-value"
 	var reg idResp

@@ -17,9 +17,7 @@ import (
 // that an acknowledged write survives SIGKILL and a restart, that a paused
 // node does not answer and a resumed one does, and that Stop cleans up.
 func TestSearchNodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts JVM search nodes")
-	}
+	SkipShort(t, "starts JVM search nodes")
 	for _, e := range []struct {
 		engine SearchEngine
 		start  func(testing.TB, ...SearchOptions) *SearchNode

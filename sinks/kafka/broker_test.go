@@ -15,9 +15,7 @@ import (
 
 // TestKafkaSink runs against one throwaway broker.
 func TestKafkaSink(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kafka broker")
-	}
+	harness.SkipShort(t, "starts a Kafka broker")
 	k := harness.KafkaT(t)
 	t.Run("EveryType", func(t *testing.T) {
 		reg, srv := registryFor(t)
@@ -450,9 +448,7 @@ func testUnencodable(t *testing.T, k *harness.Kafka) {
 // Write returns nil only after the broker acknowledged: with the broker
 // killed, a write fails and never reports success.
 func TestKafkaSinkBrokerDown(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kafka broker")
-	}
+	harness.SkipShort(t, "starts a Kafka broker")
 	k := harness.KafkaT(t)
 	reg, _ := registryFor(t)
 	s := openSink(t, k, reg, func(o *Options) { o.Producer.DeliveryTimeout = 4 * time.Second })

@@ -134,9 +134,7 @@ func (h *conformance) Read(t *testing.T, table *pipeline.Table) map[string][]any
 }
 
 func TestConformance(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kafka broker")
-	}
+	harness.SkipShort(t, "starts a Kafka broker")
 	reg, srv := registryFor(t)
 	sinktest.Run(t, &conformance{k: harness.KafkaT(t), reg: reg, srv: srv})
 }

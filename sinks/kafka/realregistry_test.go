@@ -27,9 +27,7 @@ import (
 // the test inspects it only through its REST API, as an operator or a
 // consumer would.
 func TestKafkaSinkRealRegistry(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kafka broker and a schema registry")
-	}
+	harness.SkipShort(t, "starts a Kafka broker and a schema registry")
 	var (
 		wg   sync.WaitGroup
 		k    *harness.Kafka

@@ -198,9 +198,7 @@ func writeAndReadBack(t *testing.T, s *Sink, o Options, readOpts []kgo.Opt, n in
 // back, and a wrong password is refused at Open with an authentication
 // error.
 func TestKafkaSinkSASL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kafka broker")
-	}
+	harness.SkipShort(t, "starts a Kafka broker")
 	k := harness.KafkaT(t, harness.KafkaOptions{SASLUsers: secUsers})
 	if p := k.SecurityProtocol(); p != "SASL_PLAINTEXT" {
 		t.Fatalf("secured listener is %s, want SASL_PLAINTEXT", p)
@@ -287,9 +285,7 @@ func checkAuthFailed(t *testing.T, err error) {
 // reads back; a client without the CA is refused with a certificate error;
 // InsecureSkipVerify connects without it.
 func TestKafkaSinkTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kafka broker")
-	}
+	harness.SkipShort(t, "starts a Kafka broker")
 	k := harness.KafkaT(t, harness.KafkaOptions{TLS: true})
 	if p := k.SecurityProtocol(); p != "SSL" || k.CAFile() == "" {
 		t.Fatalf("secured listener is %s with CA %q, want SSL and a CA file", p, k.CAFile())
@@ -364,9 +360,7 @@ func checkCertRefused(t *testing.T, err error) {
 // TestKafkaSinkSASLSSL: SASL_SSL with SCRAM-SHA-512 writes and reads back;
 // a wrong password and a missing CA are each refused.
 func TestKafkaSinkSASLSSL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kafka broker")
-	}
+	harness.SkipShort(t, "starts a Kafka broker")
 	k := harness.KafkaT(t, harness.KafkaOptions{SASLUsers: secUsers, TLS: true})
 	if p := k.SecurityProtocol(); p != "SASL_SSL" {
 		t.Fatalf("secured listener is %s, want SASL_SSL", p)

@@ -305,9 +305,7 @@ func TestTxnKfake(t *testing.T) {
 
 // TestTxnBroker runs the exactly-once tests against a real broker.
 func TestTxnBroker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kafka broker")
-	}
+	harness.SkipShort(t, "starts a Kafka broker")
 	k := harness.KafkaT(t)
 	t.Run("CrashReplay", func(t *testing.T) {
 		reg, _ := registryFor(t)

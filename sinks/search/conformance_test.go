@@ -50,9 +50,7 @@ func TestOpenSearch(t *testing.T)    { nodeTests(t, harness.OpenSearch) }
 func TestElasticsearch(t *testing.T) { nodeTests(t, harness.Elasticsearch) }
 
 func nodeTests(t *testing.T, engine harness.SearchEngine) {
-	if testing.Short() {
-		t.Skip("starts a JVM search node")
-	}
+	harness.SkipShort(t, "starts a JVM search node")
 	n := node(t, engine)
 	t.Run("Conformance", func(t *testing.T) { sinktest.Run(t, &confHarness{node: n}) })
 	for _, tc := range []struct {
