@@ -101,7 +101,8 @@ func ParseDecimal(s string) (Decimal, error) {
 // IsFinite reports whether d is a number (not NaN or an infinity).
 func (d Decimal) IsFinite() bool { return d.Special == Finite }
 
-// String prints d in plain notation with exactly Scale fractional digits.
+// String prints d in plain notation with exactly Scale fractional digits;
+// a negative Scale appends zeros ({12, -2} is 1200).
 func (d Decimal) String() string {
 	if d.Special != Finite {
 		return d.Special.String()
@@ -111,6 +112,9 @@ func (d Decimal) String() string {
 	}
 	s := new(big.Int).Abs(d.Unscaled).String()
 	neg := d.Unscaled.Sign() < 0
+	if d.Scale < 0 && s != "0" {
+		s += strings.Repeat("0", int(-d.Scale))
+	}
 	if d.Scale > 0 {
 		for len(s) <= int(d.Scale) {
 			s = "0" + s

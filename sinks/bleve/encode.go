@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -114,7 +113,7 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 		if !ok {
 			return mismatch()
 		}
-		return appendString(b, decimalText(x)), nil
+		return appendString(b, x.String()), nil
 	case pipeline.TypeString, pipeline.TypeText, pipeline.TypeEnum, pipeline.TypeSet, pipeline.TypeInet, pipeline.TypeMacaddr:
 		x, ok := v.(string)
 		if !ok {
@@ -218,19 +217,6 @@ func appendSpecial(b []byte, s pipeline.Special) ([]byte, error) {
 		return b, valueErr("%s is not a date or timestamp value", s)
 	}
 	return appendString(b, s.String()), nil
-}
-
-// decimalText is d's exact plain text with its scale (12.50), or NaN,
-// infinity, -infinity. A negative scale is multiplied out.
-func decimalText(d pipeline.Decimal) string {
-	if d.Special != pipeline.Finite {
-		return d.Special.String()
-	}
-	if d.Scale < 0 && d.Unscaled != nil {
-		u := new(big.Int).Mul(d.Unscaled, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(-d.Scale)), nil))
-		return pipeline.Decimal{Unscaled: u}.String()
-	}
-	return d.String()
 }
 
 func timeTZText(x pipeline.TimeTZ) string {

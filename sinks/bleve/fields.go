@@ -96,7 +96,7 @@ func indexValue(doc *document.Document, name string, t, elem pipeline.Type, v an
 		addNumber(x)
 	case pipeline.Decimal:
 		if x.Special == pipeline.Finite {
-			if f, err := strconv.ParseFloat(decimalText(x), 64); err == nil {
+			if f, err := strconv.ParseFloat(x.String(), 64); err == nil {
 				addNumber(f)
 			}
 		}
