@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-cdc/sluice/internal/kafkaauth"
+	"github.com/sluice-cdc/sluice/internal/tlsconf"
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -62,7 +63,7 @@ func OpenKafka(ctx context.Context, o KafkaOptions) (*Kafka, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(o.Brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.DefaultProduceTopic(o.Topic), kgo.ProducerLinger(0)}
 	if o.TLS {
-		tc, err := kafkaauth.TLSConfig(o.CAFile, o.CertFile, o.KeyFile, o.Insecure)
+		tc, err := tlsconf.Config(o.CAFile, o.CertFile, o.KeyFile, o.Insecure)
 		if err != nil {
 			return nil, fmt.Errorf("dlq: %w", err)
 		}

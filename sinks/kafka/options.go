@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-cdc/sluice/internal/kafkaauth"
+	"github.com/sluice-cdc/sluice/internal/tlsconf"
 	"github.com/sluice-cdc/sluice/schema"
 )
 
@@ -280,5 +281,5 @@ func compression(name string) kgo.CompressionCodec {
 
 // config builds the TLS configuration from the files.
 func (t TLSOptions) config() (*tls.Config, error) {
-	return kafkaauth.TLSConfig(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
+	return tlsconf.Config(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
 }

@@ -3,15 +3,12 @@ package search
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -19,6 +16,8 @@ import (
 	"github.com/elastic/go-elasticsearch/v8/esapi"
 	opensearch "github.com/opensearch-project/opensearch-go/v4"
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+
+	"github.com/sluice-cdc/sluice/internal/tlsconf"
 )
 
 // engine is what the sink needs of an official client: bulk requests
@@ -68,17 +67,9 @@ func httpTransport(o *Options) (*http.Transport, error) {
 	if o.CAFile == "" && !o.InsecureSkipVerify {
 		return tr, nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.InsecureSkipVerify}
-	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca_file %s: no PEM certificate", o.CAFile)
-		}
-		cfg.RootCAs = pool
+	cfg, err := tlsconf.Config(o.CAFile, "", "", o.InsecureSkipVerify)
+	if err != nil {
+		return nil, err
 	}
 	tr.TLSClientConfig = cfg
 	return tr, nil

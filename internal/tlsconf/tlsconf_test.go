@@ -1,4 +1,4 @@
-package kafkaauth
+package tlsconf
 
 import (
 	"encoding/pem"
@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-func TestTLSConfig(t *testing.T) {
+func TestConfig(t *testing.T) {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	defer srv.Close()
 	dir := t.TempDir()
@@ -17,7 +17,7 @@ func TestTLSConfig(t *testing.T) {
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := TLSConfig(ca, "", "", false)
+	cfg, err := Config(ca, "", "", false)
 	if err != nil || cfg.RootCAs == nil || cfg.InsecureSkipVerify {
 		t.Fatalf("%+v %v", cfg, err)
 	}
@@ -28,15 +28,15 @@ func TestTLSConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if _, err := TLSConfig(filepath.Join(dir, "missing.pem"), "", "", false); err == nil {
+	if _, err := Config(filepath.Join(dir, "missing.pem"), "", "", false); err == nil {
 		t.Error("missing CA file accepted")
 	}
 	empty := filepath.Join(dir, "empty.pem")
 	_ = os.WriteFile(empty, []byte("not a certificate"), 0o600)
-	if _, err := TLSConfig(empty, "", "", false); err == nil {
+	if _, err := Config(empty, "", "", false); err == nil {
 		t.Error("CA file without PEM accepted")
 	}
-	if _, err := TLSConfig("", ca, "", false); err == nil {
+	if _, err := Config("", ca, "", false); err == nil {
 		t.Error("cert without key accepted")
 	}
 }
