@@ -187,10 +187,14 @@ type IndexSink struct {
 	TLS           IndexTLS       `yaml:"tls"`
 	IndexTemplate string         `yaml:"index_template" default:"'{schema}.{table}'"`
 	Mappings      []IndexMapping `yaml:"mappings"`
-	Refresh       bool           `yaml:"refresh" default:"false"`
-	TombstoneTTL  Duration       `yaml:"tombstone_ttl" default:"168h" min:"0s"`
-	BulkMaxBytes  ByteSize       `yaml:"bulk_max_bytes" default:"10MiB" min:"64KiB" max:"100MiB"`
-	Timeout       Duration       `yaml:"timeout" default:"60s" min:"1s"`
+	// AliasSuffix names each index's filtered alias of live documents.
+	AliasSuffix string `yaml:"alias_suffix" default:"-live" pattern:"^[a-z0-9_.-]{1,64}$"`
+	// StateIndex holds the sink's barriers and snapshot marks.
+	StateIndex   string   `yaml:"state_index" default:"sluice_state" pattern:"^[a-z0-9][a-z0-9_.-]{0,200}$"`
+	Refresh      bool     `yaml:"refresh" default:"false"`
+	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
+	BulkMaxBytes ByteSize `yaml:"bulk_max_bytes" default:"10MiB" min:"64KiB" max:"100MiB"`
+	Timeout      Duration `yaml:"timeout" default:"60s" min:"1s"`
 }
 
 // IndexTLS configures TLS to search nodes (server verification only).

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/config"
-	"github.com/sluice-cdc/sluice/internal/kafkaauth"
+	"github.com/sluice-cdc/sluice/internal/tlsconf"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
 	"github.com/sluice-cdc/sluice/sinks/bleve"
@@ -104,7 +104,8 @@ func buildSinks(cfg *config.Config, log *zap.Logger) ([]pipeline.NamedSink, erro
 // indexOptions maps an opensearch or elasticsearch sink's settings.
 func indexOptions(kind string, x *config.IndexSink) search.Options {
 	o := search.Options{Name: x.Name, Kind: kind, URLs: x.URLs, Username: x.Username, Password: x.Password,
-		APIKey: x.APIKey, IndexTemplate: x.IndexTemplate, Refresh: x.Refresh, TombstoneTTL: x.TombstoneTTL.Std(),
+		APIKey: x.APIKey, IndexTemplate: x.IndexTemplate, AliasSuffix: x.AliasSuffix, StateIndex: x.StateIndex,
+		Refresh: x.Refresh, TombstoneTTL: x.TombstoneTTL.Std(),
 		BulkMaxBytes: int(x.BulkMaxBytes.Int64()), Timeout: x.Timeout.Std()}
 	if o.TombstoneTTL == 0 {
 		o.TombstoneTTL = -1 // the config's 0 keeps tombstones forever
@@ -142,7 +143,7 @@ func withPassword(dsn, password string) string {
 func buildKafka(cfg *config.Config, k *config.KafkaSink, log *zap.Logger) (*kafka.Sink, error) {
 	regOpts := schema.SRClientOptions{Username: k.Registry.Username, Password: k.Registry.Password, Timeout: k.Registry.Timeout.Std()}
 	if t := k.Registry.TLS; t.Enabled {
-		tc, err := kafkaauth.TLSConfig(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
+		tc, err := tlsconf.Config(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
 		if err != nil {
 			return nil, &pipeline.OpenError{What: "sink " + k.Name + " registry", Err: err}
 		}

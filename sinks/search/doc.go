@@ -11,7 +11,8 @@
 // with {database}, {schema} and {table} replaced, lower-cased, with the
 // characters an index name may not hold (\ / * ? " < > | , # : space)
 // replaced by '_' and a leading '-', '_' or '+' dropped. Tables whose
-// names differ only in case share an index. The sink creates an absent
+// names differ only in case (or otherwise map to one name) would share an
+// index: the sink refuses that with a Fatal error naming both tables. The sink creates an absent
 // index with index.translog.durability=request, the mapping below and a
 // filtered alias <index><AliasSuffix> (default "-live") that shows only
 // live documents; it adds the columns of newer table shapes to the
@@ -127,11 +128,10 @@
 //	username, password    Username, Password  HTTP basic authentication
 //	api_key               APIKey              Elasticsearch API key (base64 id:key)
 //	tls.ca_file           CAFile              PEM CA bundle for https URLs
-//	tls.insecure          InsecureSkipVerify  no certificate verification
+//	tls.insecure_skip_verify  InsecureSkipVerify  no certificate verification
 //	index_template        IndexTemplate       default "{schema}.{table}"
 //	mappings              Mappings            per "schema.table": a mappings JSON object
 //	alias_suffix          AliasSuffix         default "-live"
-//	no_alias              NoAlias             create no live alias
 //	state_index           StateIndex          default "sluice_state"
 //	refresh               Refresh             refresh after every bulk (tests)
 //	tombstone_ttl         TombstoneTTL        default 168h; negative keeps tombstones

@@ -52,8 +52,6 @@ type Options struct {
 	// AliasSuffix names the filtered alias created with each index that
 	// shows only live documents (default "-live": "shop.orders-live").
 	AliasSuffix string
-	// NoAlias creates no alias.
-	NoAlias bool
 	// StateIndex holds the sink's per-index state: truncate barriers and
 	// snapshot activity (default "sluice_state").
 	StateIndex string
@@ -141,10 +139,8 @@ func (o *Options) validate() (map[string]*override, error) {
 	if _, err := sanitizeIndex(o.StateIndex); err != nil || strings.ToLower(o.StateIndex) != o.StateIndex {
 		bad("state_index %q: not a valid lower-case index name", o.StateIndex)
 	}
-	if !o.NoAlias {
-		if s, _ := sanitizeIndex("x" + o.AliasSuffix); s != "x"+o.AliasSuffix {
-			bad("alias_suffix %q: may only hold lower-case characters allowed in index names", o.AliasSuffix)
-		}
+	if s, _ := sanitizeIndex("x" + o.AliasSuffix); s != "x"+o.AliasSuffix {
+		bad("alias_suffix %q: may only hold lower-case characters allowed in index names", o.AliasSuffix)
 	}
 	overrides := map[string]*override{}
 	for table, raw := range o.Mappings {

@@ -20,7 +20,6 @@ const scrollPage = 1000
 
 // hit is one search hit.
 type hit struct {
-	Index   string                     `json:"_index"`
 	ID      string                     `json:"_id"`
 	Version int64                      `json:"_version"`
 	Source  map[string]json.RawMessage `json:"_source"`

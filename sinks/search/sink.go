@@ -32,6 +32,7 @@ type Sink struct {
 	// Elasticsearch with its unsigned-long module).
 	unsignedLong bool
 	names        map[pipeline.TableID]nameResult
+	owners       map[string]pipeline.TableID // index name → the table writing it
 	indices      map[string]*indexState
 	purger       upsert.Purge
 }
@@ -108,6 +109,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	}
 	s.unsignedLong = s.probeUnsignedLong(ctx)
 	s.names = map[pipeline.TableID]nameResult{}
+	s.owners = map[string]pipeline.TableID{}
 	s.indices = map[string]*indexState{}
 	s.log.Info("search sink open", zap.String("kind", s.opts.Kind), zap.Strings("urls", s.opts.URLs),
 		zap.String("state_index", s.opts.StateIndex))
@@ -189,6 +191,16 @@ func (s *Sink) target(id pipeline.TableID) string {
 	r, ok := s.names[id]
 	if !ok {
 		r.name, r.err = indexName(s.opts.IndexTemplate, id)
+		if r.err == nil {
+			// Two tables in one index would write the same document ids,
+			// and their versions are not comparable (Invariant 4).
+			if other, taken := s.owners[r.name]; taken && other != id {
+				r.err = pipeline.Fatal(fmt.Errorf("tables %s and %s both map to index %q: change index_template so that "+
+					"every table has its own index", other, id, r.name))
+			} else {
+				s.owners[r.name] = id
+			}
+		}
 		s.names[id] = r
 	}
 	return r.name
@@ -199,6 +211,9 @@ func (s *Sink) target(id pipeline.TableID) string {
 // and snapshot mark loaded. A *tableError fails the table's records.
 func (s *Sink) indexFor(ctx context.Context, tb *upsert.TableBatch) (*indexState, error) {
 	if r := s.names[tb.ID]; r.err != nil {
+		if pipeline.IsFatal(r.err) {
+			return nil, r.err
+		}
 		return nil, &tableError{r.err}
 	}
 	for i := range tb.Cols {
@@ -235,7 +250,10 @@ func (s *Sink) indexFor(ctx context.Context, tb *upsert.TableBatch) (*indexState
 		return nil, err
 	}
 	if status == 400 {
-		return nil, &tableError{fmt.Errorf("%w: %v", errInvalid, replyError("add columns to index "+st.name, status, resp))}
+		// The engine refuses the new columns' mapping (a broken override,
+		// a type clash with the index): a configuration error like a
+		// refused index creation, not a property of the records.
+		return nil, pipeline.Fatal(replyError("add columns to index "+st.name+" for table "+st.table, status, resp))
 	}
 	for _, c := range cols {
 		st.fields[c.Name] = true
@@ -306,10 +324,9 @@ func (s *Sink) loadIndex(ctx context.Context, tb *upsert.TableBatch) (*indexStat
 		}
 		st.snapshotAt = doc.Source.SnapshotAt
 	}
-	if !s.opts.NoAlias { // keeps the alias in step with the barrier
-		if err := s.putAlias(ctx, st); err != nil {
-			return nil, err
-		}
+	// Keeps the alias in step with the barrier.
+	if err := s.putAlias(ctx, st); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
@@ -338,11 +355,23 @@ func (s *Sink) createIndex(ctx context.Context, tb *upsert.TableBatch, st *index
 	props := properties(tb.Cols, tb.IsKey, ov, s.unsignedLong)
 	body := []byte(`{"settings":{"index":{"translog":{"durability":"request"}}},"mappings":`)
 	body = append(body, mappingsBody(props, ov)...)
-	if !s.opts.NoAlias {
-		body = appendString(append(body, `,"aliases":{`...), st.name+s.opts.AliasSuffix)
-		body = append(append(append(body, `:{"filter":`...), liveFilter("")...), `}}`...)
-	}
+	body = appendString(append(body, `,"aliases":{`...), st.name+s.opts.AliasSuffix)
+	body = append(append(append(body, `:{"filter":`...), liveFilter("")...), `}}`...)
 	body = append(body, '}')
+	// A new index starts without barrier, so a stale state document of a
+	// deleted index of the same name is replaced — before the index
+	// exists: written after it, a crash in between would leave the old
+	// barrier in force over the new index, silently dropping records below
+	// it (Invariant 4 guards against older records, not against a barrier
+	// that belongs to another index). Only one writer per index is
+	// supported, so no other writer's barrier is reset here.
+	state := appendString([]byte(`{"index":`), st.name)
+	state = appendString(append(state, `,"table":`...), st.table)
+	state = appendString(append(state, `,"created_at":`...), formatTime(s.now()))
+	state = append(state, '}')
+	if _, _, err := s.call(ctx, "state of "+st.name, http.MethodPut, s.statePath(st.name), nil, state); err != nil {
+		return false, err
+	}
 	status, resp, err := s.call(ctx, "create index "+st.name, http.MethodPut, "/"+url.PathEscape(st.name), nil, body, 400)
 	if err != nil {
 		return false, err
@@ -354,16 +383,6 @@ func (s *Sink) createIndex(ctx context.Context, tb *upsert.TableBatch, st *index
 		// A mapping the engine refuses (a broken override): a config
 		// error, not a property of some records.
 		return false, pipeline.Fatal(replyError("create index "+st.name+" for table "+st.table, status, resp))
-	}
-	// A new index starts without barrier: a stale state document of a
-	// deleted index of the same name is replaced.
-	now := formatTime(s.now())
-	state := appendString([]byte(`{"index":`), st.name)
-	state = appendString(append(state, `,"table":`...), st.table)
-	state = appendString(append(state, `,"created_at":`...), now)
-	state = append(state, '}')
-	if _, _, err := s.call(ctx, "state of "+st.name, http.MethodPut, s.statePath(st.name), nil, state); err != nil {
-		return false, err
 	}
 	for _, n := range append([]string{fieldVersion, fieldDeleted, fieldAt}, keysOf(props)...) {
 		st.fields[n] = true
@@ -414,10 +433,8 @@ func (s *Sink) truncate(ctx context.Context, st *indexState, v pipeline.Version)
 		}
 		st.barrier, st.hasBarrier = v, true
 	}
-	if !s.opts.NoAlias {
-		if err := s.putAlias(ctx, st); err != nil {
-			return err
-		}
+	if err := s.putAlias(ctx, st); err != nil {
+		return err
 	}
 	query := `{"range":{"` + fieldVersion + `":{"lt":"` + v.String() + `"}}}`
 	n, err := s.deleteMatching(ctx, st.name, query)

@@ -1,9 +1,13 @@
 package search
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -166,5 +170,48 @@ func TestMappingsBody(t *testing.T) {
 	want := `{"properties":{` + metaProperties + `,"a":{"type":"keyword"},"b":{"type":"keyword"}},"dynamic":"strict"}`
 	if got != want || !json.Valid([]byte(got)) {
 		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+// cannedEngine answers every bulk request with one item status per
+// document.
+type cannedEngine struct{ statuses []int }
+
+func (e *cannedEngine) do(context.Context, string, string, url.Values, []byte) (int, []byte, error) {
+	return 200, []byte(`{}`), nil
+}
+
+func (e *cannedEngine) bulk(context.Context, []byte, bool) (int, []byte, error) {
+	var items []string
+	for _, st := range e.statuses {
+		items = append(items, fmt.Sprintf(`{"index":{"status":%d,"error":{"type":"t%d","reason":"r"}}}`, st, st))
+	}
+	return 200, []byte(`{"errors":true,"items":[` + strings.Join(items, ",") + `]}`), nil
+}
+
+func (e *cannedEngine) close() {}
+
+// Only a 400 (the engine refuses what the document holds) dead-letters a
+// record (Invariant 7); every other failure is retried, so a permission
+// change, a write block or an oversized request never loses good records.
+func TestItemStatusClassification(t *testing.T) {
+	statuses := []int{201, 409, 400, 401, 403, 404, 413, 429, 503}
+	s := New(Options{Kind: KindOpenSearch, URLs: []string{"http://127.0.0.1:1"}}, nil)
+	s.opts.setDefaults()
+	s.eng = &cannedEngine{statuses: statuses}
+	st := &indexState{name: "i"}
+	c := &chunkReq{body: []byte("{}\n")}
+	for i := range statuses {
+		c.ops = append(c.ops, &op{st: st, id: strconv.Itoa(i)})
+	}
+	res := s.sendChunk(context.Background(), c)
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if len(res.permanent) != 1 || res.permanent[0].o.id != "2" {
+		t.Fatalf("permanent failures %+v, want only the 400", res.permanent)
+	}
+	if res.transient == nil || len(res.missing) != 1 {
+		t.Fatalf("transient %v, missing %v: want the other failures retried", res.transient, res.missing)
 	}
 }

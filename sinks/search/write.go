@@ -21,13 +21,15 @@ import (
 
 // op is one document write of a Write: the newest change of one key.
 type op struct {
-	st   *indexState
-	tb   *upsert.TableBatch
-	row  *upsert.Row
-	id   string
-	ext  int64
-	read bool // the stored document is read first (exact path or kept columns)
-	gte  bool // version_type external_gte (after an exact comparison)
+	st  *indexState
+	tb  *upsert.TableBatch
+	row *upsert.Row
+	id  string
+	ext int64
+	// read: the stored document is read and its version compared exactly
+	// first (exact path or kept columns); the write then uses
+	// version_type external_gte, else external.
+	read bool
 	skip bool // the stored document is not older: nothing to write
 	// stored is the stored document's source when read and live.
 	stored map[string]json.RawMessage
@@ -231,7 +233,6 @@ func (s *Sink) plan(tb *upsert.TableBatch, st *indexState) []*op {
 			o.absent = absent
 			o.read = o.read || carry
 		}
-		o.gte = o.read
 		ops = append(ops, o)
 	}
 	return ops
@@ -426,7 +427,13 @@ func (s *Sink) sendChunk(ctx context.Context, c *chunkReq) chunkResult {
 			case it.Status == http.StatusConflict:
 				// Invariant 4: the stored document's version is not
 				// lower; the stale write changes nothing.
-			case it.Status == http.StatusTooManyRequests || it.Status >= 500 || it.Status == http.StatusNotFound:
+			case it.Status != http.StatusBadRequest:
+				// Invariant 7 covers records the engine refuses for what
+				// they hold (400: a value the mapping rejects). Anything
+				// else — 429, 5xx, a missing index (404), a permission or
+				// a write block (401/403), a too large request (413) — says
+				// nothing about the record: the batch is retried, and no
+				// good record is dead-lettered.
 				if it.Status == http.StatusNotFound {
 					res.missing = append(res.missing, o.st.name)
 				}
@@ -451,7 +458,7 @@ func (s *Sink) appendOp(b []byte, o *op, at string) []byte {
 	b = appendString(append(b, `{"index":{"_index":`...), o.st.name)
 	b = appendString(append(b, `,"_id":`...), o.id)
 	b = strconv.AppendInt(append(b, `,"version":`...), o.ext, 10)
-	if o.gte {
+	if o.read {
 		b = append(b, `,"version_type":"external_gte"}}`...)
 	} else {
 		b = append(b, `,"version_type":"external"}}`...)
