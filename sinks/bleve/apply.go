@@ -112,6 +112,7 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	}
 	s.purge(ctx, now)
 	if len(failed) > 0 {
+		// Invariant 7: the runtime dead-letters these; the rest is durable.
 		return &pipeline.BatchError{Failed: failed}
 	}
 	return nil
@@ -429,8 +430,15 @@ func (s *Sink) apply(ctx context.Context, p *plan) error {
 		b.Delete(id)
 		size += len(id) + 64
 	}
+	store := filepath.Join(s.opts.Path, "store")
 	flush := func() error {
 		if err := s.idx.Batch(b); err != nil {
+			s.broken = true
+			return err
+		}
+		// The new segment file's directory entry is durable too: each
+		// batch of a split Write is on disk before the next starts.
+		if err := syncDir(store); err != nil {
 			s.broken = true
 			return err
 		}
@@ -457,10 +465,7 @@ func (s *Sink) apply(ctx context.Context, p *plan) error {
 			return err
 		}
 	}
-	if first {
-		return nil // nothing written
-	}
-	return syncDir(filepath.Join(s.opts.Path, "store"))
+	return nil
 }
 
 // idsBelow returns the ids of the table's documents (rows and tombstones)
@@ -521,8 +526,9 @@ func eachDoc(ctx context.Context, idx bleve.Index, q query.Query, fields []strin
 
 // purge removes expired tombstones, at most once per min(TombstoneTTL,
 // 10m): those written before now - TombstoneTTL of tables without a
-// snapshot record since then. It runs after the batch is durable, in
-// batches of its own; a failure is logged and retried at the next run.
+// snapshot record since then (Invariant 4: a tombstone must outlive the
+// snapshot rows it guards against). It runs after the batch is durable,
+// in batches of its own; a failure is logged and retried at the next run.
 func (s *Sink) purge(ctx context.Context, now time.Time) {
 	cutoff, ok := s.purger.Due(now)
 	if !ok {

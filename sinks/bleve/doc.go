@@ -112,11 +112,14 @@
 // committed (bolt fsyncs on commit) and synced again; a persister error is
 // returned by Batch. The sink opens the index with unsafe_batch false
 // explicitly (overriding whatever the stored config says) and fsyncs the
-// store directory after its last batch, so the new file's directory entry
-// is on disk too. TestWrittenBatchesSurviveKill kills a writer process
-// with SIGKILL right after Write returned and finds every reported batch
-// after reopening; with unsafe_batch true the same test loses the last
-// batch. A batch that fails after scorch introduced it in memory leaves
+// store directory after every batch, so the new file's directory entry is
+// on disk too. TestWrittenBatchesSurviveKill kills a writer process with
+// SIGKILL right after Write returned and finds every reported batch after
+// reopening; with unsafe_batch true the same test loses the last batch.
+// A killed process leaves the page cache behind, so that test proves that
+// Write waits for the persister, not the fsyncs themselves (a power cut
+// would). Segments that scorch's background merges create are not
+// directory-synced by bleve; the sink cannot do it for them. A batch that fails after scorch introduced it in memory leaves
 // the sink to reopen the index before the next Write, so that rows that
 // are not on disk are never taken for stored ones.
 //

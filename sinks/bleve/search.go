@@ -127,7 +127,7 @@ func search(ctx context.Context, idx bleve.Index, req SearchRequest) (SearchResu
 		size = DefaultSize
 	}
 	size = min(size, MaxSize)
-	if req.From < 0 || req.From+size > MaxWindow {
+	if req.From < 0 || req.From > MaxWindow-size { // not From+size: it can overflow
 		return SearchResult{}, fmt.Errorf("%w: from %d + size %d exceeds %d", ErrQuery, req.From, size, MaxWindow)
 	}
 	user, err := userQuery(req.Query)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -108,6 +109,11 @@ func TestSearch(t *testing.T) {
 	}
 	if _, err := s.Search(ctx, SearchRequest{From: MaxWindow}); !errors.Is(err, ErrQuery) {
 		t.Fatalf("window: %v", err)
+	}
+	// A From near the int limit (a query parameter) must not overflow the
+	// window check and reach bleve.
+	if _, err := s.Search(ctx, SearchRequest{From: math.MaxInt - 3}); !errors.Is(err, ErrQuery) {
+		t.Fatalf("huge from: %v", err)
 	}
 }
 
