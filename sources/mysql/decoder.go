@@ -1,0 +1,364 @@
+package mysql
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// txItem is one decoded piece of the stream: a whole transaction (Pos
+// set), or a chunk of a large one that is still open (Pos nil).
+type txItem struct {
+	records    []pipeline.Record
+	dead       []pipeline.DeadLetter
+	pos        pipeline.Position
+	at         Position // the decoded form of pos
+	commitTime time.Time
+}
+
+// DDLError stops the pipeline at a statement the source cannot follow.
+type DDLError struct {
+	Statement string
+	Position  string
+	Reason    string
+}
+
+func (e *DDLError) Error() string {
+	return fmt.Sprintf("mysql source: %s at %s: %q; list the table in ignore_ddl_tables to go on without it", e.Reason, e.Position, e.Statement)
+}
+
+// decoder turns binlog events into transactions. It is fed by one goroutine
+// and keeps the open transaction between events.
+type decoder struct {
+	flavor string
+	server string
+	epoch  uint64
+	shapes *shapes
+	conv   converter
+	// ignoreDDL lists the captured tables whose unreadable statements
+	// are skipped (with a warning) instead of stopping the pipeline.
+	ignoreDDL func(db, table string) bool
+	captured  []tableName
+	chunk     int
+	log       *zap.Logger
+	onDDL     func()
+
+	file    string
+	fileNum uint64
+
+	// The open transaction: from its GTID event to its commit.
+	open    bool
+	inTx    bool // BEGIN seen: a QUERY is part of it, not a standalone statement
+	txFile  uint64
+	txStart uint32
+	txTime  time.Time
+	txID    uint64
+	nrows   int // row changes so far: the next row index
+	recs    []pipeline.Record
+	dead    []pipeline.DeadLetter
+
+	// handed remembers how many rows of a large transaction already left
+	// in chunks, so that when a reconnect re-sends it from its GTID the
+	// same rows are not handed over twice.
+	handed struct {
+		file  uint64
+		start uint32
+		rows  int
+	}
+}
+
+// event handles one binlog event and calls emit for each finished item.
+func (d *decoder) event(ev *replication.BinlogEvent, emit func(txItem) error) error {
+	h := ev.Header
+	switch e := ev.Event.(type) {
+	case *replication.RotateEvent:
+		name := string(e.NextLogName)
+		n, err := fileNumber(name)
+		if err != nil {
+			return err
+		}
+		d.file, d.fileNum = name, n
+	case *replication.MariadbGTIDEvent:
+		d.begin(h, e.GTID.SequenceNumber)
+	case *replication.GTIDEvent:
+		d.begin(h, uint64(e.GNO))
+	case *replication.GtidTaggedLogEvent:
+		d.begin(h, uint64(e.GNO))
+	case *replication.TableMapEvent:
+		// Decoded lazily by the rows events that point to it.
+	case *replication.RowsEvent:
+		if err := d.rows(e); err != nil {
+			return err
+		}
+		return d.flushChunk(emit)
+	case *replication.XIDEvent:
+		return d.commit(h, e.GSet, emit)
+	case *replication.QueryEvent:
+		return d.query(h, e, emit)
+	case *replication.TransactionPayloadEvent:
+		for _, inner := range e.Events {
+			// Inner events carry positions relative to the payload; the
+			// commit's end is the payload event's own.
+			inner.Header.LogPos = h.LogPos
+			if err := d.event(inner, emit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (d *decoder) begin(h *replication.EventHeader, id uint64) {
+	d.open, d.inTx = true, false
+	d.txFile, d.txStart = d.fileNum, h.LogPos-h.EventSize
+	d.txTime = time.Unix(int64(h.Timestamp), 0).UTC()
+	d.txID = id
+	d.nrows = 0
+	d.recs, d.dead = d.recs[:0], d.dead[:0]
+}
+
+// skipped reports whether row index i of the open transaction already
+// left in a chunk before a reconnect.
+func (d *decoder) skipped(i int) bool {
+	return d.handed.file == d.txFile && d.handed.start == d.txStart && i < d.handed.rows
+}
+
+func (d *decoder) rows(e *replication.RowsEvent) error {
+	if !d.open {
+		return errors.New("mysql source: a rows event outside a transaction (no GTID event before it): is gtid_mode on?")
+	}
+	sh, err := d.shapes.of(e.Table)
+	if err != nil {
+		return pipeline.Fatal(err)
+	}
+	if !sh.captured {
+		return nil
+	}
+	var op pipeline.Op
+	step := 1
+	switch e.Type() {
+	case replication.EnumRowsEventTypeInsert:
+		op = pipeline.OpInsert
+	case replication.EnumRowsEventTypeUpdate:
+		op, step = pipeline.OpUpdate, 2
+	case replication.EnumRowsEventTypeDelete:
+		op = pipeline.OpDelete
+	default:
+		return pipeline.Fatal(fmt.Errorf("mysql source: rows event of %s.%s is a partial JSON update; set binlog_row_value_options=''",
+			e.Table.Schema, e.Table.Table))
+	}
+	for r := 0; r+step <= len(e.Rows); r += step {
+		i := d.nrows
+		d.nrows++
+		if d.skipped(i) {
+			continue
+		}
+		rec := pipeline.Record{Op: op, Table: sh.table, EventTime: d.txTime, TxID: d.txID,
+			Version: streamVersion(d.epoch, d.txFile, d.txStart, i)}
+		var cerr error
+		switch op {
+		case pipeline.OpInsert:
+			rec.After, cerr = d.image(sh, e.Rows[r], e.SkippedColumns[r], false)
+		case pipeline.OpDelete:
+			rec.Before, cerr = d.image(sh, e.Rows[r], e.SkippedColumns[r], false)
+		case pipeline.OpUpdate:
+			rec.Before, cerr = d.image(sh, e.Rows[r], e.SkippedColumns[r], false)
+			if cerr == nil {
+				rec.After, cerr = d.image(sh, e.Rows[r+1], e.SkippedColumns[r+1], true)
+			}
+		}
+		if cerr != nil {
+			d.dead = append(d.dead, d.letter(sh, op, rec.Version, e.Rows[r:r+step], cerr))
+			continue
+		}
+		rec.Size = pipeline.EstimateSize(&rec)
+		d.recs = append(d.recs, rec)
+	}
+	return nil
+}
+
+// image converts one row image. Columns the server left out (a session
+// with binlog_row_image other than FULL) are Unchanged in an update's
+// after image and NULL elsewhere.
+func (d *decoder) image(sh *shape, row []any, skipped []int, after bool) ([]any, error) {
+	if len(row) != len(sh.descs) {
+		return nil, fmt.Errorf("row has %d columns, the table map %d", len(row), len(sh.descs))
+	}
+	out := make([]any, len(row))
+	for i, v := range row {
+		x, err := d.conv.value(&sh.descs[i], v, true)
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", sh.descs[i].name, err)
+		}
+		out[i] = x
+	}
+	if after {
+		for _, i := range skipped {
+			out[i] = pipeline.UnchangedValue
+		}
+	}
+	return out, nil
+}
+
+func (d *decoder) letter(sh *shape, op pipeline.Op, v pipeline.Version, rows [][]any, err error) pipeline.DeadLetter {
+	raw, merr := json.Marshal(map[string]any{"rows": rows})
+	if merr != nil {
+		raw = []byte(fmt.Sprint(rows))
+	}
+	return pipeline.DeadLetter{Time: time.Now().UTC(), Stage: "source", Table: sh.table.ID.String(), Op: op.String(),
+		Version: v.String(), Error: err.Error(), Raw: raw}
+}
+
+// query handles a QUERY event: BEGIN, COMMIT, or a statement (DDL).
+func (d *decoder) query(h *replication.EventHeader, e *replication.QueryEvent, emit func(txItem) error) error {
+	sql := strings.TrimSpace(string(e.Query))
+	word := strings.ToUpper(firstWord(sql))
+	switch {
+	case word == "BEGIN" || strings.EqualFold(sql, "START TRANSACTION"):
+		d.inTx = true
+		return nil
+	case d.inTx && (word == "COMMIT" || strings.EqualFold(sql, "ROLLBACK")):
+		// COMMIT ends transactions on non-transactional engines; a
+		// ROLLBACK logged by the server keeps their changes, which did
+		// happen.
+		return d.commit(h, e.GSet, emit)
+	case d.inTx:
+		return nil // SAVEPOINT and the like inside a transaction
+	}
+	if err := d.statement(sql, string(e.Schema), h); err != nil {
+		return err
+	}
+	if !d.open {
+		return nil
+	}
+	return d.commit(h, e.GSet, emit)
+}
+
+// statement applies a standalone statement (DDL) to the captured tables.
+func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
+	c := classifyDDL(sql, db)
+	if c.Kind == ddlOther {
+		return nil
+	}
+	if d.onDDL != nil {
+		d.onDDL()
+	}
+	where := fmt.Sprintf("%s:%d", d.file, h.LogPos)
+	switch c.Kind {
+	case ddlTruncate, ddlReplace:
+		for _, n := range c.Tables {
+			if t := d.capturedTable(n); t != nil {
+				i := d.nrows
+				d.nrows++
+				if d.skipped(i) {
+					continue
+				}
+				d.recs = append(d.recs, pipeline.Record{Op: pipeline.OpTruncate, Table: t, EventTime: d.txTime, TxID: d.txID,
+					Version: streamVersion(d.epoch, d.txFile, d.txStart, i), Size: 128})
+			}
+		}
+	case ddlDrop:
+		for _, n := range c.Tables {
+			if d.isCaptured(n) {
+				d.log.Warn("a captured table was dropped; sinks keep its rows", zap.String("table", n.db+"."+n.table), zap.String("at", where))
+			}
+		}
+	case ddlRename:
+		for i, n := range c.Tables {
+			if d.isCaptured(n) {
+				d.log.Warn("a captured table was renamed; changes under its new name are not captured unless it is listed",
+					zap.String("table", n.db+"."+n.table), zap.String("new_name", c.Renamed[i].db+"."+c.Renamed[i].table), zap.String("at", where))
+			}
+		}
+	case ddlUnknown:
+		for _, n := range d.captured {
+			if !mentions(sql, db, n) {
+				continue
+			}
+			if d.ignoreDDL != nil && d.ignoreDDL(n.db, n.table) {
+				d.log.Warn("skipping a statement the source cannot read (the table is in ignore_ddl_tables)",
+					zap.String("statement", sql), zap.String("at", where))
+				continue
+			}
+			return pipeline.Fatal(&DDLError{Statement: sql, Position: where,
+				Reason: fmt.Sprintf("cannot tell what a statement does to captured table %s.%s", n.db, n.table)})
+		}
+	}
+	return nil
+}
+
+func (d *decoder) isCaptured(n tableName) bool {
+	for _, c := range d.captured {
+		if strings.EqualFold(c.db, n.db) && c.table == n.table {
+			return true
+		}
+	}
+	return false
+}
+
+// capturedTable returns the latest shape of a captured table.
+func (d *decoder) capturedTable(n tableName) *pipeline.Table {
+	if !d.isCaptured(n) {
+		return nil
+	}
+	for id, sh := range d.shapes.latest {
+		if strings.EqualFold(id.Schema, n.db) && id.Table == n.table {
+			return sh.table
+		}
+	}
+	return nil
+}
+
+// commit closes the open transaction at the end of event h (Invariant 2:
+// positions only ever sit on commits).
+func (d *decoder) commit(h *replication.EventHeader, gset gomysql.GTIDSet, emit func(txItem) error) error {
+	if !d.open {
+		return nil // the tail of a transaction whose GTID event came before our start
+	}
+	if gset == nil {
+		return errors.New("mysql source: a commit without a GTID set: is gtid_mode on?")
+	}
+	at := Position{Flavor: d.flavor, GTID: gset.String(), File: d.file, Pos: h.LogPos, Server: d.server, Epoch: d.epoch}
+	it := txItem{pos: at.Encode(), at: at, commitTime: d.txTime}
+	it.records = append([]pipeline.Record(nil), d.recs...)
+	it.dead = append([]pipeline.DeadLetter(nil), d.dead...)
+	for i := range it.records {
+		it.records[i].Pos = it.pos
+	}
+	for i := range it.dead {
+		it.dead[i].Position = json.RawMessage(it.pos)
+	}
+	d.open, d.inTx = false, false
+	d.recs, d.dead = d.recs[:0], d.dead[:0]
+	d.handed.rows = 0
+	return emit(it)
+}
+
+// flushChunk hands over the rows of a large open transaction so far, with
+// no position.
+func (d *decoder) flushChunk(emit func(txItem) error) error {
+	if !d.open || len(d.recs)+len(d.dead) < d.chunk {
+		return nil
+	}
+	it := txItem{records: append([]pipeline.Record(nil), d.recs...), dead: append([]pipeline.DeadLetter(nil), d.dead...), commitTime: d.txTime}
+	d.handed.file, d.handed.start, d.handed.rows = d.txFile, d.txStart, d.nrows
+	d.recs, d.dead = d.recs[:0], d.dead[:0]
+	return emit(it)
+}
+
+func firstWord(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ';' {
+			return s[:i]
+		}
+	}
+	return s
+}

@@ -1,0 +1,335 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// snapshotBatch is the records per batch the load hands over.
+const snapshotBatch = 2048
+
+// plan describes the tables and splits each into primary-key ranges whose
+// boundaries are rows the database returned (its collation, its order),
+// walking the key index ChunkRows rows at a time.
+func (l *snapshotLoad) plan(ctx context.Context) error {
+	s := l.s
+	for _, name := range s.tables {
+		descs, err := catalogDescs(l.control, name.db, name.table)
+		if err != nil {
+			return err
+		}
+		t := &loadTable{name: name, descs: descs, table: s.shapes.seed(tableID(name), descs)}
+		cols := make([]string, len(descs))
+		for i, d := range descs {
+			cols[i] = quoteIdent(d.name)
+		}
+		t.cols = strings.Join(cols, ", ")
+		for _, i := range t.table.KeyIdx {
+			t.keys = append(t.keys, quoteIdent(descs[i].name))
+		}
+		if len(t.keys) == 0 {
+			return fmt.Errorf("mysql source: table %s.%s has no primary key", name.db, name.table)
+		}
+		if r, err := l.control.Execute("SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+			name.db, name.table); err == nil {
+			n, _ := r.GetInt(0, 0)
+			t.total = n
+			r.Close()
+		}
+		label := name.db + "." + name.table
+		t.gDone, t.gTotal = s.m.snapshotDone.WithLabelValues(label), s.m.snapshotTotal.WithLabelValues(label)
+		t.gDone.Set(0)
+		t.gTotal.Set(float64(t.total))
+		bounds, err := l.boundaries(ctx, t)
+		if err != nil {
+			return err
+		}
+		var lo []any
+		for _, b := range bounds {
+			l.jobs = append(l.jobs, loadJob{t: t, lo: lo, hi: b})
+			lo = b
+		}
+		l.jobs = append(l.jobs, loadJob{t: t, lo: lo})
+		l.tables = append(l.tables, t)
+	}
+	return nil
+}
+
+// boundaries returns the key of every ChunkRows-th row.
+func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable) ([][]any, error) {
+	keys := strings.Join(t.keys, ", ")
+	from := quoteIdent(t.name.db) + "." + quoteIdent(t.name.table)
+	first := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s LIMIT 1 OFFSET %d", keys, from, keys, l.s.opts.Snapshot.ChunkRows-1)
+	cond, _ := keyAfter(t.keys)
+	next := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1 OFFSET %d", keys, from, cond, keys, l.s.opts.Snapshot.ChunkRows-1)
+	var out [][]any
+	var prev []any
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var r *gomysql.Result
+		var err error
+		if prev == nil {
+			r, err = l.control.Execute(first)
+		} else {
+			r, err = l.control.Execute(next, expandAfter(prev)...)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, err)
+		}
+		if len(r.Values) == 0 {
+			r.Close()
+			return out, nil
+		}
+		row := make([]any, len(t.keys))
+		for i, fv := range r.Values[0] {
+			row[i] = fieldValue(fv)
+		}
+		r.Close()
+		out = append(out, row)
+		prev = row
+	}
+}
+
+// keyAfter is the condition "key > (?, …)" over the key columns, spelled
+// as OR of prefixes so MySQL uses the index: k1 > ? OR (k1 = ? AND k2 > ?) ….
+func keyAfter(keys []string) (string, int) {
+	var ors []string
+	n := 0
+	for i := range keys {
+		var ands []string
+		for j := 0; j < i; j++ {
+			ands = append(ands, keys[j]+" = ?")
+		}
+		ands = append(ands, keys[i]+" > ?")
+		n += i + 1
+		ors = append(ors, "("+strings.Join(ands, " AND ")+")")
+	}
+	return "(" + strings.Join(ors, " OR ") + ")", n
+}
+
+// expandAfter lays out the arguments of keyAfter for key values v.
+func expandAfter(v []any) []any {
+	var args []any
+	for i := range v {
+		args = append(args, v[:i+1]...)
+	}
+	return args
+}
+
+// fieldValue turns a binary-protocol value into what converter.value reads.
+func fieldValue(fv gomysql.FieldValue) any {
+	switch fv.Type {
+	case gomysql.FieldValueTypeNull:
+		return nil
+	case gomysql.FieldValueTypeUnsigned:
+		return fv.AsUint64()
+	case gomysql.FieldValueTypeSigned:
+		return fv.AsInt64()
+	case gomysql.FieldValueTypeFloat:
+		return fv.AsFloat64()
+	}
+	return append([]byte(nil), fv.AsString()...)
+}
+
+// run reads the planned ranges on every reader until none is left.
+func (l *snapshotLoad) run(ctx context.Context) {
+	defer close(l.out)
+	barriers := pipeline.Batch{}
+	for _, t := range l.tables {
+		barriers.Records = append(barriers.Records, pipeline.Record{Op: pipeline.OpTruncate, Table: t.table, Snapshot: true,
+			EventTime: l.startAt.UTC(), Size: 128, Version: l.version(l.start.Pos, l.startFile(), barrierIndex)})
+	}
+	select {
+	case l.out <- barriers:
+	case <-ctx.Done():
+		return
+	}
+	var wg sync.WaitGroup
+	for _, r := range l.readers {
+		wg.Add(1)
+		go func(r *snapReader) {
+			defer wg.Done()
+			for {
+				job, ok := l.pop()
+				if !ok {
+					return
+				}
+				if err := l.read(ctx, r, job); err != nil {
+					l.fail(err)
+					return
+				}
+			}
+		}(r)
+	}
+	wg.Wait()
+}
+
+func (l *snapshotLoad) startFile() uint64 {
+	n, _ := fileNumber(l.start.File)
+	return n
+}
+
+func (l *snapshotLoad) version(pos uint32, file uint64, index uint64) pipeline.Version {
+	return pipeline.Version{l.start.Epoch, file, uint64(pos), index}
+}
+
+func (l *snapshotLoad) pop() (loadJob, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.jobs) == 0 || l.failed() {
+		return loadJob{}, false
+	}
+	j := l.jobs[0]
+	l.jobs = l.jobs[1:]
+	return j, true
+}
+
+// read copies one key range in the reader's snapshot transaction.
+func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) error {
+	t := job.t
+	var where []string
+	var args []any
+	if job.lo != nil {
+		cond, _ := keyAfter(t.keys)
+		where = append(where, cond)
+		args = append(args, expandAfter(job.lo)...)
+	}
+	if job.hi != nil {
+		cond, _ := keyAfter(t.keys)
+		where = append(where, "NOT "+cond)
+		args = append(args, expandAfter(job.hi)...)
+	}
+	q := "SELECT " + t.cols + " FROM " + quoteIdent(t.name.db) + "." + quoteIdent(t.name.table)
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY " + strings.Join(t.keys, ", ")
+	stmt, err := r.c.Prepare(q)
+	if err != nil {
+		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, err)
+	}
+	defer stmt.Close()
+	conv := converter{zeroNull: l.s.opts.ZeroDates == ZeroDatesNull, charsets: l.s.cs}
+	v := l.version(r.pos, r.file, snapshotRow)
+	batch := make([]pipeline.Record, 0, snapshotBatch)
+	var dead []pipeline.DeadLetter
+	flush := func() error {
+		if len(batch) == 0 && len(dead) == 0 {
+			return nil
+		}
+		b := pipeline.Batch{Records: batch, Dead: dead}
+		select {
+		case l.out <- b:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		t.done.Add(int64(len(batch)))
+		t.gDone.Set(float64(t.done.Load()))
+		batch, dead = make([]pipeline.Record, 0, snapshotBatch), nil
+		return nil
+	}
+	var result gomysql.Result
+	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
+		rec := pipeline.Record{Op: pipeline.OpRead, Table: t.table, Snapshot: true, EventTime: l.startAt.UTC(), Version: v}
+		rec.After = make([]any, len(row))
+		for i, fv := range row {
+			x, err := conv.value(&t.descs[i], fieldValue(fv), false)
+			if err != nil {
+				raw := make([]any, len(row))
+				for j := range row {
+					raw[j] = fieldValue(row[j])
+				}
+				dead = append(dead, snapshotLetter(t, v, raw, fmt.Errorf("column %s: %w", t.descs[i].name, err)))
+				return nil
+			}
+			rec.After[i] = x
+		}
+		rec.Size = pipeline.EstimateSize(&rec)
+		batch = append(batch, rec)
+		if len(batch) >= snapshotBatch {
+			return flush()
+		}
+		return nil
+	}, nil, args...)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, err)
+	}
+	return flush()
+}
+
+func snapshotLetter(t *loadTable, v pipeline.Version, raw []any, err error) pipeline.DeadLetter {
+	d := &decoder{}
+	sh := &shape{table: t.table}
+	letter := d.letter(sh, pipeline.OpRead, v, [][]any{raw}, err)
+	return letter
+}
+
+func (l *snapshotLoad) fail(err error) {
+	l.errMu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.errMu.Unlock()
+}
+
+func (l *snapshotLoad) failed() bool {
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	return l.err != nil
+}
+
+// next returns the next batch of the load; ok is false once it is
+// complete.
+func (l *snapshotLoad) next(ctx context.Context) (b pipeline.Batch, ok bool, err error) {
+	select {
+	case b, ok := <-l.out:
+		if !ok {
+			l.errMu.Lock()
+			defer l.errMu.Unlock()
+			return pipeline.Batch{}, false, l.err
+		}
+		return b, true, nil
+	case <-ctx.Done():
+		return pipeline.Batch{}, false, ctx.Err()
+	}
+}
+
+// close ends the reader transactions and connections.
+func (l *snapshotLoad) close() {
+	l.closeOnce.Do(func() {
+		for _, r := range l.readers {
+			closeQuietly(r.c)
+		}
+		if l.control != nil {
+			closeQuietly(l.control)
+		}
+	})
+}
+
+func closeQuietly(c *client.Conn) {
+	if c != nil {
+		_ = c.Close()
+	}
+}
+
+// progress reports rows done per table.
+func (l *snapshotLoad) progress() []pipeline.TableStatus {
+	out := make([]pipeline.TableStatus, 0, len(l.tables))
+	for _, t := range l.tables {
+		out = append(out, pipeline.TableStatus{Table: t.name.db + "." + t.name.table, RowsDone: t.done.Load(), RowsTotal: t.total})
+	}
+	return out
+}
+

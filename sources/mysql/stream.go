@@ -1,0 +1,302 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// streamer owns the binlog connection: one goroutine reads events, decodes
+// them and queues transactions for Read. go-mysql's own retry is off
+// (DisableRetrySync): it would resume in the middle of a transaction from
+// the set it last saw. The streamer reconnects itself from the GTID set of
+// the last whole transaction it decoded.
+type streamer struct {
+	s   *Source
+	log *zap.Logger
+	dec *decoder
+
+	out  chan txItem
+	done chan struct{}
+
+	errMu sync.Mutex
+	err   error
+}
+
+func newStreamer(s *Source, server string) *streamer {
+	dec := &decoder{flavor: s.flavor, server: server, shapes: s.shapes, chunk: txChunk, log: s.log,
+		conv: converter{zeroNull: s.opts.ZeroDates == ZeroDatesNull, charsets: s.cs}, captured: s.tables,
+		ignoreDDL: s.isIgnoredDDL, onDDL: s.m.ddl.Inc}
+	return &streamer{s: s, log: s.log, dec: dec, out: make(chan txItem, streamBuffer), done: make(chan struct{})}
+}
+
+func (st *streamer) failure() error {
+	st.errMu.Lock()
+	defer st.errMu.Unlock()
+	return st.err
+}
+
+func (st *streamer) fail(err error) {
+	st.errMu.Lock()
+	st.err = err
+	st.errMu.Unlock()
+}
+
+// run streams from `from` until ctx ends or a fatal error.
+func (st *streamer) run(ctx context.Context, from Position) {
+	defer close(st.done)
+	st.dec.epoch = from.Epoch
+	last := from
+	wait := st.s.opts.ReconnectInitial
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			st.s.m.reconnects.Inc()
+		}
+		progressed, err := st.session(ctx, &last)
+		st.setConnected(false)
+		if ctx.Err() != nil {
+			return
+		}
+		if pipeline.IsFatal(err) {
+			st.fail(err)
+			return
+		}
+		if progressed {
+			wait = st.s.opts.ReconnectInitial
+		}
+		st.log.Warn("binlog connection lost; reconnecting from the last whole transaction",
+			zap.Error(err), zap.String("gtid", last.GTID), zap.Duration("in", wait))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, st.s.opts.ReconnectMax)
+	}
+}
+
+// session runs one binlog connection. It returns whether any transaction
+// arrived, and why it ended.
+func (st *streamer) session(ctx context.Context, last *Position) (progressed bool, err error) {
+	s := st.s
+	gset, err := last.gtidSet()
+	if err != nil {
+		return false, pipeline.Fatal(err)
+	}
+	cfg := replication.BinlogSyncerConfig{
+		ServerID: s.opts.ServerID, Flavor: s.flavor, Host: s.host, Port: s.port, User: s.user, Password: s.pass,
+		TLSConfig: s.opts.TLS, HeartbeatPeriod: s.opts.HeartbeatInterval, ReadTimeout: s.opts.ReadTimeout,
+		DisableRetrySync: true, TimestampStringLocation: time.UTC, FillZeroLogPos: s.flavor == FlavorMariaDB,
+		Logger: slogTo(st.log),
+	}
+	syncer := replication.NewBinlogSyncer(cfg)
+	defer syncer.Close()
+	stream, err := syncer.StartSyncGTID(gset)
+	if err != nil {
+		return false, classify(err, last)
+	}
+	st.setConnected(true)
+	st.dec.open = false // a transaction cut by the last connection arrives again whole
+	emit := func(it txItem) error {
+		select {
+		case st.out <- it:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if it.pos != nil {
+			*last = it.at
+			progressed = true
+		}
+		return nil
+	}
+	for {
+		ev, err := stream.GetEvent(ctx)
+		if err != nil {
+			return progressed, classify(err, last)
+		}
+		if err := st.dec.event(ev, emit); err != nil {
+			if ctx.Err() != nil {
+				return progressed, ctx.Err()
+			}
+			return progressed, pipeline.Fatal(err)
+		}
+	}
+}
+
+func (st *streamer) setConnected(up bool) {
+	s := st.s
+	s.mu.Lock()
+	s.connected = up
+	s.mu.Unlock()
+	if up {
+		s.m.connected.Set(1)
+	} else {
+		s.m.connected.Set(0)
+	}
+}
+
+// classify turns the server's refusal to serve a position into a fatal
+// error that says what to do; other errors are retried.
+func classify(err error, at *Position) error {
+	var me *gomysql.MyError
+	if errors.As(err, &me) && me.Code == gomysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+		return pipeline.Fatal(fmt.Errorf("%w: the server cannot send the binlog from the checkpoint (gtid %q): %s; "+
+			"the changes since are lost to this pipeline: take a new snapshot with sluice run --reset-offsets", errPurged, at.GTID, me.Message))
+	}
+	return err
+}
+
+// checkNotPurged fails when the server no longer has binlog the checkpoint
+// needs (Invariant 9: a gap is reported, never skipped).
+func checkNotPurged(c *client.Conn, srv *Server, p Position) error {
+	fail := func(oldest string) error {
+		return fmt.Errorf("%w: the checkpoint needs transactions after gtid %q, but the server purged them (its binlog now starts at %q); "+
+			"take a new snapshot with sluice run --reset-offsets, and raise binlog_expire_logs_seconds so the binlog outlives an outage",
+			errPurged, p.GTID, oldest)
+	}
+	if !srv.MariaDB {
+		r, err := c.Execute("SELECT GTID_SUBSET(@@GLOBAL.gtid_purged, ?), @@GLOBAL.gtid_purged", p.GTID)
+		if err != nil {
+			return fmt.Errorf("mysql source: compare the checkpoint with gtid_purged: %w", err)
+		}
+		defer r.Close()
+		if ok, _ := r.GetInt(0, 0); ok == 0 {
+			purged, _ := r.GetString(0, 1)
+			return fail(purged)
+		}
+		return nil
+	}
+	logs, err := c.Execute("SHOW BINARY LOGS")
+	if err != nil || len(logs.Values) == 0 {
+		return nil // no list: the stream's own error reports a gap
+	}
+	first, _ := logs.GetString(0, 0)
+	logs.Close()
+	r, err := c.Execute("SELECT IFNULL(BINLOG_GTID_POS(?, 4), '')", first)
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	startText, _ := r.GetString(0, 0)
+	oldest, err1 := gomysql.ParseMariadbGTIDSet(startText)
+	have, err2 := gomysql.ParseMariadbGTIDSet(p.GTID)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	o, h := oldest.(*gomysql.MariadbGTIDSet), have.(*gomysql.MariadbGTIDSet)
+	for domain, g := range o.Sets {
+		if mine := h.Sets[domain]; mine == nil || mine.SequenceNumber < g.SequenceNumber {
+			return fail(startText)
+		}
+	}
+	return nil
+}
+
+// currentPosition is the server's binlog end: where a stream without a
+// snapshot starts.
+func currentPosition(c *client.Conn, srv *Server) (Position, error) {
+	r, err := c.Execute(binlogStatusQuery(srv))
+	if err != nil {
+		return Position{}, fmt.Errorf("mysql source: read the binlog position: %w", err)
+	}
+	defer r.Close()
+	if len(r.Values) == 0 {
+		return Position{}, errors.New("mysql source: the server reports no binlog position: is log_bin on?")
+	}
+	file, _ := r.GetString(0, 0)
+	pos, _ := r.GetUint(0, 1)
+	p := Position{Flavor: FlavorMySQL, File: file, Pos: uint32(pos)}
+	if srv.MariaDB {
+		p.Flavor = FlavorMariaDB
+		g, err := c.Execute("SELECT @@GLOBAL.gtid_binlog_pos")
+		if err != nil {
+			return Position{}, fmt.Errorf("mysql source: read gtid_binlog_pos: %w", err)
+		}
+		p.GTID, _ = g.GetString(0, 0)
+		g.Close()
+	} else {
+		p.GTID, _ = r.GetString(0, 4)
+	}
+	return p, p.Validate()
+}
+
+// poll refreshes the lag metrics from the server's binlog position.
+func (s *Source) poll(ctx context.Context) {
+	var c *client.Conn
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	t := time.NewTicker(s.opts.StatusInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c == nil {
+			var err error
+			if c, err = s.connect(ctx); err != nil {
+				continue
+			}
+		}
+		lag, err := s.lagBytesNow(c)
+		if err != nil {
+			c.Close()
+			c = nil
+			continue
+		}
+		s.mu.Lock()
+		s.lagBytes = lag
+		last := s.lastEventTime
+		s.mu.Unlock()
+		s.m.lagBytes.Set(float64(lag))
+		switch {
+		case lag == 0 || last.IsZero():
+			s.m.lagSeconds.Set(0)
+		default:
+			s.m.lagSeconds.Set(time.Since(last).Seconds())
+		}
+	}
+}
+
+// lagBytesNow is the binlog bytes between the last transaction received
+// and the server's current position.
+func (s *Source) lagBytesNow(c *client.Conn) (int64, error) {
+	s.mu.Lock()
+	at := s.received
+	s.mu.Unlock()
+	if at.File == "" {
+		at = s.start
+	}
+	r, err := c.Execute("SHOW BINARY LOGS")
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	var lag int64
+	counting := false
+	for i := range r.Values {
+		name, _ := r.GetString(i, 0)
+		size, _ := r.GetInt(i, 1)
+		switch {
+		case name == at.File:
+			counting = true
+			lag += size - int64(at.Pos)
+		case counting:
+			lag += size
+		}
+	}
+	return max(lag, 0), nil
+}
