@@ -47,7 +47,7 @@ func catalogDescs(c *client.Conn, db, table string) ([]colDesc, error) {
 	out := make([]colDesc, len(r.Values))
 	for i := range r.Values {
 		d := &out[i]
-		str := func(col int) string { s, _ := r.GetString(i, col); return s }
+		str := func(col int) string { s, _ := getString(r, i, col); return s }
 		num := func(col int) int { n, _ := r.GetInt(i, col); return int(n) }
 		d.name = str(0)
 		dataType, colType := strings.ToLower(str(1)), strings.ToLower(str(2))
@@ -89,7 +89,7 @@ func catalogDescs(c *client.Conn, db, table string) ([]colDesc, error) {
 	}
 	defer keys.Close()
 	for i := range keys.Values {
-		col, _ := keys.GetStringByName(i, "Column_name")
+		col, _ := getStringByName(keys, i, "Column_name")
 		seq, _ := keys.GetIntByName(i, "Seq_in_index")
 		for j := range out {
 			if out[j].name == col {

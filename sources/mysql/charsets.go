@@ -37,7 +37,7 @@ func loadCharsets(c *client.Conn) (*charsets, error) {
 		if err != nil {
 			continue
 		}
-		name, _ := r.GetString(i, 1)
+		name, _ := getString(r, i, 1)
 		cs.byCollation[id] = strings.ToLower(name)
 	}
 	r2, err := c.Execute("SELECT CHARACTER_SET_NAME, MAXLEN FROM information_schema.CHARACTER_SETS")
@@ -47,8 +47,8 @@ func loadCharsets(c *client.Conn) (*charsets, error) {
 	defer r2.Close()
 	cs.maxLens = make(map[string]int, len(r2.Values))
 	for i := range r2.Values {
-		name, _ := r2.GetString(i, 0)
-		n, err := r2.GetInt(i, 1)
+		name, _ := getString(r2, i, 0)
+		n, err := r2.GetUint(i, 1)
 		if err == nil && n > 0 {
 			cs.maxLens[strings.ToLower(name)] = int(n)
 		}

@@ -174,8 +174,8 @@ func variables(c *client.Conn, names ...string) (map[string]string, error) {
 	defer r.Close()
 	out := map[string]string{}
 	for i := range r.Values {
-		name, _ := r.GetString(i, 0)
-		val, _ := r.GetString(i, 1)
+		name, _ := getString(r, i, 0)
+		val, _ := getString(r, i, 1)
 		out[strings.ToLower(name)] = val
 	}
 	return out, nil
@@ -248,7 +248,7 @@ func checkGrants(c *client.Conn, srv *Server) []string {
 	defer r.Close()
 	slave := false
 	for i := range r.Values {
-		g, _ := r.GetString(i, 0)
+		g, _ := getString(r, i, 0)
 		g = strings.ToUpper(g)
 		if strings.Contains(g, "ON *.*") && (strings.Contains(g, "ALL PRIVILEGES") || strings.Contains(g, "REPLICATION SLAVE")) {
 			slave = true
@@ -279,7 +279,7 @@ func currentUser(c *client.Conn) (string, error) {
 		return "", err
 	}
 	defer r.Close()
-	u, err := r.GetString(0, 0)
+	u, err := getString(r, 0, 0)
 	if err != nil {
 		return "", err
 	}

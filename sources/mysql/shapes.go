@@ -176,6 +176,8 @@ func (s *shapes) descs(tm *replication.TableMapEvent) ([]colDesc, error) {
 			d.length = int(meta>>8)*8 + int(meta&0xff)
 		case gomysql.MYSQL_TYPE_VARCHAR:
 			d.length = int(meta)
+		case gomysql.MYSQL_TYPE_ENUM, gomysql.MYSQL_TYPE_SET:
+			d.length = 0 // the metadata held the storage size, not a length
 		}
 		switch tm.ColumnType[i] {
 		case gomysql.MYSQL_TYPE_TIMESTAMP2, gomysql.MYSQL_TYPE_DATETIME2, gomysql.MYSQL_TYPE_TIME2:

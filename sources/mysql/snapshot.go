@@ -137,7 +137,7 @@ func (l *snapshotLoad) begin(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("mysql source: BINLOG_GTID_POS(%s, %d): %w", file, first.pos, err)
 		}
-		gtid, _ := res.GetString(0, 0)
+		gtid, _ := getString(res, 0, 0)
 		res.Close()
 		l.start = Position{Flavor: FlavorMariaDB, GTID: gtid, File: file, Pos: first.pos}
 	}
@@ -173,8 +173,8 @@ func (l *snapshotLoad) openReader(ctx context.Context) (*snapReader, error) {
 	defer res.Close()
 	var file string
 	for i := range res.Values {
-		name, _ := res.GetString(i, 0)
-		val, _ := res.GetString(i, 1)
+		name, _ := getString(res, i, 0)
+		val, _ := getString(res, i, 1)
 		switch strings.ToLower(name) {
 		case "binlog_snapshot_file":
 			file = val

@@ -170,7 +170,7 @@ func checkNotPurged(c *client.Conn, srv *Server, p Position) error {
 		}
 		defer r.Close()
 		if ok, _ := r.GetInt(0, 0); ok == 0 {
-			purged, _ := r.GetString(0, 1)
+			purged, _ := getString(r, 0, 1)
 			return fail(purged)
 		}
 		return nil
@@ -179,14 +179,14 @@ func checkNotPurged(c *client.Conn, srv *Server, p Position) error {
 	if err != nil || len(logs.Values) == 0 {
 		return nil // no list: the stream's own error reports a gap
 	}
-	first, _ := logs.GetString(0, 0)
+	first, _ := getString(logs, 0, 0)
 	logs.Close()
 	r, err := c.Execute("SELECT IFNULL(BINLOG_GTID_POS(?, 4), '')", first)
 	if err != nil {
 		return nil
 	}
 	defer r.Close()
-	startText, _ := r.GetString(0, 0)
+	startText, _ := getString(r, 0, 0)
 	oldest, err1 := gomysql.ParseMariadbGTIDSet(startText)
 	have, err2 := gomysql.ParseMariadbGTIDSet(p.GTID)
 	if err1 != nil || err2 != nil {
@@ -212,7 +212,7 @@ func currentPosition(c *client.Conn, srv *Server) (Position, error) {
 	if len(r.Values) == 0 {
 		return Position{}, errors.New("mysql source: the server reports no binlog position: is log_bin on?")
 	}
-	file, _ := r.GetString(0, 0)
+	file, _ := getString(r, 0, 0)
 	pos, _ := r.GetUint(0, 1)
 	p := Position{Flavor: FlavorMySQL, File: file, Pos: uint32(pos)}
 	if srv.MariaDB {
@@ -221,10 +221,10 @@ func currentPosition(c *client.Conn, srv *Server) (Position, error) {
 		if err != nil {
 			return Position{}, fmt.Errorf("mysql source: read gtid_binlog_pos: %w", err)
 		}
-		p.GTID, _ = g.GetString(0, 0)
+		p.GTID, _ = getString(g, 0, 0)
 		g.Close()
 	} else {
-		p.GTID, _ = r.GetString(0, 4)
+		p.GTID, _ = getString(r, 0, 4)
 	}
 	return p, p.Validate()
 }
@@ -288,7 +288,7 @@ func (s *Source) lagBytesNow(c *client.Conn) (int64, error) {
 	var lag int64
 	counting := false
 	for i := range r.Values {
-		name, _ := r.GetString(i, 0)
+		name, _ := getString(r, i, 0)
 		size, _ := r.GetInt(i, 1)
 		switch {
 		case name == at.File:

@@ -322,3 +322,16 @@ func fraction(s string) (int, bool) {
 	}
 	return n, ok
 }
+
+// getString reads a result cell as a string of its own: go-mysql's
+// GetString aliases the connection's packet buffer, which the next query
+// overwrites.
+func getString(r *gomysql.Result, row, col int) (string, error) {
+	s, err := r.GetString(row, col)
+	return strings.Clone(s), err
+}
+
+func getStringByName(r *gomysql.Result, row int, name string) (string, error) {
+	s, err := r.GetStringByName(row, name)
+	return strings.Clone(s), err
+}
