@@ -197,12 +197,12 @@ sinks:
 		{
 			name: "no source kind",
 			src:  "pipeline: shop\nsource: {}\nsinks:\n  - duckdb: {path: x}\n",
-			want: []string{`pipe.yaml:2:9: source: expected exactly one of generate, postgres, got none (hint: add one of: generate, postgres)`},
+			want: []string{`pipe.yaml:2:9: source: expected exactly one of generate, mysql, postgres, got none (hint: add one of: generate, mysql, postgres)`},
 		},
 		{
 			name: "both source kinds",
 			src:  "pipeline: shop\nsource:\n  generate: {}\n  postgres: {dsn: 'host=h', tables: [t]}\nsinks:\n  - duckdb: {path: x}\n",
-			want: []string{`pipe.yaml:4:3: source: only one of generate, postgres may be set, but generate is set too (hint: remove all but one)`},
+			want: []string{`pipe.yaml:4:3: source: only one of generate, mysql, postgres may be set, but generate is set too (hint: remove all but one)`},
 		},
 		{
 			name: "unknown source kind",

@@ -18,7 +18,7 @@ const configsDir = "../configs"
 
 // testEnv is the environment the shipped configs are validated with.
 var testEnv = map[string]string{"PG_PASSWORD": "not-a-real-password", "KAFKA_PASSWORD": "not-a-real-password",
-	"SCHEMA_REGISTRY_PASSWORD": "not-a-real-password"}
+	"SCHEMA_REGISTRY_PASSWORD": "not-a-real-password", "MYSQL_PASSWORD": "not-a-real-password"}
 
 // schemaPaths lists every YAML key path of t ("sinks[].duckdb.path").
 func schemaPaths(prefix string, t reflect.Type, out map[string]bool) {
@@ -156,15 +156,22 @@ func TestReferenceComplete(t *testing.T) {
 		}
 	}
 
-	// As shipped it is valid; with the generate alternative uncommented the
-	// only problem is that two sources are set, so that block is valid too.
+	// As shipped it is valid; with the alternative sources uncommented the
+	// only problems are that several sources are set, so those blocks are
+	// valid too.
 	if _, err := Parse("reference.yaml", raw, env(testEnv)); err != nil {
 		t.Errorf("reference.yaml:\n%v", err)
 	}
 	_, err = Parse("reference.yaml", []byte(full), env(testEnv))
 	var es *Errors
-	if !errors.As(err, &es) || len(es.List) != 1 || !strings.Contains(es.List[0].Msg, "only one of generate, postgres") {
-		t.Errorf("reference.yaml with generate uncommented: %v", err)
+	// Two alternatives (generate and mysql) sit next to postgres.
+	if !errors.As(err, &es) || len(es.List) != 2 {
+		t.Fatalf("reference.yaml with the alternatives uncommented: %v", err)
+	}
+	for _, e := range es.List {
+		if !strings.Contains(e.Msg, "only one of generate, mysql, postgres") {
+			t.Errorf("reference.yaml with the alternatives uncommented: %v", err)
+		}
 	}
 }
 

@@ -33,6 +33,9 @@ func (d *decoder) validate(c *Config) {
 				"entries left out default to insert 30, update 60, delete 10; make the three add up to 100")
 		}
 	}
+	if m := c.Source.MySQL; m != nil {
+		d.validateMySQL(m)
+	}
 	if p := c.Source.Postgres; p != nil {
 		d.validatePostgres(c, p)
 	}
@@ -53,6 +56,9 @@ func (d *decoder) validate(c *Config) {
 	d.validateKafkaDLQ("dlq.kafka", c.DLQ.Kafka)
 	d.checkOrder("source.postgres.reconnect_backoff", c.Source.Postgres != nil, func() (a, b Duration) {
 		return c.Source.Postgres.ReconnectBackoff.Initial, c.Source.Postgres.ReconnectBackoff.Max
+	})
+	d.checkOrder("source.mysql.reconnect_backoff", c.Source.MySQL != nil, func() (a, b Duration) {
+		return c.Source.MySQL.ReconnectBackoff.Initial, c.Source.MySQL.ReconnectBackoff.Max
 	})
 	d.checkOrder("runtime.retry", true, func() (a, b Duration) { return c.Runtime.Retry.Initial, c.Runtime.Retry.Max })
 	r := c.Runtime
@@ -96,6 +102,33 @@ func (d *decoder) checkOrder(path string, present bool, get func() (a, b Duratio
 	if a, b := get(); a > b {
 		d.errAt(path+".initial", fmt.Sprintf("initial delay %s is longer than max %s", a, b),
 			"lower initial or raise max")
+	}
+}
+
+func (d *decoder) validateMySQL(m *MySQLSource) {
+	const base = "source.mysql"
+	seen := map[string]int{}
+	for i, t := range m.Tables {
+		path := index(base+".tables", i)
+		if d.failed(path) {
+			continue
+		}
+		parts := strings.Split(t, ".")
+		if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+			d.errAt(path, "invalid table name "+d.named(d.node(path), nil), `write "database.table"`)
+			continue
+		}
+		if j, dup := seen[t]; dup {
+			d.errAt(path, fmt.Sprintf("table listed twice (also tables[%d])", j), "remove the duplicate")
+			continue
+		}
+		seen[t] = i
+	}
+	for i, t := range m.IgnoreDDLTables {
+		path := index(base+".ignore_ddl_tables", i)
+		if _, listed := seen[t]; !listed && !d.bad[base+".tables"] && !d.failed(path) {
+			d.errAt(path, "table is not in source.mysql.tables", "add it to tables or remove it here")
+		}
 	}
 }
 

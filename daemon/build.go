@@ -22,6 +22,7 @@ import (
 	redissink "github.com/sluice-cdc/sluice/sinks/redis"
 	"github.com/sluice-cdc/sluice/sinks/search"
 	"github.com/sluice-cdc/sluice/sources/generate"
+	"github.com/sluice-cdc/sluice/sources/mysql"
 	"github.com/sluice-cdc/sluice/sources/postgres"
 )
 
@@ -50,8 +51,30 @@ func buildSource(cfg *config.Config, flags RunFlags, log *zap.Logger, reg promet
 		opts.Snapshot.Parallel = p.Snapshot.Parallel
 		opts.Snapshot.ChunkRows = int(p.Snapshot.ChunkRows)
 		return postgres.New(opts, log.Named("postgres"), reg)
+	case cfg.Source.MySQL != nil:
+		return buildMySQL(cfg, log, reg)
 	}
 	return nil, fmt.Errorf("config: no source configured")
+}
+
+func buildMySQL(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) (pipeline.Source, error) {
+	m := cfg.Source.MySQL
+	opts := mysql.Options{
+		Pipeline: cfg.Pipeline, DSN: m.DSN, Password: m.Password, Tables: m.Tables, ServerID: uint32(m.ServerID),
+		HeartbeatInterval: m.HeartbeatInterval.Std(), ReadTimeout: m.ReadTimeout.Std(), StatusInterval: m.StatusInterval.Std(),
+		ZeroDates: m.ZeroDates, IgnoreDDLTables: m.IgnoreDDLTables,
+		ReconnectInitial: m.ReconnectBackoff.Initial.Std(), ReconnectMax: m.ReconnectBackoff.Max.Std(),
+		Snapshot: mysql.SnapshotOptions{Mode: m.Snapshot.Mode, Parallel: m.Snapshot.Parallel, ChunkRows: int(m.Snapshot.ChunkRows),
+			Lock: m.Snapshot.Lock},
+	}
+	if t := m.TLS; t.Enabled {
+		tc, err := tlsconf.Config(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
+		if err != nil {
+			return nil, &pipeline.OpenError{What: "source mysql tls", Err: err}
+		}
+		opts.TLS = tc
+	}
+	return mysql.New(opts, log.Named("mysql"), reg)
 }
 
 // buildSinks makes the configured sinks.

@@ -68,11 +68,10 @@
 // # Versions and writes
 //
 // Every document is written with the bulk API and an external version
-// (the layout is in version.go: external = LSN << 12 | index within the
-// transaction; versions whose index saturates the 12 bits are compared
-// exactly against the stored _sluice_version first and written with
-// external_gte; versions of another form, or an LSN of 2^51 or more, fail
-// the Write with a Fatal error). Write folds the batch to the newest
+// (the layouts are in version.go: Postgres LSN << 12 | index within the
+// transaction; MySQL epoch, binlog file, offset and row index; versions
+// that saturate a field are compared exactly against the stored
+// _sluice_version first and written with external_gte). Write folds the batch to the newest
 // change per key (sinks/upsert), runs the batch's truncates, then sends
 // the documents in bulk requests of at most BulkMaxBytes, two at a time,
 // and returns nil only when every item was answered: with translog

@@ -51,12 +51,46 @@ func TestExternalVersionOrder(t *testing.T) {
 			t.Fatalf("negative external version")
 		}
 	}
-	for _, v := range []pipeline.Version{{1, 0, 0, 0}, {0, 0, 1, 0}, {0, maxLSN + 1, 0, 0}} {
-		if _, _, err := external(v); err == nil {
-			t.Errorf("%s packed", v)
-		}
+	if _, sat, _ := external(pipeline.Version{0, maxLSN + 1, 0, 0}); !sat {
+		t.Errorf("an LSN beyond 51 bits does not saturate")
 	}
 	if ext, sat, _ := external(pipeline.Version{0, 0x16B3748, 0, 3}); ext != 0x16B3748<<12|3 || sat {
+		t.Errorf("ext = %#x %v", ext, sat)
+	}
+}
+
+// TestExternalVersionOrderMySQL checks the MySQL layout the same way,
+// across epochs, binlog files, offsets and row indexes, including
+// components beyond their fields.
+func TestExternalVersionOrderMySQL(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var vs []pipeline.Version
+	for range 5000 {
+		v := pipeline.Version{rng.Uint64N(3), 1 + rng.Uint64N(5), 4 + rng.Uint64N(1<<20), rng.Uint64N(maxIndex + 10)}
+		switch rng.IntN(8) {
+		case 0:
+			v[0] = 7 + rng.Uint64N(3)
+		case 1:
+			v[1] = 1<<16 - 2 + rng.Uint64N(4)
+		case 2:
+			v[2] = 1<<32 - 2 + rng.Uint64N(4)
+		}
+		vs = append(vs, v)
+	}
+	sort.Slice(vs, func(a, b int) bool { return vs[a].Less(vs[b]) })
+	for i := 1; i < len(vs); i++ {
+		a, satA, _ := external(vs[i-1])
+		b, _, _ := external(vs[i])
+		switch {
+		case a > b:
+			t.Fatalf("%s → %d but %s → %d", vs[i-1], a, vs[i], b)
+		case a == b && !satA && vs[i-1] != vs[i]:
+			t.Fatalf("%s and %s share %d without saturating", vs[i-1], vs[i], a)
+		case a < 0 || b < 0:
+			t.Fatalf("negative external version")
+		}
+	}
+	if ext, sat, _ := external(pipeline.Version{1, 3, 1234, 5}); ext != 1<<60|3<<44|1234<<12|5 || sat {
 		t.Errorf("ext = %#x %v", ext, sat)
 	}
 }

@@ -20,14 +20,14 @@ import (
 const (
 	// ZeroDatesNull delivers them as NULL; date columns are then nullable
 	// in the record model whatever they declare.
-	ZeroDatesNull = "null"
+	ZeroDatesNull = "as_null"
 	// ZeroDatesDeadLetter sends the change holding one to the dead-letter
 	// queue with its raw row, and the pipeline goes on.
 	ZeroDatesDeadLetter = "dead_letter"
 )
 
 // errZeroDate is the reason a zero date dead-letters a change.
-var errZeroDate = errors.New("zero date (e.g. 0000-00-00) cannot be represented; set zero_dates: null to deliver it as NULL")
+var errZeroDate = errors.New("zero date (e.g. 0000-00-00) cannot be represented; set zero_dates: as_null to deliver it as NULL")
 
 // converter turns decoded values into record-model values (see column).
 // Binlog values come from go-mysql's row decoder (ParseTime off, decimals
