@@ -100,7 +100,7 @@ func catalogDescs(c *client.Conn, db, table string) ([]colDesc, error) {
 	return out, nil
 }
 
-// parseLabels reads the labels of "enum('a','b''c')" or "set(…)".
+// parseLabels reads the labels of "enum('a','b”c')" or "set(…)".
 func parseLabels(colType string) ([]string, error) {
 	open, end := strings.IndexByte(colType, '('), strings.LastIndexByte(colType, ')')
 	if open < 0 || end < open {

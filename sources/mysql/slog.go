@@ -42,7 +42,9 @@ func (h zapHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return n
 }
 
-func (h zapHandler) WithGroup(name string) slog.Handler { return zapHandler{log: h.log.Named(name), attrs: h.attrs} }
+func (h zapHandler) WithGroup(name string) slog.Handler {
+	return zapHandler{log: h.log.Named(name), attrs: h.attrs}
+}
 
 func zapLevel(l slog.Level) zapcore.Level {
 	switch {

@@ -332,4 +332,3 @@ func (l *snapshotLoad) progress() []pipeline.TableStatus {
 	}
 	return out
 }
-
