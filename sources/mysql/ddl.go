@@ -44,7 +44,18 @@ func classifyDDL(sql, defaultDB string) ddl {
 	if len(t.words) == 0 {
 		return ddl{Kind: ddlOther}
 	}
+	t.i = 1
 	switch t.upper(0) {
+	case "SET":
+		// MariaDB: SET STATEMENT var=value[, …] FOR <statement>.
+		if t.upper(1) == "STATEMENT" {
+			for i := 2; i < len(t.words); i++ {
+				if t.depth[i] == 0 && t.upper(i) == "FOR" {
+					return classifyDDL(t.rest(i+1), defaultDB)
+				}
+			}
+		}
+		return ddl{Kind: ddlOther}
 	case "TRUNCATE":
 		t.skip("TABLE")
 		if n, ok := t.name(); ok {
@@ -142,7 +153,7 @@ func classifyDDL(sql, defaultDB string) ddl {
 		}
 		return ddl{Kind: ddlRename, Tables: from, Renamed: to}
 	case "GRANT", "REVOKE", "SAVEPOINT", "ROLLBACK", "RELEASE", "XA", "FLUSH", "ANALYZE", "OPTIMIZE", "REPAIR",
-		"CHECK", "SET", "INSTALL", "UNINSTALL", "DO", "BEGIN", "COMMIT":
+		"CHECK", "INSTALL", "UNINSTALL", "DO", "BEGIN", "COMMIT":
 		return ddl{Kind: ddlOther}
 	}
 	return ddl{Kind: ddlUnknown}
@@ -182,6 +193,8 @@ func isOneOf(w string, set ...string) bool {
 // (backquotes removed), string literals, and punctuation, with comments
 // dropped and MySQL's executable comments /*! … */ kept as code.
 type tokens struct {
+	sql    string
+	starts []int // byte offset of each word in sql
 	words  []string
 	quoted []bool // the word was a `quoted` identifier
 	depth  []int  // parenthesis depth of each word
@@ -189,9 +202,11 @@ type tokens struct {
 }
 
 func tokenize(sql string) *tokens {
-	t := &tokens{}
+	t := &tokens{sql: sql}
 	depth := 0
+	var at int
 	add := func(w string, quoted bool) {
+		t.starts = append(t.starts, at)
 		t.words = append(t.words, w)
 		t.quoted = append(t.quoted, quoted)
 		t.depth = append(t.depth, depth)
@@ -199,6 +214,7 @@ func tokenize(sql string) *tokens {
 	s := sql
 	for i := 0; i < len(s); {
 		c := s[i]
+		at = i
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			i++
@@ -271,6 +287,14 @@ func tokenize(sql string) *tokens {
 		}
 	}
 	return t
+}
+
+// rest is the statement text from word i on.
+func (t *tokens) rest(i int) string {
+	if i >= len(t.words) {
+		return ""
+	}
+	return t.sql[t.starts[i]:]
 }
 
 func isWordByte(c byte) bool {

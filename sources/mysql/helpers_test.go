@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
@@ -104,4 +109,19 @@ func mustExec(t testing.TB, c *client.Conn, sqls ...string) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+}
+
+type replicationHeader = replication.EventHeader
+
+func testutilCounter(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+func nopLogger() *zap.Logger { return zap.NewNop() }
+
+func contains(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }

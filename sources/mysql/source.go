@@ -65,6 +65,10 @@ type Options struct {
 	// connection attempts; defaults 1s and 1m.
 	ReconnectInitial, ReconnectMax time.Duration
 	Snapshot                       SnapshotOptions
+	// StartGTID, with Snapshot.Mode SnapshotNever and no checkpoint,
+	// streams from this GTID set (MySQL) or position (MariaDB) instead of
+	// the server's current one: every transaction after it is read.
+	StartGTID string
 }
 
 // SnapshotOptions configure the initial load.
@@ -286,6 +290,15 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 		p, err := currentPosition(c, srv)
 		if err != nil {
 			return err
+		}
+		if s.opts.StartGTID != "" {
+			p = Position{Flavor: s.flavor, GTID: s.opts.StartGTID}
+			if err := p.Validate(); err != nil {
+				return fmt.Errorf("mysql source: start gtid: %w", err)
+			}
+			if err := checkNotPurged(c, srv, p); err != nil {
+				return err
+			}
 		}
 		p.Server = server
 		s.start, s.phase = p, "stream"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -181,12 +182,21 @@ func checkNotPurged(c *client.Conn, srv *Server, p Position) error {
 	}
 	first, _ := getString(logs, 0, 0)
 	logs.Close()
-	r, err := c.Execute("SELECT IFNULL(BINLOG_GTID_POS(?, 4), '')", first)
+	// The oldest binlog starts with a Gtid_list event: the last GTID of
+	// each domain before it, i.e. what was purged.
+	ev, err := c.Execute("SHOW BINLOG EVENTS IN '" + strings.ReplaceAll(first, "'", "''") + "' LIMIT 4")
 	if err != nil {
 		return nil
 	}
-	defer r.Close()
-	startText, _ := getString(r, 0, 0)
+	defer ev.Close()
+	startText := ""
+	for i := range ev.Values {
+		typ, _ := getStringByName(ev, i, "Event_type")
+		if strings.EqualFold(typ, "Gtid_list") {
+			info, _ := getStringByName(ev, i, "Info")
+			startText = strings.Trim(strings.TrimSpace(info), "[]")
+		}
+	}
 	oldest, err1 := gomysql.ParseMariadbGTIDSet(startText)
 	have, err2 := gomysql.ParseMariadbGTIDSet(p.GTID)
 	if err1 != nil || err2 != nil {

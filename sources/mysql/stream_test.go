@@ -1,0 +1,303 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/sourcetest"
+)
+
+func gtidNow(t testing.TB, c *client.Conn) string {
+	t.Helper()
+	r, err := c.Execute("SELECT @@GLOBAL.gtid_binlog_pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := getString(r, 0, 0)
+	return s
+}
+
+// streamFrom returns an opened source streaming db.t from gtid.
+func streamFrom(t *testing.T, m *harness.MariaDB, table, gtid string, from pipeline.Position, tweak func(*Options)) *Source {
+	return testSource(t, m, from, func(o *Options) {
+		o.Tables = []string{table}
+		o.Snapshot.Mode = SnapshotNever
+		o.StartGTID = gtid
+		if tweak != nil {
+			tweak(o)
+		}
+	})
+}
+
+func TestConformance(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE conf", "CREATE TABLE conf.t (id int PRIMARY KEY, v varchar(20))")
+	start := gtidNow(t, c)
+	opts := func(o *Options) {
+		o.Tables, o.Snapshot.Mode, o.StartGTID = []string{"conf.t"}, SnapshotNever, start
+		o.DSN = fmt.Sprintf("mysql://root@%s:%d", m.Host, m.Port)
+		o.HeartbeatInterval = time.Second
+	}
+	newSource := func(t *testing.T) pipeline.Source {
+		o := Options{Pipeline: "conformance"}
+		opts(&o)
+		s, err := New(o, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	sourcetest.Run(t, sourcetest.Config{
+		New: newSource,
+		Drive: func(t *testing.T) {
+			for i := 0; i < 60; i++ {
+				mustExec(t, c, "BEGIN",
+					fmt.Sprintf("INSERT INTO conf.t VALUES (%d, 'a%d')", i, i),
+					fmt.Sprintf("UPDATE conf.t SET v = 'b%d' WHERE id = %d", i, i/2),
+					"COMMIT")
+				if i%7 == 0 {
+					mustExec(t, c, fmt.Sprintf("DELETE FROM conf.t WHERE id = %d", i/3))
+				}
+			}
+		},
+		Records:     100,
+		ExactResume: true,
+		Blocking: func(t *testing.T) pipeline.Source {
+			o := Options{Pipeline: "conformance-idle"}
+			opts(&o)
+			o.StartGTID = gtidNow(t, c)
+			s, err := New(o, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	})
+}
+
+// bigInsert inserts rows [from, to) of db.big in one transaction, with a
+// value of pad bytes.
+func bigInsert(t *testing.T, c *client.Conn, table string, from, to int) { bigInsertPad(t, c, table, from, to, 0) }
+
+func bigInsertPad(t *testing.T, c *client.Conn, table string, from, to, pad int) {
+	t.Helper()
+	mustExec(t, c, "BEGIN")
+	for i := from; i < to; i += 1000 {
+		q := "INSERT INTO " + table + " VALUES "
+		for j := i; j < min(i+1000, to); j++ {
+			if j > i {
+				q += ","
+			}
+			q += fmt.Sprintf("(%d, 'row %d%s')", j, j, strings.Repeat("x", pad))
+		}
+		mustExec(t, c, q)
+	}
+	mustExec(t, c, "COMMIT")
+}
+
+// A crash between BEGIN and the commit of a large transaction (after some
+// of its chunks were handed over) restarts from the checkpoint before it:
+// the whole transaction arrives again, each row once, with the same
+// versions, and only its last chunk carries a position.
+func TestLargeTransactionAfterCrash(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE crash", "CREATE TABLE crash.big (id int PRIMARY KEY, v varchar(20))",
+		"INSERT INTO crash.big VALUES (-1, 'before')")
+	start := gtidNow(t, c)
+	mustExec(t, c, "INSERT INTO crash.big VALUES (-2, 'checkpoint')")
+	bigInsert(t, c, "crash.big", 0, 10000)
+
+	first := streamFrom(t, m, "crash.big", start, nil, nil)
+	recs, ckpt := readRecords(t, first, 1)
+	if len(recs) != 1 || ckpt == nil {
+		t.Fatalf("first transaction: %d records, position %s", len(recs), ckpt)
+	}
+	b, err := first.Read(ctx) // a chunk of the big transaction, no position
+	if err != nil || b.Pos != nil || len(b.Records) < txChunk {
+		t.Fatalf("chunk: %d records, pos %s, err %v", len(b.Records), b.Pos, err)
+	}
+	_ = first.Close(ctx) // the crash: nothing acknowledged past ckpt
+
+	again := testSource(t, m, ckpt, func(o *Options) { o.Tables = []string{"crash.big"} })
+	recs, last := readRecords(t, again, 10000)
+	seen := map[pipeline.Version]bool{}
+	for _, r := range recs {
+		if seen[r.Version] {
+			t.Fatalf("version %s twice", r.Version)
+		}
+		seen[r.Version] = true
+	}
+	if len(recs) != 10000 || last == nil {
+		t.Fatalf("after the restart: %d records, position %s", len(recs), last)
+	}
+	for i, r := range recs {
+		if r.Version[3] != uint64(rowBase+i) || r.After[0] != int64(i) {
+			t.Fatalf("record %d: version %s, id %v", i, r.Version, r.After[0])
+		}
+	}
+}
+
+// A connection cut in the middle of a large transaction reconnects from
+// the last whole transaction; rows already handed over are not handed over
+// again.
+func TestConnectionCutMidTransaction(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE cut", "CREATE TABLE cut.big (id int PRIMARY KEY, v varchar(200))")
+	start := gtidNow(t, c)
+	// Far more than the source buffers and the sockets hold, so the cut
+	// falls inside the transaction.
+	const rows = 150000
+	bigInsertPad(t, c, "cut.big", 0, rows, 150)
+	proxy := harness.ProxyT(t, net.JoinHostPort(m.Host, strconv.Itoa(m.Port)))
+	s := testSource(t, m, nil, func(o *Options) {
+		o.DSN = "mysql://root@" + proxy.Addr()
+		o.Tables, o.Snapshot.Mode, o.StartGTID = []string{"cut.big"}, SnapshotNever, start
+	})
+	b, err := s.Read(ctx)
+	if err != nil || b.Pos != nil {
+		t.Fatalf("first chunk: pos %s, err %v", b.Pos, err)
+	}
+	got := append([]pipeline.Record(nil), b.Records...)
+	proxy.Cut()
+	time.AfterFunc(500*time.Millisecond, proxy.Restore)
+	rest, last := readRecords(t, s, rows-len(got))
+	got = append(got, rest...)
+	if len(got) != rows || last == nil {
+		t.Fatalf("%d records, position %s", len(got), last)
+	}
+	for i, r := range got {
+		if r.Version[3] != uint64(rowBase+i) {
+			t.Fatalf("record %d has row index %d: a row was lost or repeated", i, r.Version[3]-rowBase)
+		}
+	}
+	if reconnects := testutilCounter(s.m.reconnects); reconnects < 1 {
+		t.Fatalf("no reconnect counted")
+	}
+}
+
+// Columns added and dropped mid-stream: a replay from a checkpoint older
+// than both changes decodes each event with the columns of its own time,
+// and each shape is a new generation of the table.
+func TestSchemaChangesReplay(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE ddl", "CREATE TABLE ddl.t (id int PRIMARY KEY, a varchar(10))")
+	start := gtidNow(t, c)
+	mustExec(t, c, "INSERT INTO ddl.t VALUES (1, 'one')",
+		"ALTER TABLE ddl.t ADD COLUMN b int NOT NULL DEFAULT 7",
+		"INSERT INTO ddl.t VALUES (2, 'two', 2)",
+		"ALTER TABLE ddl.t DROP COLUMN a",
+		"INSERT INTO ddl.t VALUES (3, 3)",
+		"TRUNCATE TABLE ddl.t",
+		"INSERT INTO ddl.t VALUES (4, 4)")
+	check := func(recs []pipeline.Record) {
+		t.Helper()
+		var names [][]string
+		var gens []int
+		for _, r := range recs {
+			var cols []string
+			for _, col := range r.Table.Columns {
+				cols = append(cols, col.Name)
+			}
+			names = append(names, cols)
+			gens = append(gens, r.Table.Generation)
+		}
+		want := fmt.Sprint([][]string{{"id", "a"}, {"id", "a", "b"}, {"id", "b"}, {"id", "b"}, {"id", "b"}})
+		if fmt.Sprint(names) != want || recs[3].Op != pipeline.OpTruncate {
+			t.Fatalf("shapes %v (want %s), ops %v", names, want, recs[3].Op)
+		}
+		if !(gens[0] < gens[1] && gens[1] < gens[2] && gens[2] == gens[4]) {
+			t.Fatalf("generations %v", gens)
+		}
+		if recs[1].After[2] != int64(2) || recs[2].After[1] != int64(3) {
+			t.Fatalf("values %v %v", recs[1].After, recs[2].After)
+		}
+	}
+	s := streamFrom(t, m, "ddl.t", start, nil, nil)
+	recs, _ := readRecords(t, s, 4)
+	check(recs)
+	if n := testutilCounter(s.m.ddl); n != 3 {
+		t.Fatalf("ddl_total = %v, want 3", n)
+	}
+	_ = s.Close(ctx)
+	// Replay from the oldest checkpoint with today's schema in the catalog.
+	replay := testSource(t, m, Position{Flavor: FlavorMariaDB, GTID: start, Server: "server_id=1"}.Encode(),
+		func(o *Options) { o.Tables = []string{"ddl.t"} })
+	recs, _ = readRecords(t, replay, 4)
+	check(recs)
+}
+
+// A statement the source cannot read that names a captured table stops
+// the pipeline with the statement and the position, unless the table is
+// listed as ignorable.
+func TestUnreadableDDL(t *testing.T) {
+	d := &decoder{captured: []tableName{{db: "shop", table: "t"}}, log: nopLogger(), file: "mysql-bin.000007"}
+	err := d.statement("FROBNICATE TABLE t WITH zeal", "shop", &replicationHeader{LogPos: 1234})
+	var de *DDLError
+	if !errors.As(err, &de) || !pipeline.IsFatal(err) || de.Position != "mysql-bin.000007:1234" ||
+		de.Statement != "FROBNICATE TABLE t WITH zeal" {
+		t.Fatalf("err = %v", err)
+	}
+	if err := d.statement("FROBNICATE TABLE other", "shop", &replicationHeader{LogPos: 1}); err != nil {
+		t.Fatalf("a statement about another table stopped the source: %v", err)
+	}
+	d.ignoreDDL = func(db, table string) bool { return db == "shop" && table == "t" }
+	if err := d.statement("FROBNICATE TABLE t", "shop", &replicationHeader{LogPos: 1}); err != nil {
+		t.Fatalf("ignorable table: %v", err)
+	}
+}
+
+// A checkpoint whose binlog was purged is reported at start with what to
+// do, never skipped.
+func TestPurgedBinlog(t *testing.T) {
+	m := harness.MariaDBT(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE p", "CREATE TABLE p.t (id int PRIMARY KEY)", "INSERT INTO p.t VALUES (1)")
+	old := gtidNow(t, c)
+	mustExec(t, c, "INSERT INTO p.t VALUES (2)", "FLUSH BINARY LOGS", "INSERT INTO p.t VALUES (3)", "FLUSH BINARY LOGS")
+	r, err := c.Execute("SHOW BINARY LOGS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := getString(r, len(r.Values)-1, 0)
+	// The server purges a file only once its binlog checkpoint has moved
+	// past it, which happens in the background: purge until it is gone.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mustExec(t, c, "PURGE BINARY LOGS TO '"+last+"'")
+		r, err := c.Execute("SHOW BINARY LOGS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Values) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d binlog files left after PURGE", len(r.Values))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	o := Options{Pipeline: "purged", DSN: fmt.Sprintf("mysql://root@%s:%d", m.Host, m.Port), Tables: []string{"p.t"}}
+	s, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Open(ctx, Position{Flavor: FlavorMariaDB, GTID: old, Server: "server_id=1"}.Encode())
+	if !errors.Is(err, errPurged) || !contains(err.Error(), "--reset-offsets", old) {
+		t.Fatalf("open from a purged checkpoint: %v", err)
+	}
+	_ = s.Close(context.Background())
+}
