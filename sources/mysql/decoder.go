@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -179,10 +180,35 @@ func (d *decoder) rows(e *replication.RowsEvent) error {
 			d.dead = append(d.dead, d.letter(sh, op, rec.Version, e.Rows[r:r+step], cerr))
 			continue
 		}
+		if op == pipeline.OpUpdate && keyChanged(sh.table.KeyIdx, rec.Before, rec.After) {
+			// A key change is the old key's delete, then the new key's
+			// insert (the record model's contract), each with its index.
+			del := rec
+			del.Op, del.After = pipeline.OpDelete, nil
+			del.Size = pipeline.EstimateSize(&del)
+			d.recs = append(d.recs, del)
+			rec.Op, rec.Before = pipeline.OpInsert, nil
+			j := d.nrows
+			d.nrows++
+			rec.Version = streamVersion(d.epoch, d.txFile, d.txStart, j)
+			if d.skipped(j) {
+				continue
+			}
+		}
 		rec.Size = pipeline.EstimateSize(&rec)
 		d.recs = append(d.recs, rec)
 	}
 	return nil
+}
+
+// keyChanged reports whether an update moved the row to another key.
+func keyChanged(keyIdx []int, before, after []any) bool {
+	for _, k := range keyIdx {
+		if !reflect.DeepEqual(before[k], after[k]) {
+			return true
+		}
+	}
+	return false
 }
 
 // image converts one row image. Columns the server left out (a session

@@ -146,9 +146,14 @@ func TestSnapshotUnsignedKeysAboveInt64(t *testing.T) {
 		t.Fatalf("snapshot read %d rows, want 100 (a range boundary lost or repeated rows)", n)
 	}
 	mustExec(t, c, fmt.Sprintf("UPDATE u.t SET v = 1000 WHERE id = %d", ^uint64(0)), fmt.Sprintf("DELETE FROM u.t WHERE id = %d", uint64(1)<<63),
-		fmt.Sprintf("INSERT INTO u.t VALUES (%d, 7)", uint64(1)<<63+1000))
-	recs, _ = readRecords(t, s, 3)
+		fmt.Sprintf("INSERT INTO u.t VALUES (%d, 7)", uint64(1)<<63+1000),
+		fmt.Sprintf("UPDATE u.t SET id = 5 WHERE id = %d", ^uint64(0)-1))
+	recs, _ = readRecords(t, s, 5)
 	rep.apply(recs)
+	// A key change is the old key's delete and the new key's insert.
+	if ops := fmt.Sprint(recs[len(recs)-2].Op, recs[len(recs)-1].Op); ops != "d c" {
+		t.Fatalf("key change arrived as %s", ops)
+	}
 	sameRows(t, rep.live(), selectAll(t, s, c, "u", "t"))
 }
 

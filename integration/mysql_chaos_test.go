@@ -1,0 +1,269 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/sinktest"
+	"github.com/sluice-cdc/sluice/sources/mysql"
+)
+
+const mysqlChaosSchema = `CREATE TABLE items (
+  id    BIGINT UNSIGNED PRIMARY KEY,
+  name  VARCHAR(100) NOT NULL,
+  qty   INT,
+  price DECIMAL(12,3),
+  ratio DOUBLE,
+  at    DATETIME(6),
+  day   DATE,
+  flag  TINYINT,
+  m     ENUM('sad','ok','happy'),
+  tags  SET('a','b','c'),
+  blob_ VARBINARY(32)
+);
+CREATE TABLE events (
+  a       INT,
+  b       VARCHAR(20),
+  payload TEXT,
+  n       BIGINT,
+  PRIMARY KEY (a, b)
+);
+INSERT INTO items SELECT seq, CONCAT('item ', seq), seq % 1000, (seq % 9973) / 7, seq / 3,
+  TIMESTAMPADD(MINUTE, seq, '2024-01-01 00:00:00'), DATE_ADD('2020-01-01', INTERVAL seq % 2000 DAY), seq % 2,
+  ELT(1 + seq % 3, 'sad', 'ok', 'happy'), ELT(1 + seq % 3, 'a', 'a,b', ''), UNHEX(MD5(seq))
+  FROM seq_1_to_ITEMS;
+INSERT INTO events SELECT seq % 500, CONCAT('k', seq DIV 500), REPEAT('p', seq % 50), seq FROM seq_1_to_EVENTS;`
+
+// mysqlWorkload keeps writing small transactions until ctx ends.
+func mysqlWorkload(ctx context.Context, addr string, maxID int64, writes *atomic.Int64) error {
+	c, err := client.Connect(addr, "root", "", "chaos")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rng := rand.New(rand.NewPCG(7, 11))
+	next := maxID
+	for ctx.Err() == nil {
+		id := 1 + rng.Int64N(next)
+		var stmts []string
+		switch n := rng.IntN(12); {
+		case n < 3:
+			next++
+			stmts = []string{fmt.Sprintf(`INSERT INTO items (id, name, qty, price, at, flag, m, tags)
+				VALUES (%d, 'new %d', %d, %d.125, NOW(6), 1, 'happy', 'c')`, next, next, rng.IntN(100), rng.IntN(1000))}
+		case n < 7:
+			stmts = []string{fmt.Sprintf(`UPDATE items SET qty = IFNULL(qty, 0) + 1, price = price + 0.001, m = 'ok', tags = 'b,c' WHERE id = %d`, id)}
+		case n < 8:
+			stmts = []string{fmt.Sprintf(`DELETE FROM items WHERE id = %d`, id)}
+		case n < 9:
+			// A primary-key update.
+			next++
+			stmts = []string{fmt.Sprintf(`UPDATE items SET id = %d WHERE id = %d`, next, id)}
+		case n < 10:
+			stmts = []string{fmt.Sprintf(`INSERT INTO events VALUES (%d, 'w%d', 'w', %d) ON DUPLICATE KEY UPDATE n = n + 1, payload = CONCAT(payload, 'x')`,
+				rng.IntN(600), rng.IntN(50), rng.Int64())}
+		default:
+			// A multi-statement transaction across both tables.
+			a := rng.IntN(500)
+			stmts = []string{"BEGIN", fmt.Sprintf(`UPDATE items SET name = CONCAT(name, '+') WHERE id BETWEEN %d AND %d`, id, id+20),
+				fmt.Sprintf(`DELETE FROM events WHERE a = %d ORDER BY b LIMIT 1`, a), "COMMIT"}
+		}
+		for _, q := range stmts {
+			if _, err := c.Execute(q); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		writes.Add(1)
+	}
+	return nil
+}
+
+// checkpointGTID reads the GTID position of the pipeline's checkpoint file
+// ("" when there is none yet).
+func checkpointGTID(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env struct {
+		Checkpoint pipeline.Checkpoint `json:"checkpoint"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return "" // a torn read of a file being replaced; the next poll sees the new one
+	}
+	p, err := mysql.ParsePosition(pipeline.Position(env.Checkpoint.Position))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.GTID
+}
+
+// gtidSeq is the sequence number of a single-domain MariaDB GTID position.
+func gtidSeq(t *testing.T, gtid string) uint64 {
+	t.Helper()
+	set, err := gomysql.ParseMariadbGTIDSet(gtid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq uint64
+	for _, g := range set.(*gomysql.MariadbGTIDSet).Sets {
+		seq = max(seq, g.SequenceNumber)
+	}
+	return seq
+}
+
+// assertSinkEqualsMySQL compares a captured table row by row with the
+// DuckDB sink.
+func assertSinkEqualsMySQL(t *testing.T, ctx context.Context, opts mysql.Options, duck, db, table string) int {
+	t.Helper()
+	shape, rows, err := mysql.TableRows(ctx, opts, db, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]any{}
+	for _, r := range rows {
+		want[sinktest.RowKey(shape, r)] = r
+	}
+	got := duckRows(t, ctx, duck, shape)
+	if diff := sinktest.Diff(shape, want, got); diff != "" {
+		t.Fatalf("%s.%s: DuckDB differs from MariaDB:\n%s", db, table, diff)
+	}
+	return len(want)
+}
+
+// 20 kill -9 of the real binary at random moments — during the initial
+// load and during the stream — under a concurrent write workload; the
+// DuckDB copy then equals MariaDB row by row.
+func TestKill9DuringLoadAndStreamMariaDB(t *testing.T) {
+	m := harness.MariaDBT(t)
+	ctx := context.Background()
+	const items, events = 120000, 30000
+	if err := m.CreateDatabase(ctx, "chaos"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Exec(ctx, "chaos", strings.Split(strings.NewReplacer("ITEMS", fmt.Sprint(items), "EVENTS", fmt.Sprint(events)).Replace(mysqlChaosSchema), ";\n")...); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
+	dsn := "mysql://root@" + addr
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "my.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`pipeline: mychaos
+source:
+  mysql:
+    dsn: %s
+    tables: [chaos.items, chaos.events]
+    heartbeat_interval: 1s
+    status_interval: 1s
+    snapshot: {parallel: 2, chunk_rows: 20000}
+sinks:
+  - duckdb: {path: ./sink.duckdb}
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: 100ms}
+`, dsn)), 0o644)
+	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
+
+	wctx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	var writes atomic.Int64
+	workErr := make(chan error, 1)
+	go func() { workErr <- mysqlWorkload(wctx, addr, items, &writes) }()
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+	loadKills, streamKills := 0, 0
+	for attempt := 0; loadKills < 10 && attempt < 40; attempt++ {
+		d := startDaemon(t, cfg)
+		d.waitAddr(t, 2*time.Minute)
+		time.Sleep(time.Duration(50+rng.IntN(1000)) * time.Millisecond) // a random moment
+		d.signal(syscall.SIGKILL)
+		<-d.done
+		// No checkpoint yet means the kill landed before the load finished.
+		if checkpointGTID(t, checkpoint) == "" {
+			loadKills++
+		} else {
+			streamKills++
+			break
+		}
+	}
+	for streamKills < 20-loadKills {
+		d := startDaemon(t, cfg)
+		d.waitAddr(t, 2*time.Minute)
+		deadline := time.Now().Add(3 * time.Minute)
+		for checkpointGTID(t, checkpoint) == "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("initial load never completed:\n%s", d.logs())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(100+rng.IntN(1500)) * time.Millisecond)
+		d.signal(syscall.SIGKILL)
+		<-d.done
+		streamKills++
+	}
+	if loadKills < 5 {
+		t.Fatalf("only %d of the kills landed during the initial load", loadKills)
+	}
+	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, writes.Load())
+
+	// Final run: stop the workload, wait until the checkpoint holds the
+	// last transaction (it commits only what DuckDB holds), then stop.
+	d := startDaemon(t, cfg)
+	d.waitAddr(t, 2*time.Minute)
+	time.Sleep(500 * time.Millisecond) // some live traffic on the final run too
+	stopWork()
+	if err := <-workErr; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	mark, err := m.Query(ctx, "", "SELECT @@GLOBAL.gtid_binlog_pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if g := checkpointGTID(t, checkpoint); g != "" && gtidSeq(t, g) >= gtidSeq(t, mark) {
+			break
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("daemon exited (%d) before checkpointing %s:\n%s", d.exitCode(), mark, d.logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint never reached %s:\n%s", mark, d.logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("final run exit %d:\n%s", code, d.logs())
+	}
+	duck := filepath.Join(dir, "sink.duckdb")
+	opts := mysql.Options{Pipeline: "verify", DSN: dsn}
+	n1 := assertSinkEqualsMySQL(t, ctx, opts, duck, "chaos", "items")
+	n2 := assertSinkEqualsMySQL(t, ctx, opts, duck, "chaos", "events")
+	t.Logf("items: %d rows, events: %d rows equal after %d kills", n1, n2, loadKills+streamKills)
+}
