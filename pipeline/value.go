@@ -66,6 +66,9 @@ type Decimal struct {
 
 // ParseDecimal reads a decimal in plain or exponent notation, or NaN/Infinity.
 func ParseDecimal(s string) (Decimal, error) {
+	if d, ok := parsePlainDecimal(s); ok {
+		return d, nil
+	}
 	switch strings.ToLower(s) {
 	case "nan":
 		return Decimal{Special: NaN}, nil
@@ -125,6 +128,43 @@ func (d Decimal) String() string {
 		s = "-" + s
 	}
 	return s
+}
+
+// parsePlainDecimal is ParseDecimal's fast path for the common form
+// [-]digits[.digits] with at most 18 digits, which fits an int64 and
+// skips big.Int's parser and the string concatenation.
+func parsePlainDecimal(s string) (Decimal, bool) {
+	i, neg := 0, false
+	if len(s) > 0 && (s[0] == '-' || s[0] == '+') {
+		neg, i = s[0] == '-', 1
+	}
+	var n int64
+	digits, scale, dot := 0, int32(0), false
+	for ; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits == 18 {
+				return Decimal{}, false
+			}
+			n = n*10 + int64(c-'0')
+			digits++
+			if dot {
+				scale++
+			}
+		case c == '.' && !dot:
+			dot = true
+		default:
+			return Decimal{}, false
+		}
+	}
+	if digits == 0 {
+		return Decimal{}, false
+	}
+	if neg {
+		n = -n
+	}
+	return Decimal{Unscaled: big.NewInt(n), Scale: scale}, true
 }
 
 // Equal compares numerically (1.50 equals 1.5) and specials by kind.

@@ -23,3 +23,27 @@ func TestDecimalString(t *testing.T) {
 		}
 	}
 }
+
+// The plain-number fast path agrees with the general parser.
+func TestParseDecimalFastPath(t *testing.T) {
+	for _, s := range []string{"0", "-0", "1.", ".5", "-.25", "+7.10", "123456789012345678", "-999999999999999999.5",
+		"1234567890123456789", "12.345678901234567890", "1e3", "-2.5E-2", "00012.3400"} {
+		got, err := ParseDecimal(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		want, ok := new(big.Rat).SetString(s)
+		if !ok {
+			t.Fatalf("%s: not a rational", s)
+		}
+		r := new(big.Rat).SetFrac(got.Unscaled, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(got.Scale)), nil))
+		if r.Cmp(want) != 0 {
+			t.Errorf("%s parsed as %s", s, got)
+		}
+	}
+	for _, s := range []string{"", "-", ".", "1.2.3", "1-2", "abc"} {
+		if _, err := ParseDecimal(s); err == nil {
+			t.Errorf("%q parsed", s)
+		}
+	}
+}

@@ -96,7 +96,7 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 	cfg := replication.BinlogSyncerConfig{
 		ServerID: s.opts.ServerID, Flavor: s.flavor, Host: s.host, Port: s.port, User: s.user, Password: s.pass,
 		TLSConfig: s.opts.TLS, HeartbeatPeriod: s.opts.HeartbeatInterval, ReadTimeout: s.opts.ReadTimeout,
-		DisableRetrySync: true, TimestampStringLocation: time.UTC, FillZeroLogPos: s.flavor == FlavorMariaDB,
+		DisableRetrySync: true, ParseTime: true, TimestampStringLocation: time.UTC, FillZeroLogPos: s.flavor == FlavorMariaDB,
 		Logger: slogTo(st.log),
 	}
 	syncer := replication.NewBinlogSyncer(cfg)

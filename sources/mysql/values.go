@@ -30,8 +30,8 @@ const (
 var errZeroDate = errors.New("zero date (e.g. 0000-00-00) cannot be represented; set zero_dates: as_null to deliver it as NULL")
 
 // converter turns decoded values into record-model values (see column).
-// Binlog values come from go-mysql's row decoder (ParseTime off, decimals
-// as text, TIMESTAMP text in UTC); snapshot values from the binary
+// Binlog values come from go-mysql's row decoder (ParseTime on: DATETIME
+// and TIMESTAMP as time.Time, zero dates as text; decimals as text); snapshot values from the binary
 // protocol of a session with time_zone '+00:00'. Both meet here, so a row
 // read by the snapshot and the same row from the binlog are equal.
 type converter struct {
@@ -63,6 +63,11 @@ func (cv *converter) value(d *colDesc, v any, fromBinlog bool) (any, error) {
 	case gomysql.MYSQL_TYPE_DATE:
 		return cv.date(textOf(v))
 	case gomysql.MYSQL_TYPE_DATETIME, gomysql.MYSQL_TYPE_TIMESTAMP:
+		if t, ok := v.(time.Time); ok {
+			// The binlog decoder's parsed form: DATETIME as a UTC wall
+			// clock, TIMESTAMP as the instant.
+			return pipeline.Timestamp{Micros: t.UnixMicro()}, nil
+		}
 		return cv.timestamp(textOf(v))
 	case gomysql.MYSQL_TYPE_TIME:
 		return parseTime(textOf(v))
