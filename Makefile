@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: deps build test vet unit fuzz quickstart bench-postgres bench-sinks bench-kafka clean
+.PHONY: deps build test vet unit fuzz quickstart bench-postgres bench-sinks bench-kafka bench-mysql clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -37,6 +37,12 @@ bench-sinks:
 
 bench-kafka:
 	$(GO) test -run '^$$' -bench PostgresToKafka -benchtime 1x -timeout 30m ./integration/
+
+# MariaDB binlog: 1,000,000 inserts and 1,000,000 updates through the decoder
+# and end to end into DuckDB, against mariadb-binlog and MariaDB's own write
+# rate in the same run.
+bench-mysql:
+	$(GO) test -run '^$$' -bench MariaDBBinlog -benchtime 1x -timeout 30m ./integration/
 
 clean:
 	rm -rf bin

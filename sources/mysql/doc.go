@@ -1,22 +1,19 @@
-// Package mysql is the MySQL / MariaDB binlog source (go-mysql v1.16.0).
+// Package mysql is the MySQL / MariaDB binlog source (go-mysql v1.16.0,
+// replication.BinlogSyncer; canal is not used).
 //
-// So far it holds the preflight: Preflight checks, against the live
-// server, everything the source needs and reports every problem at once,
-// each with the statement or setting that fixes it —
-//
-//   - the binary log on, binlog_format=ROW, binlog_row_image=FULL,
-//     binlog_row_metadata=FULL (MySQL 8.0.1+, MariaDB 10.5+), no partial
-//     JSON updates (MySQL binlog_row_value_options);
-//   - GTIDs: MySQL gtid_mode=ON and enforce_gtid_consistency=ON; MariaDB
-//     gtid_strict_mode=ON (a warning when off);
-//   - the privileges, by what the session can do: reading the binlog
-//     status (REPLICATION CLIENT, MariaDB 10.5.2+: BINLOG MONITOR) and
-//     REPLICATION SLAVE in the grants;
-//   - every captured table exists, is readable and has a primary key;
-//   - the pipeline's server id is neither the server's own nor a connected
-//     replica's;
-//   - binlog retention (a warning below a day).
-//
-// Streaming with replication.BinlogSyncer from GTID positions, the schema
-// history, the consistent initial load and the metrics follow.
+//   - preflight.go checks the server settings, privileges and tables and
+//     reports every problem with the statement that fixes it;
+//   - stream.go owns the binlog connection: GTID start, heartbeats and read
+//     timeouts, go-mysql's retry off, reconnects from the last whole
+//     transaction; purged binlog detection;
+//   - decoder.go turns events into transactions: positions only at commits
+//     (Invariant 2), versions {epoch, file, offset, row index}, chunks of
+//     large transactions, key changes as delete + insert, DDL;
+//   - shapes.go reads each TABLE_MAP (binlog_row_metadata=FULL) into a
+//     table shape, so every event decodes with the schema of its time;
+//     catalog.go reads the same shape from information_schema for the
+//     snapshot; types.go and values.go map both onto the record model;
+//   - snapshot.go and snapshot_read.go are the consistent initial load
+//     (Invariant 3);
+//   - ddl.go classifies DDL statements.
 package mysql

@@ -88,7 +88,9 @@ func TestConformance(t *testing.T) {
 
 // bigInsert inserts rows [from, to) of db.big in one transaction, with a
 // value of pad bytes.
-func bigInsert(t *testing.T, c *client.Conn, table string, from, to int) { bigInsertPad(t, c, table, from, to, 0) }
+func bigInsert(t *testing.T, c *client.Conn, table string, from, to int) {
+	bigInsertPad(t, c, table, from, to, 0)
+}
 
 func bigInsertPad(t *testing.T, c *client.Conn, table string, from, to, pad int) {
 	t.Helper()
