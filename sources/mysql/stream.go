@@ -98,6 +98,10 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 		TLSConfig: s.opts.TLS, HeartbeatPeriod: s.opts.HeartbeatInterval, ReadTimeout: s.opts.ReadTimeout,
 		DisableRetrySync: true, ParseTime: true, TimestampStringLocation: time.UTC, FillZeroLogPos: s.flavor == FlavorMariaDB,
 		Logger: slogTo(st.log),
+		// go-mysql queues 10240 events by default (tens of MB of rows):
+		// a short queue keeps memory bounded and lets backpressure reach
+		// the socket (Invariant 6).
+		EventCacheCount: 128,
 	}
 	syncer := replication.NewBinlogSyncer(cfg)
 	defer syncer.Close()
