@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -66,6 +68,8 @@ type Sink struct {
 	// barrier: records with a lower version are ignored.
 	barriers map[string]pipeline.Version
 	purger   upsert.Purge
+	// direct is the bulk-load fast path's state per target (direct.go).
+	direct map[string]*directState
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -109,6 +113,14 @@ func (s *Sink) Open(ctx context.Context) error {
 	s.db, s.conn = db, conn
 	setup := []string{
 		"SET TimeZone = 'UTC'",
+		// DuckDB checkpoints its WAL into the file every 16 MB by default:
+		// for a sink that rewrites the same row groups over and over, a
+		// larger threshold does the same work far fewer times (the WAL is
+		// durable on commit either way; a restart replays at most this much).
+		"SET checkpoint_threshold = '256MB'",
+		// Leave a core to the source and the runtime, which feed DuckDB
+		// on the same machine.
+		"SET threads = " + strconv.Itoa(max(1, runtime.NumCPU()-1)),
 		"CREATE SCHEMA IF NOT EXISTS " + quote(s.opts.Schema),
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(barrierTable) +
 			` ("table" VARCHAR PRIMARY KEY, version BLOB NOT NULL, updated_at TIMESTAMPTZ)`,
@@ -208,6 +220,12 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	defer s.mu.Unlock()
 	if s.conn == nil {
 		return errors.New("duckdb sink: write before open")
+	}
+	if done, err := s.appendNew(ctx, records); err != nil || done {
+		if err == nil {
+			s.purge(ctx)
+		}
+		return err
 	}
 	batches, failed := s.prepare(records)
 	for _, f := range failed {

@@ -390,3 +390,31 @@ func TestKeyOnlyTableDelete(t *testing.T) {
 	mustWrite(t, s, rec(pipeline.OpDelete, 3, "a", 1), rec(pipeline.OpInsert, 2, "a", 1), rec(pipeline.OpDelete, 0, "b", 1))
 	expectRows(t, s, tags, []any{"a", int64(2)}, []any{"b", int64(1)})
 }
+
+// Insert-only Writes go straight into the target; a key that exists or
+// repeats makes DuckDB refuse them, and the MERGE path then applies the
+// Write with its version guard, as if the fast path did not exist.
+func TestBulkLoadPathFallsBackToMerge(t *testing.T) {
+	s := openSink(t, Options{})
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "create", nil)) // creates the table (MERGE path)
+	mustWrite(t, s, change(pipeline.OpInsert, 2, int64(2), "b", nil), change(pipeline.OpRead, 2, int64(3), "c", nil))
+	st := s.direct["public_people"]
+	if st == nil || st.skip != 0 || st.penalty != 1 || st.off {
+		t.Fatalf("fast path state after a clean insert: %+v", st)
+	}
+	// A key repeated in one Write: the newest change wins.
+	mustWrite(t, s, change(pipeline.OpInsert, 3, int64(4), "old", nil), change(pipeline.OpInsert, 4, int64(4), "new", nil))
+	if st.skip != 1 || st.penalty != 2 {
+		t.Fatalf("a refused attempt should skip the next Write: %+v", st)
+	}
+	// Replays of stored keys with older versions change nothing.
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(2), "stale", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(3), "stale", nil), change(pipeline.OpInsert, 5, int64(5), "e", nil))
+	expectRows(t, s, people, []any{int64(1), "create", nil}, []any{int64(2), "b", nil}, []any{int64(3), "c", nil},
+		[]any{int64(4), "new", nil}, []any{int64(5), "e", nil})
+	// Below a truncate barrier, inserts of new keys are dropped, never appended.
+	mustWrite(t, s, pipeline.Record{Op: pipeline.OpTruncate, Table: people, Version: ver(10)})
+	mustWrite(t, s, change(pipeline.OpInsert, 9, int64(6), "below", nil))
+	mustWrite(t, s, change(pipeline.OpInsert, 11, int64(7), "above", nil))
+	expectRows(t, s, people, []any{int64(7), "above", nil})
+}

@@ -113,6 +113,15 @@ var mysqlEncodings = map[string]encoding.Encoding{
 	"big5":     traditionalchinese.Big5,
 }
 
+// isUTF8Charset reports the character sets whose text is UTF-8 already.
+func isUTF8Charset(charset string) bool {
+	switch charset {
+	case "utf8mb4", "utf8mb3", "utf8", "", "ascii":
+		return true
+	}
+	return false
+}
+
 // decode converts text in charset to a UTF-8 string.
 func (cs *charsets) decode(charset string, b []byte) (string, error) {
 	switch charset {

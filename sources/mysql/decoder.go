@@ -218,7 +218,8 @@ func (d *decoder) image(sh *shape, row []any, skipped []int, after bool) ([]any,
 	if len(row) != len(sh.descs) {
 		return nil, fmt.Errorf("row has %d columns, the table map %d", len(row), len(sh.descs))
 	}
-	out := make([]any, len(row))
+	// Converted in place: the row is go-mysql's, decoded for us alone.
+	out := row
 	for i, v := range row {
 		x, err := d.conv.value(&sh.descs[i], v, true)
 		if err != nil {
@@ -234,6 +235,9 @@ func (d *decoder) image(sh *shape, row []any, skipped []int, after bool) ([]any,
 	return out, nil
 }
 
+// letter makes the dead letter of a change the source cannot represent. The
+// binlog's bytes are not kept; Raw is the change's row images as decoded
+// (columns before the failing one already in the record model).
 func (d *decoder) letter(sh *shape, op pipeline.Op, v pipeline.Version, rows [][]any, err error) pipeline.DeadLetter {
 	raw, merr := json.Marshal(map[string]any{"rows": rows})
 	if merr != nil {
@@ -353,8 +357,7 @@ func (d *decoder) commit(h *replication.EventHeader, gset gomysql.GTIDSet, emit 
 		return errors.New("mysql source: a commit without a GTID set: is gtid_mode on?")
 	}
 	at := Position{Flavor: d.flavor, GTID: gset.String(), File: d.file, Pos: h.LogPos, Server: d.server, Epoch: d.epoch}
-	it := txItem{pos: at.Encode(), at: at, commitTime: d.txTime}
-	it.records = append([]pipeline.Record(nil), d.recs...)
+	it := txItem{pos: at.Encode(), at: at, commitTime: d.txTime, records: d.takeRecords()}
 	it.dead = append([]pipeline.DeadLetter(nil), d.dead...)
 	for i := range it.records {
 		it.records[i].Pos = it.pos
@@ -374,10 +377,24 @@ func (d *decoder) flushChunk(emit func(txItem) error) error {
 	if !d.open || len(d.recs)+len(d.dead) < d.chunk {
 		return nil
 	}
-	it := txItem{records: append([]pipeline.Record(nil), d.recs...), dead: append([]pipeline.DeadLetter(nil), d.dead...), commitTime: d.txTime}
+	it := txItem{records: d.takeRecords(), dead: append([]pipeline.DeadLetter(nil), d.dead...), commitTime: d.txTime}
 	d.handed.file, d.handed.start, d.handed.rows = d.txFile, d.txStart, d.nrows
 	d.recs, d.dead = d.recs[:0], d.dead[:0]
 	return emit(it)
+}
+
+// takeRecords hands over the records gathered so far. Large sets move
+// with their array (copying records with pointers costs write barriers);
+// small ones are copied so the array is reused.
+func (d *decoder) takeRecords() []pipeline.Record {
+	if len(d.recs) < 256 {
+		out := append([]pipeline.Record(nil), d.recs...)
+		d.recs = d.recs[:0]
+		return out
+	}
+	out := d.recs
+	d.recs = make([]pipeline.Record, 0, d.chunk+d.chunk/4)
+	return out
 }
 
 func firstWord(s string) string {

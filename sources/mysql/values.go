@@ -127,6 +127,14 @@ func (cv *converter) value(d *colDesc, v any, fromBinlog bool) (any, error) {
 
 // text converts a character value to UTF-8.
 func (cv *converter) text(d *colDesc, v any, fromBinlog bool) (any, error) {
+	if x, ok := v.(string); ok && (!fromBinlog || isUTF8Charset(d.charset)) {
+		// go-mysql's strings alias its event buffer: one copy keeps the
+		// value and lets the buffer go.
+		if !utf8.ValidString(x) {
+			return nil, fmt.Errorf("column %s: %s text is not valid UTF-8", d.name, d.charset)
+		}
+		return strings.Clone(x), nil
+	}
 	b := bytesOf(v)
 	if fromBinlog {
 		return cv.charsets.decode(d.charset, b)
