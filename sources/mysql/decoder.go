@@ -383,17 +383,11 @@ func (d *decoder) flushChunk(emit func(txItem) error) error {
 	return emit(it)
 }
 
-// takeRecords hands over the records gathered so far. Large sets move
-// with their array (copying records with pointers costs write barriers);
-// small ones are copied so the array is reused.
+// takeRecords hands over a copy of the records gathered so far and keeps
+// the array for the next ones.
 func (d *decoder) takeRecords() []pipeline.Record {
-	if len(d.recs) < 256 {
-		out := append([]pipeline.Record(nil), d.recs...)
-		d.recs = d.recs[:0]
-		return out
-	}
-	out := d.recs
-	d.recs = make([]pipeline.Record, 0, d.chunk+d.chunk/4)
+	out := append([]pipeline.Record(nil), d.recs...)
+	d.recs = d.recs[:0]
 	return out
 }
 
