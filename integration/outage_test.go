@@ -183,6 +183,11 @@ func statusOf(t *testing.T, base string) statusDoc {
 
 // sinkRetries sums sluice_sink_retries_total.
 func sinkRetries(t *testing.T, base string) float64 {
+	return metricSum(t, base, "sluice_sink_retries_total")
+}
+
+// metricSum sums every series of a metric the daemon at base exports.
+func metricSum(t *testing.T, base, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
@@ -193,7 +198,7 @@ func sinkRetries(t *testing.T, base string) float64 {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "sluice_sink_retries_total") {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
 			f := strings.Fields(line)
 			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
 			n += v

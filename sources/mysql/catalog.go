@@ -83,6 +83,21 @@ func catalogDescs(c *client.Conn, db, table string) ([]colDesc, error) {
 			d.scale = num(6)
 		}
 	}
+	// MariaDB's JSON is LONGTEXT with a json_valid(col) check named after
+	// the column; MySQL's JSON is its own type (DATA_TYPE json above).
+	if checks, err := c.Execute(`SELECT CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS
+		WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?`, db, table); err == nil {
+		for i := range checks.Values {
+			name, _ := getString(checks, i, 0)
+			clause, _ := getString(checks, i, 1)
+			for j := range out {
+				if out[j].name == name && isJSONCheck(clause, name) && out[j].kind == gomysql.MYSQL_TYPE_BLOB && !out[j].binary {
+					out[j].kind, out[j].charset = gomysql.MYSQL_TYPE_JSON, ""
+				}
+			}
+		}
+		checks.Close()
+	}
 	keys, err := c.Execute("SHOW KEYS FROM " + quoteIdent(db) + "." + quoteIdent(table) + " WHERE Key_name = 'PRIMARY'")
 	if err != nil {
 		return nil, fmt.Errorf("mysql source: read the primary key of %s.%s: %w", db, table, err)
@@ -98,6 +113,12 @@ func catalogDescs(c *client.Conn, db, table string) ([]colDesc, error) {
 		}
 	}
 	return out, nil
+}
+
+// isJSONCheck reports MariaDB's json_valid(`col`) check of a JSON column.
+func isJSONCheck(clause, col string) bool {
+	c := strings.ToLower(strings.ReplaceAll(clause, " ", ""))
+	return c == "json_valid(`"+strings.ToLower(strings.ReplaceAll(col, "`", "``"))+"`)"
 }
 
 // parseLabels reads the labels of "enum('a','b”c')" or "set(…)".

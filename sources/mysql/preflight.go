@@ -59,6 +59,12 @@ type PreflightOptions struct {
 	// ServerID is the replica id the source will use; it must differ from
 	// the server's own and from every connected replica's.
 	ServerID uint32
+	// ReportHost is the host name the source registers with. A connected
+	// replica with the pipeline's server id and this host is the
+	// pipeline's own earlier session (after a crash the server keeps it
+	// until it notices, and replaces it when the source connects again),
+	// not a clash.
+	ReportHost string
 	// MinRetentionSeconds warns when the binlog is kept for less (0: 24h).
 	MinRetentionSeconds int64
 }
@@ -147,9 +153,9 @@ func Preflight(ctx context.Context, c *client.Conn, o PreflightOptions) (*Server
 		if o.ServerID == srv.ServerID {
 			add("server_id %d of this pipeline is the server's own @@server_id: set another server_id in the source config", o.ServerID)
 		}
-		if ids, err := replicaIDs(c, srv); err == nil {
-			for _, id := range ids {
-				if id == o.ServerID {
+		if reps, err := replicas(c, srv); err == nil {
+			for _, r := range reps {
+				if r.id == o.ServerID && (o.ReportHost == "" || r.host != o.ReportHost) {
 					add("server_id %d of this pipeline is already used by a connected replica: set another server_id in the source config", o.ServerID)
 				}
 			}
@@ -346,8 +352,13 @@ func checkTables(c *client.Conn, tables []string) []string {
 	return problems
 }
 
-// replicaIDs lists the server ids of the connected replicas.
-func replicaIDs(c *client.Conn, srv *Server) ([]uint32, error) {
+type connectedReplica struct {
+	id   uint32
+	host string
+}
+
+// replicas lists the connected replicas: server id and reported host.
+func replicas(c *client.Conn, srv *Server) ([]connectedReplica, error) {
 	q := "SHOW SLAVE HOSTS"
 	if !srv.MariaDB && srv.atLeast(8, 0, 22) {
 		q = "SHOW REPLICAS"
@@ -357,13 +368,16 @@ func replicaIDs(c *client.Conn, srv *Server) ([]uint32, error) {
 		return nil, err
 	}
 	defer r.Close()
-	var ids []uint32
+	var out []connectedReplica
 	for i := range r.Values {
-		if id, err := r.GetUint(i, 0); err == nil {
-			ids = append(ids, uint32(id))
+		id, err := r.GetUint(i, 0)
+		if err != nil {
+			continue
 		}
+		host, _ := getString(r, i, 1)
+		out = append(out, connectedReplica{id: uint32(id), host: host})
 	}
-	return ids, nil
+	return out, nil
 }
 
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }

@@ -29,7 +29,11 @@ type shape struct {
 // distinct shape, with a generation that increases when a table's shape
 // changes (the schema module registers a new schema version then).
 type shapes struct {
-	byID      map[uint64]*shape
+	byID map[uint64]*shape
+	// jsonCols are MariaDB JSON columns (LONGTEXT with a json_valid check,
+	// which the binlog cannot tell from LONGTEXT) by table, as the catalog
+	// described them at start.
+	jsonCols  map[pipeline.TableID]map[string]bool
 	latest    map[pipeline.TableID]*shape
 	charsets  *charsets
 	capture   func(db, table string) bool
@@ -56,6 +60,11 @@ func (s *shapes) of(tm *replication.TableMapEvent) (*shape, error) {
 		if err != nil {
 			return nil, err
 		}
+		for i := range descs {
+			if d := &descs[i]; s.jsonCols[id][d.name] && d.kind == gomysql.MYSQL_TYPE_BLOB && !d.binary {
+				d.kind, d.charset = gomysql.MYSQL_TYPE_JSON, ""
+			}
+		}
 		sh.descs = descs
 		prev := s.latest[id]
 		switch {
@@ -81,6 +90,17 @@ func (s *shapes) of(tm *replication.TableMapEvent) (*shape, error) {
 // table, so the stream's first TABLE_MAP of an unchanged table reuses its
 // *Table.
 func (s *shapes) seed(id pipeline.TableID, descs []colDesc) *pipeline.Table {
+	for i := range descs {
+		if descs[i].kind == gomysql.MYSQL_TYPE_JSON {
+			if s.jsonCols == nil {
+				s.jsonCols = map[pipeline.TableID]map[string]bool{}
+			}
+			if s.jsonCols[id] == nil {
+				s.jsonCols[id] = map[string]bool{}
+			}
+			s.jsonCols[id][descs[i].name] = true
+		}
+	}
 	if prev := s.latest[id]; prev != nil && sameDescs(prev.descs, descs) {
 		return prev.table
 	}

@@ -236,7 +236,7 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 		return err
 	}
 	defer c.Close()
-	srv, err := Preflight(ctx, c, PreflightOptions{Tables: s.opts.Tables, ServerID: s.opts.ServerID})
+	srv, err := Preflight(ctx, c, PreflightOptions{Tables: s.opts.Tables, ServerID: s.opts.ServerID, ReportHost: s.reportHost()})
 	if err != nil {
 		return err
 	}
@@ -330,6 +330,16 @@ func (s *Source) startStream(ctx context.Context) {
 	s.started = true
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.stream.run(ctx, s.start) }()
+}
+
+// reportHost is the host name the binlog connection registers with, which
+// names the pipeline in SHOW SLAVE HOSTS.
+func (s *Source) reportHost() string {
+	h := "sluice-" + s.opts.Pipeline
+	if len(h) > 60 {
+		h = h[:60]
+	}
+	return h
 }
 
 func tableID(t tableName) pipeline.TableID {

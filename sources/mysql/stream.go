@@ -97,7 +97,7 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 		ServerID: s.opts.ServerID, Flavor: s.flavor, Host: s.host, Port: s.port, User: s.user, Password: s.pass,
 		TLSConfig: s.opts.TLS, HeartbeatPeriod: s.opts.HeartbeatInterval, ReadTimeout: s.opts.ReadTimeout,
 		DisableRetrySync: true, ParseTime: true, TimestampStringLocation: time.UTC, FillZeroLogPos: s.flavor == FlavorMariaDB,
-		Logger: slogTo(st.log),
+		Logger: slogTo(st.log), Localhost: s.reportHost(),
 		// go-mysql queues 10240 events by default (tens of MB of rows):
 		// a short queue keeps memory bounded and lets backpressure reach
 		// the socket (Invariant 6).

@@ -303,3 +303,29 @@ func TestPurgedBinlog(t *testing.T) {
 	}
 	_ = s.Close(context.Background())
 }
+
+// Another pipeline's binlog connection with the same server id is a clash;
+// the pipeline's own earlier connection (left behind by a crash) is not.
+func TestServerIDClash(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE clash", "CREATE TABLE clash.t (id int PRIMARY KEY)")
+	start := gtidNow(t, c)
+	first := streamFrom(t, m, "clash.t", start, nil, func(o *Options) { o.ServerID = 777001 })
+	mustExec(t, c, "INSERT INTO clash.t VALUES (1)")
+	readRecords(t, first, 1) // the binlog connection is up and registered
+	// The same pipeline again while the first connection is still there.
+	again := streamFrom(t, m, "clash.t", start, nil, func(o *Options) { o.ServerID = 777001 })
+	readRecords(t, again, 1)
+	o := Options{Pipeline: "another", DSN: fmt.Sprintf("mysql://root@%s:%d", m.Host, m.Port), Tables: []string{"clash.t"},
+		ServerID: 777001, Snapshot: SnapshotOptions{Mode: SnapshotNever}}
+	s, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Open(ctx, nil)
+	var pe *PreflightError
+	if !errors.As(err, &pe) || !contains(err.Error(), "server_id 777001", "already used by a connected replica") {
+		t.Fatalf("another pipeline with the same server id: %v", err)
+	}
+}

@@ -65,7 +65,7 @@ func normKind(t byte) byte {
 //	CHAR/VARCHAR/TEXT                      string, converted from the column's charset to UTF-8
 //	BINARY/VARBINARY/BLOB                  bytes
 //	ENUM / SET                             enum / set, by label ("a,c" for sets)
-//	JSON (MySQL)                           json
+//	JSON                                   json (MariaDB: LONGTEXT with json_valid, see shapes.jsonCols)
 //	GEOMETRY                               geometry: WKB without MySQL's SRID prefix
 func (d *colDesc) column() pipeline.Column {
 	c := pipeline.Column{Name: d.name, Nullable: d.nullable, Key: d.keyPos > 0, Scale: -1}

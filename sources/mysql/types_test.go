@@ -95,8 +95,8 @@ func TestTypesRoundTrip(t *testing.T) {
 			if name == "id" {
 				w = id
 			}
-			if name == "j" { // MariaDB's JSON is LONGTEXT: the text as written
-				w = "{\"k\": [1, 2.5, \"x\"]}"
+			if name == "j" { // MariaDB keeps a JSON document as written
+				w = pipeline.JSON("{\"k\": [1, 2.5, \"x\"]}")
 			}
 			if wd, ok := w.(pipeline.Decimal); ok {
 				gd, ok := g.(pipeline.Decimal)
@@ -144,7 +144,7 @@ func TestTypesRoundTrip(t *testing.T) {
 	for name, typ := range map[string]pipeline.Type{"id": pipeline.TypeUint64, "ti": pipeline.TypeInt16, "tiu": pipeline.TypeUint8,
 		"d": pipeline.TypeDecimal, "f": pipeline.TypeFloat32, "b12": pipeline.TypeBit, "dtm6": pipeline.TypeTimestamp,
 		"ts": pipeline.TypeTimestampTZ, "tm": pipeline.TypeInterval, "e": pipeline.TypeEnum, "s": pipeline.TypeSet,
-		"g": pipeline.TypeGeometry, "bn": pipeline.TypeBytes, "l1": pipeline.TypeString} {
+		"g": pipeline.TypeGeometry, "bn": pipeline.TypeBytes, "l1": pipeline.TypeString, "j": pipeline.TypeJSON, "tx": pipeline.TypeString} {
 		if c := col(name); c.Type != typ {
 			t.Errorf("column %s: type %s, want %s", name, c.Type, typ)
 		}
