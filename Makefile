@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: deps build test vet unit fuzz quickstart bench-postgres bench-sinks bench-kafka bench-mysql clean
+.PHONY: deps build test vet unit fuzz quickstart bench-postgres bench-sinks bench-kafka bench-mysql bench clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -42,7 +42,12 @@ bench-kafka:
 # and end to end into DuckDB, against mariadb-binlog and MariaDB's own write
 # rate in the same run.
 bench-mysql:
-	$(GO) test -run '^$$' -bench MariaDBBinlog -benchtime 1x -timeout 30m ./integration/
+	$(GO) run ./cmd/sluice-bench -scenario mariadb-binlog-bulk -runs 3
+
+# Every scenario of package bench, 3 runs each, into bench/results/;
+# PROFILE=1 also writes CPU and heap profiles to bench/results/profiles/.
+bench:
+	$(GO) run ./cmd/sluice-bench -runs 3 $(if $(PROFILE),-profile bench/results/profiles)
 
 clean:
 	rm -rf bin

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"go.uber.org/zap"
 
+	"github.com/sluice-cdc/sluice/bench"
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/offsets"
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -614,8 +614,8 @@ func (e *bkEnv) sampleWalsender(slot string) func() float64 {
 // resetHWM records the process's VmHWM and resets it (clear_refs 5).
 func (e *bkEnv) resetHWM() {
 	e.hwm = append(e.hwm, bkHWM())
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		e.b.Logf("cannot reset VmHWM (%v): the peak covers the whole process", err)
+	if !bench.ResetPeakRSS() {
+		e.b.Logf("cannot reset VmHWM: the peak covers the whole process")
 	}
 }
 
@@ -624,19 +624,7 @@ func (e *bkEnv) maxHWM() float64 {
 }
 
 // bkHWM is this process's VmHWM in bytes.
-func bkHWM() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb * 1024
-		}
-	}
-	return 0
-}
+func bkHWM() float64 { return bench.PeakRSS() }
 
 func bkHeapInUse() float64 {
 	var ms runtime.MemStats
@@ -687,13 +675,7 @@ func bkProcCPU(pid int) (float64, bool) {
 }
 
 // bkSelfCPU is this process's user+system CPU time in seconds.
-func bkSelfCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
+func bkSelfCPU() float64 { return bench.SelfCPU().Seconds() }
 
 func bkLoadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")

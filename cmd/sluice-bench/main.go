@@ -1,0 +1,98 @@
+// Command sluice-bench runs the benchmark scenarios of package bench and
+// writes their report (JSON and a markdown table) to a results directory:
+//
+//	sluice-bench [-scenario NAME,…] [-runs 3] [-rows N] [-out bench/results] [-profile DIR]
+//
+// Each scenario runs -runs times; the table shows each figure's median and
+// min–max. -profile writes CPU and heap profiles of sluice's phases per
+// scenario and run.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sluice-cdc/sluice/bench"
+)
+
+var scenarios = []bench.Scenario{bench.MariaDBBinlog{}, bench.MariaDBBinlog{Bulk: true}}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	only := flag.String("scenario", "", "comma-separated scenarios to run (default all: "+names()+")")
+	runs := flag.Int("runs", 3, "runs per scenario; figures are medians with min–max")
+	rows := flag.Int("rows", 0, "workload size (inserted rows); 0 takes each scenario's default")
+	out := flag.String("out", "bench/results", "directory for the JSON and markdown report")
+	profile := flag.String("profile", "", "directory for CPU and heap profiles (none when empty)")
+	flag.Parse()
+	if *runs < 1 {
+		return errors.New("-runs must be at least 1")
+	}
+	var chosen []bench.Scenario
+	for _, s := range scenarios {
+		if *only == "" || contains(strings.Split(*only, ","), s.Name()) {
+			chosen = append(chosen, s)
+		}
+	}
+	if len(chosen) == 0 {
+		return fmt.Errorf("no scenario named %q (have %s)", *only, names())
+	}
+	if *profile != "" {
+		if err := os.MkdirAll(*profile, 0o755); err != nil {
+			return err
+		}
+	}
+	rep := bench.Report{Time: time.Now(), Machine: bench.DescribeMachine()}
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	for _, s := range chosen {
+		res := bench.ScenarioResult{Name: s.Name()}
+		for i := 1; i <= *runs; i++ {
+			logf("== %s, run %d of %d", s.Name(), i, *runs)
+			o := bench.RunOptions{Rows: *rows, Log: logf, Versions: rep.Machine.Versions}
+			if *profile != "" {
+				o.Profile = filepath.Join(*profile, fmt.Sprintf("%s-run%d-", s.Name(), i))
+			}
+			figs, err := s.Run(o)
+			if err != nil {
+				return fmt.Errorf("%s run %d: %w", s.Name(), i, err)
+			}
+			res.Add(figs)
+		}
+		rep.Scenarios = append(rep.Scenarios, res)
+	}
+	path, err := rep.Write(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Print(rep.Markdown())
+	logf("report: %s", path)
+	return nil
+}
+
+func names() string {
+	var n []string
+	for _, s := range scenarios {
+		n = append(n, s.Name())
+	}
+	return strings.Join(n, ", ")
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if strings.TrimSpace(x) == s {
+			return true
+		}
+	}
+	return false
+}
