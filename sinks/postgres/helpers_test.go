@@ -35,10 +35,7 @@ func server(t testing.TB) *harness.Postgres {
 	t.Helper()
 	srvOnce.Do(func() { srv, srvErr = harness.StartPostgres(ctx, harness.PostgresOptions{}) })
 	if srvErr != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("postgres: %v", srvErr)
-		}
-		t.Skipf("postgres: %v", srvErr)
+		harness.SkipOrFail(t, fmt.Errorf("postgres: %w", srvErr))
 	}
 	return srv
 }
