@@ -13,34 +13,21 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
-// The bulk-load fast path. A Write made only of inserts and snapshot reads
-// of one table shape mostly carries keys the target does not hold yet (an
-// initial load, an append-mostly table). With no stored version to compare
-// against, a plain INSERT is exactly what the version-guarded MERGE would
-// do (Invariant 4), without the join. So such a Write is first appended
-// straight into the target in its own transaction, converting each record
-// on the way and without the batch fold. If any key exists (a replay, a
-// tombstone, a key inserted again after a delete) or repeats in the
-// batch, the primary key refuses the INSERT, the transaction is rolled
-// back and the Write takes the MERGE path, which also reports values that
-// cannot be converted (Invariant 7). A table whose Writes keep meeting
-// existing keys skips the attempt for a growing number of Writes, so
-// update-heavy tables do not pay for it.
-
-// directState is one target table's fast-path bookkeeping.
-type directState struct {
-	skip    int  // Writes left before the next attempt
-	penalty int  // Writes to skip after the next refusal
-	off     bool // the path failed for another reason: never again
-}
+// The bulk-load fast path (see upsert.BulkPath): a Write of inserts and
+// snapshot reads of one shape is appended straight into the target in its
+// own transaction, converting each record on the way and without the batch
+// fold. A key that exists or repeats makes the primary key refuse it, the
+// transaction is rolled back and the Write takes the MERGE path, which also
+// reports values that cannot be converted (Invariant 7).
 
 // appendNew tries the fast path; it reports whether the records were
 // written, durably (committed). false with a nil error means: take the
 // MERGE path (nothing of the attempt remains).
 func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, error) {
-	t := insertShape(records)
+	t := upsert.InsertShape(records)
 	if t == nil {
 		return false, nil
 	}
@@ -61,13 +48,13 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, 
 			}
 		}
 	}
-	st := s.directFor(target)
-	if !st.try() {
+	st := s.direct.For(target)
+	if !st.Try() {
 		return false, nil
 	}
 	err := s.insertRecords(ctx, targetName(t.ID), t, records)
 	if err == nil {
-		st.penalty = 1
+		st.Succeeded()
 		return true, nil
 	}
 	if ctx.Err() != nil {
@@ -76,15 +63,14 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, 
 	var de *duck.Error
 	switch {
 	case isConstraint(err): // a key exists or repeats
-		st.skip = st.penalty
-		st.penalty = min(2*st.penalty, 64)
+		st.KeyExists()
 	case errors.As(err, &de) && (de.Type == duck.ErrorTypeConversion || de.Type == duck.ErrorTypeOutOfRange),
 		strings.Contains(err.Error(), "Conversion Error"), strings.Contains(err.Error(), "Out of Range Error"):
 		// A value the target refuses: the MERGE path finds the record.
 	case errors.Is(err, errConvert):
 		// Likewise for a value that cannot be staged.
 	default:
-		st.off = true
+		st.Off = true
 		s.log.Info("bulk-load path disabled for table; using MERGE", zap.String("table", target), zap.Error(err))
 	}
 	return false, nil
@@ -173,7 +159,7 @@ func (s *Sink) insertRecords(ctx context.Context, target string, t *pipeline.Tab
 
 // off disables the fast path of a table after a failed rollback.
 func (s *Sink) off(target string, err error) {
-	s.directFor(strings.ToLower(target)).off = true
+	s.direct.For(strings.ToLower(target)).Off = true
 	s.log.Warn("bulk-load path: rollback failed", zap.String("table", target), zap.Error(err))
 }
 
@@ -208,55 +194,4 @@ func appendRecords(ctx context.Context, a *duck.Appender, t *pipeline.Table, rec
 		}
 	}
 	return nil
-}
-
-// insertShape returns the one table shape of records when every record is
-// an insert or a snapshot read of it with a full after image, else nil.
-func insertShape(records []pipeline.Record) *pipeline.Table {
-	var t *pipeline.Table
-	for i := range records {
-		r := &records[i]
-		if r.Op == pipeline.OpHeartbeat {
-			continue
-		}
-		if (r.Op != pipeline.OpInsert && r.Op != pipeline.OpRead) || r.Table == nil || len(r.After) != len(r.Table.Columns) ||
-			(t != nil && r.Table != t) {
-			return nil
-		}
-		for _, v := range r.After {
-			if v == pipeline.UnchangedValue {
-				return nil
-			}
-		}
-		t = r.Table
-	}
-	if t == nil || len(t.KeyIdx) == 0 {
-		return nil
-	}
-	return t
-}
-
-// directFor returns the fast-path state of a target table.
-func (s *Sink) directFor(target string) *directState {
-	if s.direct == nil {
-		s.direct = map[string]*directState{}
-	}
-	st := s.direct[target]
-	if st == nil {
-		st = &directState{penalty: 1}
-		s.direct[target] = st
-	}
-	return st
-}
-
-// try reports whether to attempt the fast path for this Write.
-func (st *directState) try() bool {
-	if st.off {
-		return false
-	}
-	if st.skip > 0 {
-		st.skip--
-		return false
-	}
-	return true
 }

@@ -69,7 +69,7 @@ type Sink struct {
 	barriers map[string]pipeline.Version
 	purger   upsert.Purge
 	// direct is the bulk-load fast path's state per target (direct.go).
-	direct map[string]*directState
+	direct upsert.BulkPaths
 }
 
 var _ pipeline.Sink = (*Sink)(nil)

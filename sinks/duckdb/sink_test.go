@@ -399,12 +399,12 @@ func TestBulkLoadPathFallsBackToMerge(t *testing.T) {
 	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "create", nil)) // creates the table (MERGE path)
 	mustWrite(t, s, change(pipeline.OpInsert, 2, int64(2), "b", nil), change(pipeline.OpRead, 2, int64(3), "c", nil))
 	st := s.direct["public_people"]
-	if st == nil || st.skip != 0 || st.penalty != 1 || st.off {
+	if st == nil || st.Skip != 0 || st.Penalty != 1 || st.Off {
 		t.Fatalf("fast path state after a clean insert: %+v", st)
 	}
 	// A key repeated in one Write: the newest change wins.
 	mustWrite(t, s, change(pipeline.OpInsert, 3, int64(4), "old", nil), change(pipeline.OpInsert, 4, int64(4), "new", nil))
-	if st.skip != 1 || st.penalty != 2 {
+	if st.Skip != 1 || st.Penalty != 2 {
 		t.Fatalf("a refused attempt should skip the next Write: %+v", st)
 	}
 	// Replays of stored keys with older versions change nothing.

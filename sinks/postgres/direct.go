@@ -24,19 +24,12 @@ import (
 // A table whose batches keep meeting existing keys skips the attempt for a
 // growing number of batches, so update-heavy tables do not pay for it.
 
-// directState is one target table's fast-path bookkeeping.
-type directState struct {
-	skip    int  // batches left before the next attempt
-	penalty int  // batches to skip after the next refusal
-	off     bool // the path failed for another reason: never again
-}
-
 // copyNew tries the fast path and reports whether the rows were written by
 // it. false with a nil error means: use the staged upsert (nothing of the
 // attempt remains).
 func (s *Sink) copyNew(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch, rows []upsert.Row, now time.Time) (bool, error) {
-	st := s.directFor(tb.Target)
-	if !directTypes(tb.Cols) || !st.try() {
+	st := s.direct.For(tb.Target)
+	if !directTypes(tb.Cols) || !st.Try() {
 		return false, nil
 	}
 	return s.bulkCopy(ctx, tx, tb.Target, tb.Cols,
@@ -65,7 +58,7 @@ type beginner interface {
 // the attempt was rolled back, its refusal recorded in st, and the staged
 // upsert must run.
 func (s *Sink) bulkCopy(ctx context.Context, b beginner, target string, cols []pipeline.Column, src pgx.CopyFromSource,
-	st *directState) (bool, error) {
+	st *upsert.BulkPath) (bool, error) {
 	names := make([]string, 0, len(cols)+3)
 	for i := range cols {
 		names = append(names, cols[i].Name)
@@ -78,7 +71,7 @@ func (s *Sink) bulkCopy(ctx context.Context, b beginner, target string, cols []p
 	_, err = tx.CopyFrom(ctx, pgx.Identifier{s.opts.Schema, target}, names, src)
 	if err == nil {
 		if err = tx.Commit(ctx); err == nil {
-			st.penalty = 1
+			st.Succeeded()
 			return true, nil
 		}
 	}
@@ -92,42 +85,16 @@ func (s *Sink) bulkCopy(ctx context.Context, b beginner, target string, cols []p
 	return false, nil
 }
 
-// directFor returns the fast-path state of a target table.
-func (s *Sink) directFor(target string) *directState {
-	if s.direct == nil {
-		s.direct = map[string]*directState{}
-	}
-	st := s.direct[target]
-	if st == nil {
-		st = &directState{penalty: 1}
-		s.direct[target] = st
-	}
-	return st
-}
-
-// try reports whether to attempt the fast path for this batch.
-func (st *directState) try() bool {
-	if st.off {
-		return false
-	}
-	if st.skip > 0 {
-		st.skip--
-		return false
-	}
-	return true
-}
-
 // refused records why a fast-path attempt failed.
-func (s *Sink) refused(st *directState, target string, err error) {
+func (s *Sink) refused(st *upsert.BulkPath, target string, err error) {
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "23505": // unique_violation: a key exists
-		st.skip = st.penalty
-		st.penalty = min(2*st.penalty, 64)
+		st.KeyExists()
 	case isDataError(err):
 		// A value the target refuses: the staged path finds the record.
 	default:
-		st.off = true
+		st.Off = true
 		s.log.Info("bulk-load path disabled for table; using staged upserts", zap.String("table", target), zap.Error(err))
 	}
 }

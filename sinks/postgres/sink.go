@@ -67,7 +67,7 @@ type Sink struct {
 	barriers map[string]pipeline.Version
 	purger   upsert.Purge
 	// direct is the bulk-load state of each target table (see direct.go).
-	direct map[string]*directState
+	direct upsert.BulkPaths
 }
 
 var _ pipeline.Sink = (*Sink)(nil)

@@ -337,7 +337,7 @@ func TestBulkLoadPathAndFallback(t *testing.T) {
 		first = append(first, change(pipeline.OpInsert, 10, i, "v10", nil))
 	}
 	mustWrite(t, s, first...)
-	if st := s.direct["public_people"]; st == nil || st.off || st.skip != 0 || st.penalty != 1 {
+	if st := s.direct["public_people"]; st == nil || st.Off || st.Skip != 0 || st.Penalty != 1 {
 		t.Fatalf("bulk-load path not taken: %+v", st)
 	}
 	// The same keys again, older: the COPY is refused and nothing changes.
@@ -346,7 +346,7 @@ func TestBulkLoadPathAndFallback(t *testing.T) {
 		replay = append(replay, change(pipeline.OpRead, 5, i, "old", nil))
 	}
 	mustWrite(t, s, replay...)
-	if st := s.direct["public_people"]; st.penalty != 2 {
+	if st := s.direct["public_people"]; st.Penalty != 2 {
 		t.Fatalf("refused bulk load not recorded: %+v", st)
 	}
 	// New keys stream straight in again, and the refusal is forgotten.
@@ -355,7 +355,7 @@ func TestBulkLoadPathAndFallback(t *testing.T) {
 		more = append(more, change(pipeline.OpInsert, 20, i, "more", nil))
 	}
 	mustWrite(t, s, more...)
-	if st := s.direct["public_people"]; st.penalty != 1 || st.skip != 0 {
+	if st := s.direct["public_people"]; st.Penalty != 1 || st.Skip != 0 {
 		t.Fatalf("bulk load after a refusal: %+v", st)
 	}
 	// Deleted then inserted again, newer: the staged path revives it.

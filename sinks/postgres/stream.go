@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 // streamNew is the bulk-load path without the batch fold: a Write whose
@@ -20,7 +21,7 @@ import (
 // path, which also reports values that cannot be converted (Invariant 7).
 // It returns whether the records were written, durably (committed).
 func (s *Sink) streamNew(ctx context.Context, records []pipeline.Record) (bool, error) {
-	t := streamShape(records)
+	t := upsert.InsertShape(records)
 	if t == nil {
 		return false, nil
 	}
@@ -34,8 +35,8 @@ func (s *Sink) streamNew(ctx context.Context, records []pipeline.Record) (bool, 
 			return false, nil
 		}
 	}
-	st := s.directFor(target)
-	if !directTypes(t.Columns) || !st.try() {
+	st := s.direct.For(target)
+	if !directTypes(t.Columns) || !st.Try() {
 		return false, nil
 	}
 	src := &recordSource{ctx: ctx, recs: records, t: t, now: s.now().UTC(), vbuf: make([]byte, 32*len(records))}
@@ -43,27 +44,6 @@ func (s *Sink) streamNew(ctx context.Context, records []pipeline.Record) (bool, 
 		src.barrier = &b
 	}
 	return s.bulkCopy(ctx, s.conn, target, t.Columns, src, st)
-}
-
-// streamShape returns the one table shape of records when every record
-// is an insert or a snapshot read of it, else nil.
-func streamShape(records []pipeline.Record) *pipeline.Table {
-	var t *pipeline.Table
-	for i := range records {
-		r := &records[i]
-		if r.Op == pipeline.OpHeartbeat {
-			continue
-		}
-		if (r.Op != pipeline.OpInsert && r.Op != pipeline.OpRead) || r.Table == nil || len(r.After) != len(r.Table.Columns) ||
-			(t != nil && r.Table != t) {
-			return nil
-		}
-		t = r.Table
-	}
-	if t == nil || len(t.KeyIdx) == 0 {
-		return nil
-	}
-	return t
 }
 
 // recordSource feeds records to CopyFrom, converting them on the way and
