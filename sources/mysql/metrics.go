@@ -1,9 +1,9 @@
 package mysql
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-cdc/sluice/obs"
 )
 
 // metrics are the source's Prometheus series, labelled with the pipeline.
@@ -24,51 +24,18 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, pipelineName string) (*metrics, error) {
-	labels := prometheus.Labels{"pipeline": pipelineName}
-	gauge := func(name, help string) prometheus.Gauge {
-		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sluice", Subsystem: "mysql", Name: name, Help: help, ConstLabels: labels})
-	}
-	counter := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "mysql", Name: name, Help: help, ConstLabels: labels})
-	}
-	vec := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sluice", Subsystem: "mysql", Name: name, Help: help, ConstLabels: labels}, []string{"table"})
-	}
+	c := obs.NewCollectors(reg, "mysql", pipelineName)
 	m := &metrics{
-		lagBytes:      gauge("lag_bytes", "Binlog bytes between the server's current position and the last transaction the source received."),
-		lagSeconds:    gauge("lag_seconds", "Now minus the commit time of the last transaction handed to the pipeline."),
-		connected:     gauge("binlog_connected", "1 while the binlog connection is up."),
-		transactions:  counter("transactions_total", "Transactions handed to the pipeline."),
-		rows:          counter("rows_total", "Data records (stream and snapshot) handed to the pipeline."),
-		ddl:           counter("ddl_total", "Statements in the binlog that change tables (ALTER, CREATE, DROP, RENAME, TRUNCATE)."),
-		schemaChanges: counter("schema_changes_total", "New shapes of captured tables seen in the binlog."),
-		reconnects:    counter("reconnects_total", "Binlog connections re-established after a failure."),
-		snapshotDone:  vec("snapshot_rows_done", "Rows copied by the initial load, per table."),
-		snapshotTotal: vec("snapshot_rows_total", "Estimated rows of the initial load, per table."),
+		lagBytes:      c.Gauge("lag_bytes", "Binlog bytes between the server's current position and the last transaction the source received."),
+		lagSeconds:    c.Gauge("lag_seconds", "Now minus the commit time of the last transaction handed to the pipeline."),
+		connected:     c.Gauge("binlog_connected", "1 while the binlog connection is up."),
+		transactions:  c.Counter("transactions_total", "Transactions handed to the pipeline."),
+		rows:          c.Counter("rows_total", "Data records (stream and snapshot) handed to the pipeline."),
+		ddl:           c.Counter("ddl_total", "Statements in the binlog that change tables (ALTER, CREATE, DROP, RENAME, TRUNCATE)."),
+		schemaChanges: c.Counter("schema_changes_total", "New shapes of captured tables seen in the binlog."),
+		reconnects:    c.Counter("reconnects_total", "Binlog connections re-established after a failure."),
+		snapshotDone:  c.GaugeVec("snapshot_rows_done", "Rows copied by the initial load, per table.", "table"),
+		snapshotTotal: c.GaugeVec("snapshot_rows_total", "Estimated rows of the initial load, per table.", "table"),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var err error
-	register := func(c prometheus.Collector) prometheus.Collector {
-		if e := reg.Register(c); e != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(e, &are) {
-				return are.ExistingCollector // a restarted source keeps counting in the same series
-			}
-			err = errors.Join(err, e)
-		}
-		return c
-	}
-	m.lagBytes = register(m.lagBytes).(prometheus.Gauge)
-	m.lagSeconds = register(m.lagSeconds).(prometheus.Gauge)
-	m.connected = register(m.connected).(prometheus.Gauge)
-	m.transactions = register(m.transactions).(prometheus.Counter)
-	m.rows = register(m.rows).(prometheus.Counter)
-	m.ddl = register(m.ddl).(prometheus.Counter)
-	m.schemaChanges = register(m.schemaChanges).(prometheus.Counter)
-	m.reconnects = register(m.reconnects).(prometheus.Counter)
-	m.snapshotDone = register(m.snapshotDone).(*prometheus.GaugeVec)
-	m.snapshotTotal = register(m.snapshotTotal).(*prometheus.GaugeVec)
-	return m, err
+	return m, c.Err()
 }
