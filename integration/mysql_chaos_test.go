@@ -136,6 +136,24 @@ func gtidSeq(t *testing.T, gtid string) uint64 {
 	return seq
 }
 
+// waitCheckpointAt polls until the checkpoint of the running daemon d holds
+// the single-domain MariaDB GTID mark.
+func waitCheckpointAt(t *testing.T, d *daemonProc, checkpoint, mark string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for g := checkpointGTID(t, checkpoint); g == "" || gtidSeq(t, g) < gtidSeq(t, mark); g = checkpointGTID(t, checkpoint) {
+		select {
+		case <-d.done:
+			t.Fatalf("daemon exited (%d) before checkpointing %s:\n%s", d.exitCode(), mark, d.logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint never reached %s:\n%s", mark, d.logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // assertSinkEqualsMySQL compares a captured table row by row with the
 // DuckDB sink.
 func assertSinkEqualsMySQL(t *testing.T, ctx context.Context, opts mysql.Options, duck, db, table string) int {
@@ -161,7 +179,7 @@ func assertSinkEqualsMySQL(t *testing.T, ctx context.Context, opts mysql.Options
 func TestKill9DuringLoadAndStreamMariaDB(t *testing.T) {
 	m := harness.MariaDBT(t)
 	ctx := context.Background()
-	const items, events = 120000, 30000
+	const items, events = 300000, 30000
 	if err := m.CreateDatabase(ctx, "chaos"); err != nil {
 		t.Fatal(err)
 	}
@@ -193,37 +211,7 @@ runtime: {checkpoint_interval: 100ms}
 	workErr := make(chan error, 1)
 	go func() { workErr <- mysqlWorkload(wctx, addr, items, &writes) }()
 
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
-	loadKills, streamKills := 0, 0
-	for attempt := 0; loadKills < 10 && attempt < 40; attempt++ {
-		d := startDaemon(t, cfg)
-		d.waitAddr(t, 2*time.Minute)
-		time.Sleep(time.Duration(50+rng.IntN(1000)) * time.Millisecond) // a random moment
-		d.signal(syscall.SIGKILL)
-		<-d.done
-		// No checkpoint yet means the kill landed before the load finished.
-		if checkpointGTID(t, checkpoint) == "" {
-			loadKills++
-		} else {
-			streamKills++
-			break
-		}
-	}
-	for streamKills < 20-loadKills {
-		d := startDaemon(t, cfg)
-		d.waitAddr(t, 2*time.Minute)
-		deadline := time.Now().Add(3 * time.Minute)
-		for checkpointGTID(t, checkpoint) == "" {
-			if time.Now().After(deadline) {
-				t.Fatalf("initial load never completed:\n%s", d.logs())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		time.Sleep(time.Duration(100+rng.IntN(1500)) * time.Millisecond)
-		d.signal(syscall.SIGKILL)
-		<-d.done
-		streamKills++
-	}
+	loadKills, streamKills := killAtRandom(t, cfg, func() bool { return checkpointGTID(t, checkpoint) != "" })
 	if loadKills < 5 {
 		t.Fatalf("only %d of the kills landed during the initial load", loadKills)
 	}
@@ -242,21 +230,7 @@ runtime: {checkpoint_interval: 100ms}
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		if g := checkpointGTID(t, checkpoint); g != "" && gtidSeq(t, g) >= gtidSeq(t, mark) {
-			break
-		}
-		select {
-		case <-d.done:
-			t.Fatalf("daemon exited (%d) before checkpointing %s:\n%s", d.exitCode(), mark, d.logs())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("checkpoint never reached %s:\n%s", mark, d.logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCheckpointAt(t, d, checkpoint, mark)
 	d.signal(syscall.SIGTERM)
 	if code := d.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("final run exit %d:\n%s", code, d.logs())

@@ -105,13 +105,7 @@ runtime: {checkpoint_interval: 100ms, batch_max_records: 2000}
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(3 * time.Minute)
-	for g := checkpointGTID(t, checkpoint); g == "" || gtidSeq(t, g) < gtidSeq(t, mark); g = checkpointGTID(t, checkpoint) {
-		if time.Now().After(deadline) {
-			t.Fatalf("checkpoint never reached %s:\n%s", mark, d.logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCheckpointAt(t, d, checkpoint, mark)
 	d.signal(syscall.SIGTERM)
 	if code := d.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, d.logs())

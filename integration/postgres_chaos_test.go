@@ -106,8 +106,8 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, writes *atomic.
 	return nil
 }
 
-// 20 kill -9 of the real binary at random moments — ten during the initial
-// load and ten during the stream — under a concurrent write workload; the
+// 20 kill -9 of the real binary at random moments — up to ten during the
+// initial load, the rest during the stream — under a concurrent write workload; the
 // DuckDB copy then equals PostgreSQL row by row.
 func TestKill9DuringLoadAndStreamPostgres(t *testing.T) {
 	pg := harness.PostgresT(t)
@@ -143,44 +143,10 @@ runtime: {checkpoint_interval: 100ms}
 	workErr := make(chan error, 1)
 	go func() { workErr <- chaosWorkload(wctx, dsn, items, &writes) }()
 
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
-	loadKills, streamKills := 0, 0
-	for attempt := 0; loadKills < 10 && attempt < 40; attempt++ {
-		d := startDaemon(t, cfg)
-		d.waitAddr(t, 2*time.Minute)
-		time.Sleep(time.Duration(50+rng.IntN(1200)) * time.Millisecond) // a random moment
-		d.signal(syscall.SIGKILL)
-		<-d.done
-		// No checkpoint yet means the kill landed before the load finished.
-		if _, err := os.Stat(checkpoint); errors.Is(err, os.ErrNotExist) {
-			loadKills++
-		} else {
-			streamKills++
-			break
-		}
-	}
-	if loadKills < 10 {
-		t.Logf("only %d kills landed during the load (it finished before the others)", loadKills)
-	}
-	for streamKills < 10 {
-		d := startDaemon(t, cfg)
-		d.waitAddr(t, 2*time.Minute)
-		// Let the load finish (it may be redone), then kill mid-stream.
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
-			if _, err := os.Stat(checkpoint); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("initial load never completed:\n%s", d.logs())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		time.Sleep(time.Duration(100+rng.IntN(1500)) * time.Millisecond)
-		d.signal(syscall.SIGKILL)
-		<-d.done
-		streamKills++
-	}
+	loadKills, streamKills := killAtRandom(t, cfg, func() bool {
+		_, err := os.Stat(checkpoint)
+		return err == nil
+	})
 	if loadKills < 5 {
 		t.Fatalf("only %d of the kills landed during the initial load", loadKills)
 	}
