@@ -1,12 +1,14 @@
 package mysql
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -177,7 +179,8 @@ func (d *decoder) rows(e *replication.RowsEvent) error {
 			}
 		}
 		if cerr != nil {
-			d.dead = append(d.dead, d.letter(sh, op, rec.Version, e.Rows[r:r+step], cerr))
+			// Invariant 7: the change goes to the DLQ, the stream goes on.
+			d.dead = append(d.dead, deadLetter(sh.table, op, rec.Version, e.Rows[r:r+step], cerr))
 			continue
 		}
 		if op == pipeline.OpUpdate && keyChanged(sh.table.KeyIdx, rec.Before, rec.After) {
@@ -204,11 +207,31 @@ func (d *decoder) rows(e *replication.RowsEvent) error {
 // keyChanged reports whether an update moved the row to another key.
 func keyChanged(keyIdx []int, before, after []any) bool {
 	for _, k := range keyIdx {
-		if !reflect.DeepEqual(before[k], after[k]) {
+		if !sameValue(before[k], after[k]) {
 			return true
 		}
 	}
 	return false
+}
+
+// sameValue compares two record-model values, without reflection for the
+// common key types.
+func sameValue(a, b any) bool {
+	switch x := a.(type) {
+	case int64:
+		y, ok := b.(int64)
+		return ok && x == y
+	case uint64:
+		y, ok := b.(uint64)
+		return ok && x == y
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case []byte:
+		y, ok := b.([]byte)
+		return ok && bytes.Equal(x, y)
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 // image converts one row image. Columns the server left out (a session
@@ -235,15 +258,26 @@ func (d *decoder) image(sh *shape, row []any, skipped []int, after bool) ([]any,
 	return out, nil
 }
 
-// letter makes the dead letter of a change the source cannot represent. The
-// binlog's bytes are not kept; Raw is the change's row images as decoded
-// (columns before the failing one already in the record model).
-func (d *decoder) letter(sh *shape, op pipeline.Op, v pipeline.Version, rows [][]any, err error) pipeline.DeadLetter {
-	raw, merr := json.Marshal(map[string]any{"rows": rows})
+// deadLetter makes the dead letter of a change the source cannot
+// represent. The binlog's bytes are not kept; Raw is the change's row
+// images as decoded, as JSON (columns before the failing one already in the
+// record model; bytes that are UTF-8 text shown as text, others base64).
+func deadLetter(t *pipeline.Table, op pipeline.Op, v pipeline.Version, rows [][]any, err error) pipeline.DeadLetter {
+	shown := make([][]any, len(rows))
+	for i, row := range rows {
+		shown[i] = make([]any, len(row))
+		for j, x := range row {
+			if b, ok := x.([]byte); ok && utf8.Valid(b) {
+				x = string(b)
+			}
+			shown[i][j] = x
+		}
+	}
+	raw, merr := json.Marshal(map[string]any{"rows": shown})
 	if merr != nil {
 		raw = []byte(fmt.Sprint(rows))
 	}
-	return pipeline.DeadLetter{Time: time.Now().UTC(), Stage: "source", Table: sh.table.ID.String(), Op: op.String(),
+	return pipeline.DeadLetter{Time: time.Now().UTC(), Stage: "source", Table: t.ID.String(), Op: op.String(),
 		Version: v.String(), Error: err.Error(), Raw: raw}
 }
 
@@ -348,7 +382,11 @@ func (d *decoder) capturedTable(n tableName) *pipeline.Table {
 }
 
 // commit closes the open transaction at the end of event h (Invariant 2:
-// positions only ever sit on commits).
+// positions only ever sit on commits). A transaction on tables that are
+// not captured still yields its position, with no records: that is how an
+// otherwise idle pipeline advances (Invariant 8; the server keeps its
+// binlog by retention, so there is no slot to release and no heartbeat
+// to write).
 func (d *decoder) commit(h *replication.EventHeader, gset gomysql.GTIDSet, emit func(txItem) error) error {
 	if !d.open {
 		return nil // the tail of a transaction whose GTID event came before our start

@@ -66,20 +66,7 @@ func (s *shapes) of(tm *replication.TableMapEvent) (*shape, error) {
 			}
 		}
 		sh.descs = descs
-		prev := s.latest[id]
-		switch {
-		case prev != nil && sameDescs(prev.descs, descs):
-			sh.table = prev.table
-		default:
-			gen := 1
-			if prev != nil {
-				gen = prev.table.Generation + 1
-			}
-			sh.table = buildTable(id, descs, gen, s.zeroNull)
-			if prev != nil && s.onChange != nil {
-				s.onChange(id, gen)
-			}
-		}
+		sh.table = s.tableFor(id, descs)
 		s.latest[id] = sh
 	}
 	s.byID[tm.TableID] = sh
@@ -101,16 +88,26 @@ func (s *shapes) seed(id pipeline.TableID, descs []colDesc) *pipeline.Table {
 			s.jsonCols[id][descs[i].name] = true
 		}
 	}
-	if prev := s.latest[id]; prev != nil && sameDescs(prev.descs, descs) {
-		return prev.table
-	}
-	gen := 1
-	if prev := s.latest[id]; prev != nil {
-		gen = prev.table.Generation + 1
-	}
-	sh := &shape{table: buildTable(id, descs, gen, s.zeroNull), descs: descs, captured: true}
+	sh := &shape{table: s.tableFor(id, descs), descs: descs, captured: true}
 	s.latest[id] = sh
 	return sh.table
+}
+
+// tableFor returns the latest *Table of id when descs describe it the same
+// way, else a new one of the next generation (and tells onChange).
+func (s *shapes) tableFor(id pipeline.TableID, descs []colDesc) *pipeline.Table {
+	prev := s.latest[id]
+	if prev == nil {
+		return buildTable(id, descs, 1, s.zeroNull)
+	}
+	if sameDescs(prev.descs, descs) {
+		return prev.table
+	}
+	gen := prev.table.Generation + 1
+	if s.onChange != nil {
+		s.onChange(id, gen)
+	}
+	return buildTable(id, descs, gen, s.zeroNull)
 }
 
 // fingerprint serialises everything of a TABLE_MAP that shapes a decode.

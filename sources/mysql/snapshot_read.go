@@ -67,7 +67,7 @@ func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable) ([][]any, e
 	keys := strings.Join(t.keys, ", ")
 	from := quoteIdent(t.name.db) + "." + quoteIdent(t.name.table)
 	first := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s LIMIT 1 OFFSET %d", keys, from, keys, l.s.opts.Snapshot.ChunkRows-1)
-	cond, _ := keyAfter(t.keys)
+	cond := keyAfter(t.keys)
 	next := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1 OFFSET %d", keys, from, cond, keys, l.s.opts.Snapshot.ChunkRows-1)
 	var out [][]any
 	var prev []any
@@ -101,19 +101,17 @@ func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable) ([][]any, e
 
 // keyAfter is the condition "key > (?, …)" over the key columns, spelled
 // as OR of prefixes so MySQL uses the index: k1 > ? OR (k1 = ? AND k2 > ?) ….
-func keyAfter(keys []string) (string, int) {
+func keyAfter(keys []string) string {
 	var ors []string
-	n := 0
 	for i := range keys {
 		var ands []string
 		for j := 0; j < i; j++ {
 			ands = append(ands, keys[j]+" = ?")
 		}
 		ands = append(ands, keys[i]+" > ?")
-		n += i + 1
 		ors = append(ors, "("+strings.Join(ands, " AND ")+")")
 	}
-	return "(" + strings.Join(ors, " OR ") + ")", n
+	return "(" + strings.Join(ors, " OR ") + ")"
 }
 
 // expandAfter lays out the arguments of keyAfter for key values v.
@@ -199,12 +197,12 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 	var where []string
 	var args []any
 	if job.lo != nil {
-		cond, _ := keyAfter(t.keys)
+		cond := keyAfter(t.keys)
 		where = append(where, cond)
 		args = append(args, expandAfter(job.lo)...)
 	}
 	if job.hi != nil {
-		cond, _ := keyAfter(t.keys)
+		cond := keyAfter(t.keys)
 		where = append(where, "NOT "+cond)
 		args = append(args, expandAfter(job.hi)...)
 	}
@@ -248,7 +246,8 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 				for j := range row {
 					raw[j] = fieldValue(row[j])
 				}
-				dead = append(dead, snapshotLetter(t, v, raw, fmt.Errorf("column %s: %w", t.descs[i].name, err)))
+				// Invariant 7: the row goes to the DLQ, the load goes on.
+				dead = append(dead, deadLetter(t.table, pipeline.OpRead, v, [][]any{raw}, fmt.Errorf("column %s: %w", t.descs[i].name, err)))
 				return nil
 			}
 			rec.After[i] = x
@@ -267,13 +266,6 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, err)
 	}
 	return flush()
-}
-
-func snapshotLetter(t *loadTable, v pipeline.Version, raw []any, err error) pipeline.DeadLetter {
-	d := &decoder{}
-	sh := &shape{table: t.table}
-	letter := d.letter(sh, pipeline.OpRead, v, [][]any{raw}, err)
-	return letter
 }
 
 func (l *snapshotLoad) fail(err error) {

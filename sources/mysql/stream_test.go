@@ -329,3 +329,44 @@ func TestServerIDClash(t *testing.T) {
 		t.Fatalf("another pipeline with the same server id: %v", err)
 	}
 }
+
+// Under zero_dates: dead_letter a change holding a zero date goes to the
+// dead-letter queue with its row and the reason (Invariant 7); the
+// snapshot's and the stream's other changes arrive.
+func TestZeroDateDeadLetters(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE zd", "CREATE TABLE zd.t (id int PRIMARY KEY, d DATE)",
+		"INSERT INTO zd.t VALUES (1, '0000-00-00'), (2, '2024-05-06')")
+	s := testSource(t, m, nil, func(o *Options) { o.Tables = []string{"zd.t"}; o.ZeroDates = ZeroDatesDeadLetter })
+	var recs []pipeline.Record
+	var dead []pipeline.DeadLetter
+	read := func(data, letters int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for countData(recs) < data || len(dead) < letters {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d records and %d letters, want %d and %d", countData(recs), len(dead), data, letters)
+			}
+			b, err := s.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, dead = append(recs, b.Records...), append(dead, b.Dead...)
+		}
+	}
+	read(1, 1)
+	mustExec(t, c, "INSERT INTO zd.t VALUES (3, '0000-00-00'), (4, '2024-05-07')")
+	read(2, 2)
+	for i, l := range dead {
+		if l.Stage != "source" || l.Table != "zd.t" || !strings.Contains(l.Error, "zero date") || !strings.Contains(string(l.Raw), "0000-00-00") {
+			t.Errorf("letter %d: %+v raw %s", i, l, l.Raw)
+		}
+	}
+	if l := dead[1]; l.Position == nil || l.Op != "c" {
+		t.Errorf("stream letter without its position or op: %+v", l)
+	}
+	if got := dataOnly(recs); got[0].After[0] != int64(2) || got[1].After[0] != int64(4) {
+		t.Errorf("delivered %v and %v", got[0].After, got[1].After)
+	}
+}
