@@ -116,4 +116,7 @@ log "schema registry: $("$(dirname "${BASH_SOURCE[0]}")/registry-build.sh")"
 # The OpenSearch and Elasticsearch server distributions (through Maven),
 # cached across runs.
 log "search nodes: $("$(dirname "${BASH_SOURCE[0]}")/search-dist.sh")"
+# The Debezium peer of the benchmarks (embedded engine, through Maven),
+# cached across runs.
+log "debezium: $("$(dirname "${BASH_SOURCE[0]}")/debezium-jars.sh" all | tr '\n' ' ')"
 log "ok"
