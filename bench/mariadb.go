@@ -71,11 +71,9 @@ func (s MariaDBBinlog) Run(o RunOptions) (figs []Figure, err error) {
 	if rows < 5*tx {
 		return nil, fmt.Errorf("%s: at least %d rows", s.Name(), 5*tx)
 	}
-	tool, err := exec.LookPath("mariadb-binlog")
+	tool, err := binlogTool(o)
 	if err != nil {
-		if tool, err = exec.LookPath("mysqlbinlog"); err != nil {
-			return nil, errors.New("mariadb-binlog not found: apt-get install mariadb-client")
-		}
+		return nil, err
 	}
 	ctx := context.Background()
 	m, err := harness.StartMariaDB(ctx, harness.MariaDBOptions{})
@@ -107,9 +105,6 @@ func (s MariaDBBinlog) Run(o RunOptions) (figs []Figure, err error) {
 	if v, err := one(c, "SELECT VERSION()"); err == nil && o.Versions != nil {
 		o.Versions["MariaDB"] = v
 	}
-	if out, err := exec.Command(tool, "--version").Output(); err == nil && o.Versions != nil {
-		o.Versions[filepath.Base(tool)] = strings.TrimSpace(string(out))
-	}
 	start, err := one(c, "SELECT @@GLOBAL.gtid_binlog_pos")
 	if err != nil {
 		return nil, err
@@ -134,17 +129,7 @@ func (s MariaDBBinlog) Run(o RunOptions) (figs []Figure, err error) {
 	if err != nil {
 		return nil, err
 	}
-	reference := func() (time.Duration, error) {
-		cmd := exec.Command(tool, "--read-from-remote-server", "--host", m.Host, "--port", strconv.Itoa(m.Port), "--user", "root",
-			"--base64-output=decode-rows", "--verbose", "--to-last-log", first)
-		var stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = nil, &stderr // nil: /dev/null
-		t := time.Now()
-		if err := cmd.Run(); err != nil {
-			return 0, fmt.Errorf("%s: %w\n%s", tool, err, stderr.String())
-		}
-		return time.Since(t), nil
-	}
+	reference := func() (time.Duration, error) { return binlogReference(tool, m, first) }
 	opts := mysql.Options{Pipeline: "bench", DSN: "mysql://root@" + addr, Tables: []string{"bench.t"}, StartGTID: start,
 		Snapshot: mysql.SnapshotOptions{Mode: mysql.SnapshotNever}}
 
@@ -356,4 +341,33 @@ func (o RunOptions) log(format string, args ...any) {
 	if o.Log != nil {
 		o.Log(format, args...)
 	}
+}
+
+// binlogTool finds mariadb-binlog (or mysqlbinlog) and records its version.
+func binlogTool(o RunOptions) (string, error) {
+	tool, err := exec.LookPath("mariadb-binlog")
+	if err != nil {
+		if tool, err = exec.LookPath("mysqlbinlog"); err != nil {
+			return "", errors.New("mariadb-binlog not found: apt-get install mariadb-client")
+		}
+	}
+	if out, err := exec.Command(tool, "--version").Output(); err == nil {
+		o.version(filepath.Base(tool), strings.TrimSpace(string(out)))
+	}
+	return tool, nil
+}
+
+// binlogReference is the binlog reference: mariadb-binlog reading every
+// binlog from first off the server, rows decoded and printed, into
+// /dev/null.
+func binlogReference(tool string, m *harness.MariaDB, first string) (time.Duration, error) {
+	cmd := exec.Command(tool, "--read-from-remote-server", "--host", m.Host, "--port", strconv.Itoa(m.Port), "--user", "root",
+		"--base64-output=decode-rows", "--verbose", "--to-last-log", first)
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = nil, &stderr // nil: /dev/null
+	t := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("%s: %w\n%s", tool, err, stderr.String())
+	}
+	return time.Since(t), nil
 }

@@ -66,3 +66,51 @@ func TestMariaDBScenarioReportsEveryFigure(t *testing.T) {
 		t.Errorf("no MariaDB version recorded: %v", versions)
 	}
 }
+
+func TestMergeKeepsScenariosNotRunAgain(t *testing.T) {
+	dir := t.TempDir()
+	old := Report{Machine: Machine{Versions: map[string]string{"Kafka": "4.4.0", "PostgreSQL": "15"}}, Scenarios: []ScenarioResult{
+		{Name: "a", Stats: []Stat{{Name: "x", Median: 1}}}, {Name: "b", Stats: []Stat{{Name: "y", Median: 2}}}}}
+	if _, err := old.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	now := Report{Machine: Machine{Versions: map[string]string{"PostgreSQL": "16"}}, Scenarios: []ScenarioResult{
+		{Name: "b", Stats: []Stat{{Name: "y", Median: 3}}}}}
+	if err := now.Merge(filepath.Join(dir, "latest.json")); err != nil {
+		t.Fatal(err)
+	}
+	if len(now.Scenarios) != 2 || now.Scenarios[0].Stats[0].Median != 3 || now.Scenarios[1].Name != "a" {
+		t.Fatalf("merged scenarios: %+v", now.Scenarios)
+	}
+	if v := now.Machine.Versions; v["PostgreSQL"] != "16" || v["Kafka"] != "4.4.0" {
+		t.Fatalf("merged versions: %v", v)
+	}
+}
+
+func TestUpdateDocsReplacesOnlyTheResults(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "performance.md")
+	doc := "# Method\n\ntext\n\n" + DocsBegin + "\nold table\n" + DocsEnd + "\n\n## After\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := Report{Scenarios: []ScenarioResult{{Name: "pg-stream", Stats: []Stat{{Name: "sluice / pg_recvlogical", Unit: "ratio", Median: 0.7}}}}}
+	if err := rep.UpdateDocs(path, "performance.png"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	got := string(b)
+	for _, want := range []string{"# Method\n\ntext\n\n" + DocsBegin, "](performance.png)", "### pg-stream (0 runs)", DocsEnd + "\n\n## After\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("docs lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "old table") {
+		t.Errorf("old results kept:\n%s", got)
+	}
+	if err := os.WriteFile(path, []byte("no markers"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.UpdateDocs(path, "x.png"); err == nil {
+		t.Fatal("no error for a file without markers")
+	}
+}

@@ -20,7 +20,11 @@ import (
 	"github.com/sluice-cdc/sluice/bench"
 )
 
-var scenarios = []bench.Scenario{bench.MariaDBBinlog{}, bench.MariaDBBinlog{Bulk: true}}
+var scenarios = []bench.Scenario{
+	bench.PGStream{}, bench.PGStream{Toast: true}, bench.PGSnapshot{}, bench.PGLatency{},
+	bench.MariaDBKafka{}, bench.MariaDBSnapshot{}, bench.MariaDBLatency{},
+	bench.MariaDBBinlog{}, bench.MariaDBBinlog{Bulk: true},
+}
 
 func main() {
 	if err := run(); err != nil {
@@ -32,9 +36,12 @@ func main() {
 func run() error {
 	only := flag.String("scenario", "", "comma-separated scenarios to run (default all: "+names()+")")
 	runs := flag.Int("runs", 3, "runs per scenario; figures are medians with min–max")
+	duration := flag.Duration("duration", 0, "how long latency scenarios offer each load (0: 20s)")
 	rows := flag.Int("rows", 0, "workload size (inserted rows); 0 takes each scenario's default")
 	out := flag.String("out", "bench/results", "directory for the JSON and markdown report")
 	profile := flag.String("profile", "", "directory for CPU and heap profiles (none when empty)")
+	merge := flag.String("merge", "", "an earlier report (JSON) whose scenarios not run now are kept in this one")
+	docs := flag.String("docs", "", "a markdown file whose results section (between the markers "+bench.DocsBegin+" and "+bench.DocsEnd+") takes the report, with the chart beside it")
 	flag.Parse()
 	if *runs < 1 {
 		return errors.New("-runs must be at least 1")
@@ -59,7 +66,7 @@ func run() error {
 		res := bench.ScenarioResult{Name: s.Name()}
 		for i := 1; i <= *runs; i++ {
 			logf("== %s, run %d of %d", s.Name(), i, *runs)
-			o := bench.RunOptions{Rows: *rows, Log: logf, Versions: rep.Machine.Versions}
+			o := bench.RunOptions{Rows: *rows, Duration: *duration, Log: logf, Versions: rep.Machine.Versions}
 			if *profile != "" {
 				o.Profile = filepath.Join(*profile, fmt.Sprintf("%s-run%d-", s.Name(), i))
 			}
@@ -71,9 +78,31 @@ func run() error {
 		}
 		rep.Scenarios = append(rep.Scenarios, res)
 	}
+	if *merge != "" {
+		if err := rep.Merge(*merge); err != nil {
+			return err
+		}
+	}
 	path, err := rep.Write(*out)
 	if err != nil {
 		return err
+	}
+	chart := strings.TrimSuffix(path, ".md") + ".png"
+	if err := rep.Chart(chart); err != nil {
+		return err
+	}
+	if err := copyFile(chart, filepath.Join(*out, "latest.png")); err != nil {
+		return err
+	}
+	if *docs != "" {
+		png := strings.TrimSuffix(*docs, filepath.Ext(*docs)) + ".png"
+		if err := copyFile(chart, png); err != nil {
+			return err
+		}
+		if err := rep.UpdateDocs(*docs, filepath.Base(png)); err != nil {
+			return err
+		}
+		logf("updated %s and %s", *docs, png)
 	}
 	fmt.Print(rep.Markdown())
 	logf("report: %s", path)
@@ -95,4 +124,12 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o644)
 }

@@ -1,0 +1,353 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sources/mysql"
+)
+
+// mariaTable is workload (a)'s six-column table on MariaDB.
+const mariaTable = "CREATE TABLE bench.t (id BIGINT PRIMARY KEY, n INT, label VARCHAR(64), at TIMESTAMP(6) NULL, amount DECIMAL(12,2), doc JSON)"
+
+// mariaServer is a throwaway MariaDB (1 GiB buffer pool, so the snapshot
+// reference and sluice both read from memory) with the workload's table.
+type mariaServer struct {
+	m    *harness.MariaDB
+	c    *client.Conn
+	addr string
+}
+
+func startMaria(ctx context.Context, o RunOptions) (*mariaServer, error) {
+	m, err := harness.StartMariaDB(ctx, harness.MariaDBOptions{Settings: map[string]string{"innodb_buffer_pool_size": "1G"}})
+	if err != nil {
+		return nil, err
+	}
+	s := &mariaServer{m: m, addr: net.JoinHostPort(m.Host, strconv.Itoa(m.Port))}
+	if s.c, err = client.Connect(s.addr, "root", "", ""); err != nil {
+		s.stop()
+		return nil, err
+	}
+	for _, q := range []string{"CREATE DATABASE bench", mariaTable} {
+		if err := s.exec(q); err != nil {
+			s.stop()
+			return nil, err
+		}
+	}
+	if v, err := one(s.c, "SELECT VERSION()"); err == nil {
+		o.version("MariaDB", v)
+	}
+	return s, nil
+}
+
+func (s *mariaServer) stop() {
+	if s.c != nil {
+		s.c.Close()
+	}
+	_ = s.m.Stop()
+}
+
+func (s *mariaServer) exec(q string) error {
+	if _, err := s.c.Execute(q); err != nil {
+		return fmt.Errorf("%.80s: %w", q, err)
+	}
+	return nil
+}
+
+func (s *mariaServer) options(name string) mysql.Options {
+	return mysql.Options{Pipeline: name, DSN: "mysql://root@" + s.addr, Tables: []string{"bench.t"}}
+}
+
+// insert implements latencyDB: one multi-row INSERT (autocommit).
+func (s *mariaServer) insert(_ context.Context, first, n int) error {
+	var sb strings.Builder
+	sb.WriteString("INSERT INTO bench.t VALUES ")
+	for i := first; i < first+n; i++ {
+		if i > first {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `(%d,%d,'customer %08d with a forty-byte label',TIMESTAMPADD(SECOND,%d,'2024-01-01'),%d.%02d,'{"i":%d,"ok":true}')`,
+			i, i%100000, i, i%100_000_000, i%10000000, i%100, i)
+	}
+	return s.exec(sb.String())
+}
+
+// streamFromNow implements latencyDB: from the server's current GTID
+// position.
+func (s *mariaServer) streamFromNow(_ context.Context, name string, heartbeat time.Duration) (pipeline.Source, []byte, error) {
+	gtid, err := one(s.c, "SELECT @@GLOBAL.gtid_binlog_pos")
+	if err != nil {
+		return nil, nil, err
+	}
+	o := s.options(name)
+	o.StartGTID, o.Snapshot.Mode = gtid, mysql.SnapshotNever
+	src, err := mysql.New(o, nil, nil)
+	return src, nil, err
+}
+
+func (s *mariaServer) connector() string { return "mysql" }
+
+func startMariaAndBroker(ctx context.Context, o RunOptions) (*mariaServer, *broker, error) {
+	type res struct {
+		m   *mariaServer
+		err error
+	}
+	ch := make(chan res, 1)
+	mo := o
+	mo.Versions = map[string]string{} // not shared between the goroutines
+	go func() { m, err := startMaria(ctx, mo); ch <- res{m, err} }()
+	br, berr := startBroker(ctx, o)
+	r := <-ch
+	if err := errors.Join(r.err, berr); err != nil {
+		if r.m != nil {
+			r.m.stop()
+		}
+		if br != nil {
+			br.stop()
+		}
+		return nil, nil, err
+	}
+	for k, v := range mo.Versions {
+		o.version(k, v)
+	}
+	return r.m, br, nil
+}
+
+// MariaDBKafka is workload (a) on MariaDB into Kafka: N inserts, N updates
+// and N/5 deletes in 1,000-row transactions, read from one binlog by, in
+// order: mariadb-binlog --read-from-remote-server to /dev/null (the
+// reference, again at the end; mean), sluice into the Kafka sink at the
+// config defaults until the broker acknowledged every change, the Kafka
+// ceiling (sluice's records produced again from memory), and Debezium
+// (MariaDB connector, snapshot mode "never": the whole binlog of the fresh
+// server, i.e. the same backlog).
+type MariaDBKafka struct{}
+
+// Name implements Scenario.
+func (MariaDBKafka) Name() string { return "mariadb-kafka" }
+
+// Run implements Scenario.
+func (s MariaDBKafka) Run(o RunOptions) ([]Figure, error) {
+	rows := o.Rows
+	if rows <= 0 {
+		rows = 1_000_000
+	}
+	rows -= rows % 5000
+	if rows < 5000 {
+		return nil, fmt.Errorf("%s: at least 5000 rows", s.Name())
+	}
+	tool, err := binlogTool(o)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	m, br, err := startMariaAndBroker(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer br.stop()
+	defer m.stop()
+	start, err := one(m.c, "SELECT @@GLOBAL.gtid_binlog_pos")
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := writeWorkload(m.exec, rows); err != nil {
+		return nil, err
+	}
+	write := time.Since(t0)
+	changes := rows + rows + rows/5
+	first, err := one(m.c, "SHOW BINARY LOGS")
+	if err != nil {
+		return nil, err
+	}
+	ref1, err := binlogReference(tool, m.m, first)
+	if err != nil {
+		return nil, err
+	}
+	opts := m.options("bench")
+	opts.StartGTID, opts.Snapshot.Mode = start, mysql.SnapshotNever
+	src, err := mysql.New(opts, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	sl, err := br.toKafka(ctx, kafkaRun{src: src, prefix: "bench", connector: "mysql", records: int64(changes), profile: o.Profile})
+	if err != nil {
+		return nil, err
+	}
+	const topic = "bench.bench.t"
+	stored, err := br.topicEnd(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	if want := int64(changes + rows/5); stored != want {
+		return nil, fmt.Errorf("%s holds %d records, want %d", topic, stored, want)
+	}
+	ceil, size, err := br.ceiling(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	dbz, err := runDebezium(ctx, o, DebeziumOptions{Connector: "mariadb", Host: m.m.Host, Port: m.m.Port, User: "root",
+		Database: "bench", Tables: []string{"bench.t"}, ServerID: 5401, SnapshotMode: "never",
+		TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: changes})
+	if err != nil {
+		return nil, err
+	}
+	ref2, err := binlogReference(tool, m.m, first)
+	if err != nil {
+		return nil, err
+	}
+	ref := (ref1 + ref2) / 2
+	o.log("%s: %d changes written in %s; mariadb-binlog %s and %s, sluice %s (first batch after %s), Kafka ceiling %s (%d B/record), Debezium %s",
+		s.Name(), changes, write, ref1, ref2, sl.wall, sl.first, ceil, size, dbz.Wall)
+	rate := func(d time.Duration) float64 { return float64(changes) / d.Seconds() }
+	ceilRate := float64(stored) / ceil.Seconds()
+	return []Figure{
+		{Name: "MariaDB write", Unit: "rows/s", Value: rate(write)},
+		{Name: "mariadb-binlog", Unit: "rows/s", Value: rate(ref)},
+		{Name: "sluice → Kafka", Unit: "rows/s", Value: rate(sl.wall)},
+		{Name: "Kafka ceiling", Unit: "records/s", Value: ceilRate},
+		{Name: "Debezium → Kafka (JSON)", Unit: "rows/s", Value: rate(dbz.Wall)},
+		{Name: "sluice / mariadb-binlog", Unit: "ratio", Value: ref.Seconds() / sl.wall.Seconds(), Target: ">= 0.5"},
+		{Name: "sluice / Kafka ceiling", Unit: "ratio", Value: float64(stored) / sl.wall.Seconds() / ceilRate},
+		{Name: "sluice / Debezium", Unit: "ratio", Value: dbz.Wall.Seconds() / sl.wall.Seconds(), Target: ">= 2"},
+		{Name: "sluice CPU", Unit: "s per 1M rows", Value: sl.cpu.Seconds() * 1e6 / float64(changes)},
+		{Name: "Debezium CPU", Unit: "s per 1M rows", Value: dbz.CPU.Seconds() * 1e6 / float64(changes)},
+		{Name: "sluice peak RSS, whole backlog waiting", Unit: "MiB", Value: sl.peakRSS / (1 << 20), Target: "< 256"},
+		{Name: "Debezium peak RSS", Unit: "MiB", Value: dbz.PeakRSS / (1 << 20)},
+	}, nil
+}
+
+// MariaDBSnapshot is workload (c) on MariaDB: N rows (default 5,000,000)
+// read whole by the mariadb client (--quick --batch, SELECT * to
+// /dev/null; before and after, mean), by sluice's snapshot (config
+// defaults: 2 readers, 100,000-row key ranges) into Kafka, and by
+// Debezium's initial snapshot into the same broker.
+type MariaDBSnapshot struct{}
+
+// Name implements Scenario.
+func (MariaDBSnapshot) Name() string { return "mariadb-snapshot" }
+
+// Run implements Scenario.
+func (s MariaDBSnapshot) Run(o RunOptions) ([]Figure, error) {
+	rows := o.Rows
+	if rows <= 0 {
+		rows = 5_000_000
+	}
+	ctx := context.Background()
+	m, br, err := startMariaAndBroker(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer br.stop()
+	defer m.stop()
+	t0 := time.Now()
+	for lo := 0; lo < rows; lo += 250_000 {
+		hi := min(lo+250_000, rows) - 1
+		if err := m.exec(fmt.Sprintf(`INSERT INTO bench.t SELECT seq, seq %% 100000, CONCAT('customer ', LPAD(seq, 8, '0'), ' with a forty-byte label'),
+			TIMESTAMPADD(SECOND, seq, '2024-01-01'), (seq %% 10000000) / 100, JSON_OBJECT('i', seq, 'ok', true) FROM seq_%d_to_%d`, lo, hi)); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.exec("ANALYZE TABLE bench.t"); err != nil {
+		return nil, err
+	}
+	o.log("%s: %d rows loaded in %s", s.Name(), rows, time.Since(t0))
+	ref := func() (time.Duration, error) {
+		cmd := exec.CommandContext(ctx, m.m.Client, "--protocol=tcp", "-h", m.m.Host, "-P", strconv.Itoa(m.m.Port), "-u", "root",
+			"--quick", "--batch", "-e", "SELECT * FROM bench.t")
+		var stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = nil, &stderr // nil: /dev/null
+		t := time.Now()
+		if err := cmd.Run(); err != nil {
+			return 0, fmt.Errorf("mariadb SELECT: %w\n%s", err, stderr.String())
+		}
+		return time.Since(t), nil
+	}
+	ref1, err := ref()
+	if err != nil {
+		return nil, err
+	}
+	opts := m.options("snap")
+	opts.Snapshot = mysql.SnapshotOptions{Mode: mysql.SnapshotInitial, Parallel: 2, ChunkRows: 100_000}
+	src, err := mysql.New(opts, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	sl, err := br.toKafka(ctx, kafkaRun{src: src, prefix: "snap", connector: "mysql", records: int64(rows), profile: o.Profile})
+	if err != nil {
+		return nil, err
+	}
+	if n, err := br.topicEnd(ctx, "snap.bench.t"); err != nil || n != int64(rows) {
+		return nil, fmt.Errorf("snapshot topic holds %d records (%v), want %d", n, err, rows)
+	}
+	dbz, err := runDebezium(ctx, o, DebeziumOptions{Connector: "mariadb", Host: m.m.Host, Port: m.m.Port, User: "root",
+		Database: "bench", Tables: []string{"bench.t"}, ServerID: 5402, SnapshotMode: "initial",
+		TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: rows})
+	if err != nil {
+		return nil, err
+	}
+	ref2, err := ref()
+	if err != nil {
+		return nil, err
+	}
+	r := (ref1 + ref2) / 2
+	o.log("%s: SELECT %s and %s, sluice %s, Debezium %s", s.Name(), ref1, ref2, sl.wall, dbz.Wall)
+	rate := func(d time.Duration) float64 { return float64(rows) / d.Seconds() }
+	return []Figure{
+		{Name: "mariadb SELECT *", Unit: "rows/s", Value: rate(r)},
+		{Name: "sluice snapshot → Kafka", Unit: "rows/s", Value: rate(sl.wall)},
+		{Name: "Debezium snapshot → Kafka (JSON)", Unit: "rows/s", Value: rate(dbz.Wall)},
+		{Name: "sluice / mariadb SELECT", Unit: "ratio", Value: r.Seconds() / sl.wall.Seconds(), Target: ">= 0.5"},
+		{Name: "sluice / Debezium", Unit: "ratio", Value: dbz.Wall.Seconds() / sl.wall.Seconds()},
+		{Name: "sluice CPU", Unit: "s per 1M rows", Value: sl.cpu.Seconds() * 1e6 / float64(rows)},
+		{Name: "sluice peak RSS", Unit: "MiB", Value: sl.peakRSS / (1 << 20)},
+		{Name: "Debezium peak RSS", Unit: "MiB", Value: dbz.PeakRSS / (1 << 20)},
+	}, nil
+}
+
+// MariaDBLatency is workload (d) on MariaDB, as PGLatency.
+type MariaDBLatency struct{}
+
+// Name implements Scenario.
+func (MariaDBLatency) Name() string { return "mariadb-latency" }
+
+// Run implements Scenario.
+func (MariaDBLatency) Run(o RunOptions) ([]Figure, error) {
+	ctx := context.Background()
+	m, br, err := startMariaAndBroker(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer br.stop()
+	defer m.stop()
+	var figs []Figure
+	for i, rate := range []int{5000, 20000} {
+		f, err := latencyAt(ctx, o, m, br, fmt.Sprintf("lat%d", rate), rate, o.duration(), (i+1)*10_000_000)
+		if err != nil {
+			return nil, err
+		}
+		figs = append(figs, f...)
+	}
+	yaml := fmt.Sprintf(`  mysql:
+    dsn: mysql://root@%s
+    tables: [bench.t]
+    heartbeat_interval: 200ms
+    snapshot:
+      mode: never`, m.addr)
+	f, err := recovery(ctx, o, m, br, yaml, "recover.bench.t", 5000, 30_000_000)
+	if err != nil {
+		return nil, err
+	}
+	return append(figs, f...), nil
+}
