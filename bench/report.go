@@ -61,6 +61,8 @@ type Stat struct {
 type ScenarioResult struct {
 	Name  string `json:"name"`
 	Stats []Stat `json:"stats"`
+	// Error is why a run failed; the stats hold the runs before it.
+	Error string `json:"error,omitempty"`
 }
 
 // Report is the output of one `make bench`.
@@ -146,7 +148,11 @@ func (r *Report) Markdown() string {
 		for _, st := range s.Stats {
 			n = max(n, len(st.Runs))
 		}
-		fmt.Fprintf(&b, "\n### %s (%d runs)\n\n| figure | median | min–max | target |\n| --- | ---: | ---: | --- |\n", s.Name, n)
+		fmt.Fprintf(&b, "\n### %s (%d runs)\n\n", s.Name, n)
+		if s.Error != "" {
+			fmt.Fprintf(&b, "**Failed:** %s\n\n", strings.ReplaceAll(s.Error, "\n", " "))
+		}
+		b.WriteString("| figure | median | min–max | target |\n| --- | ---: | ---: | --- |\n")
 		for _, st := range s.Stats {
 			fmt.Fprintf(&b, "| %s (%s) | %s | %s–%s | %s |\n", st.Name, st.Unit, num(st.Median), num(st.Min), num(st.Max), st.Target)
 		}

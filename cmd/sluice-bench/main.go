@@ -62,6 +62,7 @@ func run() error {
 	}
 	rep := bench.Report{Time: time.Now(), Machine: bench.DescribeMachine()}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	failed := 0
 	for _, s := range chosen {
 		res := bench.ScenarioResult{Name: s.Name()}
 		for i := 1; i <= *runs; i++ {
@@ -72,7 +73,11 @@ func run() error {
 			}
 			figs, err := s.Run(o)
 			if err != nil {
-				return fmt.Errorf("%s run %d: %w", s.Name(), i, err)
+				// The other scenarios still run; the report says what failed.
+				res.Error = fmt.Sprintf("run %d: %v", i, err)
+				failed++
+				logf("%s run %d failed: %v", s.Name(), i, err)
+				break
 			}
 			res.Add(figs)
 		}
@@ -106,6 +111,9 @@ func run() error {
 	}
 	fmt.Print(rep.Markdown())
 	logf("report: %s", path)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d scenarios failed (see the report)", failed, len(chosen))
+	}
 	return nil
 }
 
