@@ -35,8 +35,10 @@ bench-sinks:
 	SLUICE_BENCH_ROWS=1000000 $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 90m \
 		./sinks/postgres/ ./sinks/redis/ ./sinks/duckdb/ ./sinks/bleve/ ./sinks/search/
 
+# Postgres into Kafka: workload (a) against pg_recvlogical, the Kafka ceiling and
+# Debezium, then latency at 5k/20k rows/s and recovery after kill -9.
 bench-kafka:
-	$(GO) test -run '^$$' -bench PostgresToKafka -benchtime 1x -timeout 30m ./integration/
+	$(GO) run ./cmd/sluice-bench -scenario pg-stream,pg-latency -runs 3
 
 # MariaDB binlog: 1,000,000 inserts and 1,000,000 updates through the decoder
 # and end to end into DuckDB, against mariadb-binlog and MariaDB's own write
@@ -47,7 +49,7 @@ bench-mysql:
 # Every scenario of package bench, 3 runs each, into bench/results/;
 # PROFILE=1 also writes CPU and heap profiles to bench/results/profiles/.
 bench:
-	$(GO) run ./cmd/sluice-bench -runs 3 $(if $(PROFILE),-profile bench/results/profiles)
+	$(GO) run ./cmd/sluice-bench -runs 3 -docs docs/performance.md $(if $(PROFILE),-profile bench/results/profiles)
 
 clean:
 	rm -rf bin
