@@ -44,7 +44,8 @@ type Sink interface {
 	// (records not named in it are durable); any other error means none of
 	// the batch may be taken as durable and the runtime retries the whole
 	// batch with backoff. Errors wrapped with Fatal stop the pipeline.
-	// Write honours ctx cancellation by returning ctx.Err().
+	// Write honours ctx cancellation by returning ctx.Err(). It must not
+	// modify records: the lanes of other sinks may share them.
 	Write(ctx context.Context, records []Record) error
 	// Close flushes nothing new (Write already made data durable) and
 	// releases resources.

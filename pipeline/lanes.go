@@ -118,9 +118,12 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 		if len(batch) == 0 {
 			return nil
 		}
-		var all []Record
-		for _, it := range batch {
-			all = append(all, it.records...)
+		all := batch[0].records
+		if len(batch) > 1 {
+			all = make([]Record, 0, recs)
+			for _, it := range batch {
+				all = append(all, it.records...)
+			}
 		}
 		if sent := s.Route.Apply(all); len(sent) > 0 {
 			if err := r.writeSink(ctx, s, sent); err != nil {

@@ -168,7 +168,16 @@ func (v Version) Bytes() []byte {
 }
 
 // String is the 64-hex-digit form of Bytes; string order equals version order.
-func (v Version) String() string { return hex.EncodeToString(v.Bytes()) }
+func (v Version) String() string { return string(v.AppendHex(make([]byte, 0, 64))) }
+
+// AppendHex appends the String form to dst without allocating more.
+func (v Version) AppendHex(dst []byte) []byte {
+	var b [32]byte
+	for i, c := range v {
+		binary.BigEndian.PutUint64(b[i*8:], c)
+	}
+	return hex.AppendEncode(dst, b[:])
+}
 
 // ParseVersion reads the String or Bytes form.
 func ParseVersion(s string) (Version, error) {

@@ -320,7 +320,7 @@ func (s *Sink) prepare(ctx context.Context, r *pipeline.Record) ([]*kgo.Record, 
 	if err != nil {
 		return nil, unencodable{err}
 	}
-	headers := []kgo.RecordHeader{{Key: headerVersion, Value: []byte(r.Version.String())}, {Key: headerOp, Value: []byte(r.Op.String())}}
+	headers := []kgo.RecordHeader{{Key: headerVersion, Value: r.Version.AppendHex(make([]byte, 0, 64))}, {Key: headerOp, Value: opBytes(r.Op)}}
 	out := []*kgo.Record{{Topic: sh.topic, Key: key, Value: schema.Frame(sh.valueID, val), Headers: headers}}
 	if r.Op == pipeline.OpDelete && s.opts.Tombstones && key != nil {
 		out = append(out, &kgo.Record{Topic: sh.topic, Key: key, Headers: headers})
@@ -338,6 +338,23 @@ func (s *Sink) deadLetter(r *pipeline.Record, cause error) *kgo.Record {
 			{Key: headerVersion, Value: []byte(r.Version.String())},
 			{Key: headerSink, Value: []byte(s.opts.Name)},
 		}}
+}
+
+// opHeaders are the op header values, shared by every record (the client
+// never writes to a header value).
+var opHeaders = func() map[pipeline.Op][]byte {
+	m := map[pipeline.Op][]byte{}
+	for op := pipeline.OpRead; op <= pipeline.OpTruncate; op++ {
+		m[op] = []byte(op.String())
+	}
+	return m
+}()
+
+func opBytes(op pipeline.Op) []byte {
+	if b, ok := opHeaders[op]; ok {
+		return b
+	}
+	return []byte(op.String())
 }
 
 func tableName(r *pipeline.Record) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -371,17 +372,16 @@ func (st *streamer) emit(ctx context.Context, conn *pgconn.PgConn, c Chunk) erro
 	// After a reconnect the server re-sends a transaction that was only
 	// partly queued; its records up to the last queued version are already
 	// in the pipeline.
-	recs := c.Records[:0:0]
-	dropped := false
+	recs := c.Records
 	for i := range c.Records {
 		if c.Records[i].Op.IsData() && !st.lastVersion.Less(c.Records[i].Version) {
-			dropped = true
-			continue
+			// Copy only when something is dropped (rare: after a
+			// reconnect), not for every chunk.
+			recs = slices.DeleteFunc(slices.Clone(c.Records), func(r pipeline.Record) bool {
+				return r.Op.IsData() && !st.lastVersion.Less(r.Version)
+			})
+			break
 		}
-		recs = append(recs, c.Records[i])
-	}
-	if !dropped {
-		recs = c.Records
 	}
 	it := streamItem{records: recs, final: c.Final, dead: c.Dead}
 	if !c.Final {
