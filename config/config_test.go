@@ -174,7 +174,7 @@ sinks:
 			src:  minimal + "runtime:\n  batch_linger: 10\n  max_in_flight_bytes: 512KiB\n  checkpoint_interval: 7d\n  batch_max_bytes: 1.5XB\n",
 			want: []string{
 				`pipe.yaml:8:17: runtime.batch_linger: duration has no unit, got 10 (hint: add a unit: ns, us, ms, s, m or h, e.g. 10s)`,
-				`pipe.yaml:9:24: runtime.max_in_flight_bytes: must be at least 1MiB, got "512KiB" (hint: the default is 256MiB)`,
+				`pipe.yaml:9:24: runtime.max_in_flight_bytes: must be at least 1MiB, got "512KiB" (hint: the default is 64MiB)`,
 				`pipe.yaml:10:24: runtime.checkpoint_interval: expected a duration, got "7d" (hint: days are not a unit; use hours, e.g. 168h)`,
 				`pipe.yaml:11:20: runtime.batch_max_bytes: unknown byte size unit, got "1.5XB" (hint: use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)`,
 			},

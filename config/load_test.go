@@ -111,7 +111,7 @@ func TestDefaults(t *testing.T) {
 			TombstoneTTL: Duration(168 * time.Hour)}}},
 		Offsets: Offsets{Dir: ".sluice"},
 		DLQ:     DLQ{Dir: filepath.Join(".sluice", "dlq")},
-		Runtime: Runtime{MaxInFlightRecords: 200000, MaxInFlightBytes: 256 * MiB, BatchMaxRecords: 10000,
+		Runtime: Runtime{MaxInFlightRecords: 50000, MaxInFlightBytes: 64 * MiB, BatchMaxRecords: 10000,
 			BatchMaxBytes: 16 * MiB, BatchLinger: Duration(100 * time.Millisecond), CheckpointInterval: Duration(time.Second),
 			ShutdownTimeout: Duration(30 * time.Second),
 			WriteTimeout:    Duration(2 * time.Minute),

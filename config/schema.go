@@ -411,8 +411,8 @@ type DLQ struct {
 
 // Runtime bounds memory and paces batching, checkpointing and retries.
 type Runtime struct {
-	MaxInFlightRecords int      `yaml:"max_in_flight_records" default:"200000" min:"1"`
-	MaxInFlightBytes   ByteSize `yaml:"max_in_flight_bytes" default:"256MiB" min:"1MiB"`
+	MaxInFlightRecords int      `yaml:"max_in_flight_records" default:"50000" min:"1"`
+	MaxInFlightBytes   ByteSize `yaml:"max_in_flight_bytes" default:"64MiB" min:"1MiB"`
 	BatchMaxRecords    int      `yaml:"batch_max_records" default:"10000" min:"1"`
 	BatchMaxBytes      ByteSize `yaml:"batch_max_bytes" default:"16MiB" min:"1KiB"`
 	BatchLinger        Duration `yaml:"batch_linger" default:"100ms" min:"0s"`

@@ -15,8 +15,8 @@ import (
 // Config tunes the runtime. Zero fields take the documented defaults.
 type Config struct {
 	Pipeline           string
-	MaxInFlightRecords int           // default 200000
-	MaxInFlightBytes   int64         // default 256 MiB
+	MaxInFlightRecords int           // default 50000
+	MaxInFlightBytes   int64         // default 64 MiB
 	BatchMaxRecords    int           // default 10000
 	BatchMaxBytes      int64         // default 16 MiB
 	BatchLinger        time.Duration // default 100ms
@@ -34,10 +34,10 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.MaxInFlightRecords <= 0 {
-		c.MaxInFlightRecords = 200000
+		c.MaxInFlightRecords = 50000
 	}
 	if c.MaxInFlightBytes <= 0 {
-		c.MaxInFlightBytes = 256 << 20
+		c.MaxInFlightBytes = 64 << 20
 	}
 	if c.BatchMaxRecords <= 0 {
 		c.BatchMaxRecords = 10000
