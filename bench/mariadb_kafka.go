@@ -251,6 +251,9 @@ func (s MariaDBSnapshot) Run(o RunOptions) ([]Figure, error) {
 	}
 	defer br.stop()
 	defer m.stop()
+	if err := m.c.UseDB("bench"); err != nil { // the seq_ tables live in the current database
+		return nil, err
+	}
 	t0 := time.Now()
 	for lo := 0; lo < rows; lo += 250_000 {
 		hi := min(lo+250_000, rows) - 1
