@@ -189,7 +189,10 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	}
 	var from Position
 	if found {
+		// Stats may already be polled (the daemon's /status starts first).
+		r.mu.Lock()
 		r.lastCP = cp
+		r.mu.Unlock()
 		if len(cp.Position) > 0 && string(cp.Position) != "null" {
 			from = Position(cp.Position)
 		}

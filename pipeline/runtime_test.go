@@ -362,3 +362,31 @@ func TestHeartbeatsAdvanceCheckpoint(t *testing.T) {
 		t.Fatalf("acks %v", acks)
 	}
 }
+
+// Stats may be polled while Run starts (the daemon serves /status before
+// the pipeline runs): it shows the stored checkpoint without racing Run's
+// load of it (checked under -race).
+func TestStatsDuringStartShowsStoredCheckpoint(t *testing.T) {
+	store := &memStore{cp: Checkpoint{Pipeline: "t", Position: []byte("null"), Seq: 7}, ok: true}
+	rt, err := New(fastConfig(), &feedSource{total: 100, size: 10}, []NamedSink{{Name: "m", Sink: newMemSink("m", nil)}}, store, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(context.Background()) }()
+	var seen uint64
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+		default:
+			seen = max(seen, rt.Stats().LastCheckpoint.Seq)
+		}
+	}
+	if s := rt.Stats().LastCheckpoint.Seq; s < 7 || seen > s {
+		t.Fatalf("checkpoint seq %d after the run (max seen while running %d), want >= 7", s, seen)
+	}
+}
