@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf16"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
 )
 
 // DebeziumVersion is the Debezium release of the peer runner (PostgreSQL).
@@ -160,7 +161,7 @@ func StartDebezium(ctx context.Context, o DebeziumOptions) (*DebeziumRun, error)
 	if err != nil {
 		return nil, err
 	}
-	java, err := debeziumJava()
+	java, err := harness.JavaBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +202,7 @@ func StartDebezium(ctx context.Context, o DebeziumOptions) (*DebeziumRun, error)
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if err := debeziumSpawn(cmd); err != nil {
+	if err := harness.Spawn(cmd); err != nil { // Pdeathsig: the JVM dies with the binary
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -305,7 +306,7 @@ func (r *DebeziumRun) read(stdout io.Reader) {
 		case l.Records > 0:
 			// The JVM is still up (it closes the engine after this line):
 			// its peak RSS so far is the run's.
-			peak := debeziumVmHWM(r.cmd.Process.Pid)
+			peak := peakRSSOf(strconv.Itoa(r.cmd.Process.Pid))
 			r.mu.Lock()
 			r.res, r.peakRSS = l, peak
 			r.mu.Unlock()
@@ -426,7 +427,7 @@ func DebeziumJarDir(ctx context.Context, connector string) (string, error) {
 		}
 		return d, nil
 	}
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -451,52 +452,6 @@ func DebeziumJarDir(ctx context.Context, connector string) (string, error) {
 		return "", fmt.Errorf("scripts/debezium-jars.sh made %q, expected a %s directory (are the versions in bench/debezium.go in step with the POM?)", dir, want)
 	}
 	return dir, nil
-}
-
-// moduleRoot walks up from the working directory to the directory of go.mod.
-func moduleRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no go.mod above %s", wd)
-		}
-	}
-}
-
-// debeziumJava finds java: $JAVA_HOME/bin/java, then PATH.
-func debeziumJava() (string, error) {
-	if h := os.Getenv("JAVA_HOME"); h != "" {
-		p := filepath.Join(h, "bin", "java")
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("java")
-	if err != nil {
-		return "", fmt.Errorf("%w: java not found (apt-get install openjdk-17-jre-headless)", ErrDebeziumUnavailable)
-	}
-	return p, nil
-}
-
-// debeziumVmHWM is a process's peak resident set (VmHWM) in bytes, or 0.
-func debeziumVmHWM(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }
 
 func debeziumMS(ms float64) time.Duration {
@@ -575,33 +530,4 @@ func (t *debeziumTail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)
-}
-
-// Pdeathsig (the JVM dies with the test or benchmark binary) fires when the
-// OS thread that started the child exits, and the Go runtime may retire the
-// thread an ordinary goroutine ran on: runners are therefore started from
-// one goroutine locked to its thread for the life of the binary.
-var (
-	debeziumSpawnOnce sync.Once
-	debeziumSpawnReqs chan debeziumSpawnReq
-)
-
-type debeziumSpawnReq struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func debeziumSpawn(cmd *exec.Cmd) error {
-	debeziumSpawnOnce.Do(func() {
-		debeziumSpawnReqs = make(chan debeziumSpawnReq)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
-			for r := range debeziumSpawnReqs {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	done := make(chan error, 1)
-	debeziumSpawnReqs <- debeziumSpawnReq{cmd: cmd, done: done}
-	return <-done
 }

@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +46,34 @@ func startBroker(ctx context.Context, o RunOptions) (*broker, error) {
 	o.version("Kafka", harness.KafkaVersion+" (KRaft, one node)")
 	o.version("Apicurio Registry", harness.RegistryVersion)
 	return &b, nil
+}
+
+// withBroker starts a database (start) and the broker in parallel.
+func withBroker[T interface{ stop() }](ctx context.Context, o RunOptions, start func(RunOptions) (T, error)) (T, *broker, error) {
+	type res struct {
+		db  T
+		err error
+	}
+	ch := make(chan res, 1)
+	do := o
+	do.Versions = map[string]string{} // not shared between the goroutines
+	go func() { db, err := start(do); ch <- res{db, err} }()
+	br, berr := startBroker(ctx, o)
+	r := <-ch
+	if err := errors.Join(r.err, berr); err != nil {
+		if r.err == nil {
+			r.db.stop()
+		}
+		if br != nil {
+			br.stop()
+		}
+		var zero T
+		return zero, nil, err
+	}
+	for k, v := range do.Versions {
+		o.version(k, v)
+	}
+	return r.db, br, nil
 }
 
 func (b *broker) stop() {
@@ -250,19 +276,4 @@ func (b *broker) ceiling(ctx context.Context, from string) (time.Duration, int64
 		return 0, 0, perr
 	}
 	return took, bytes / max(n, 1), nil
-}
-
-// procStatus reads a field (kB) of /proc/<pid>/status in bytes.
-func procStatus(pid int, field string) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }

@@ -260,3 +260,22 @@ func (o RunOptions) duration() time.Duration {
 	}
 	return 20 * time.Second
 }
+
+// latencyScenario is workload (d) on db: latency at 5,000 and 20,000
+// rows/s (latencyAt), then the recovery after a kill -9 of the daemon, whose
+// source block is sourceYAML and whose topic is topic, at 5,000 rows/s.
+func latencyScenario(ctx context.Context, o RunOptions, db latencyDB, br *broker, sourceYAML, topic string) ([]Figure, error) {
+	var figs []Figure
+	for i, rate := range []int{5000, 20000} {
+		f, err := latencyAt(ctx, o, db, br, fmt.Sprintf("lat%d", rate), rate, o.duration(), (i+1)*10_000_000)
+		if err != nil {
+			return nil, err
+		}
+		figs = append(figs, f...)
+	}
+	f, err := recovery(ctx, o, db, br, sourceYAML, topic, 5000, 30_000_000)
+	if err != nil {
+		return nil, err
+	}
+	return append(figs, f...), nil
+}

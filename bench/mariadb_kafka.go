@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -97,32 +96,6 @@ func (s *mariaServer) streamFromNow(_ context.Context, name string, heartbeat ti
 
 func (s *mariaServer) connector() string { return "mysql" }
 
-func startMariaAndBroker(ctx context.Context, o RunOptions) (*mariaServer, *broker, error) {
-	type res struct {
-		m   *mariaServer
-		err error
-	}
-	ch := make(chan res, 1)
-	mo := o
-	mo.Versions = map[string]string{} // not shared between the goroutines
-	go func() { m, err := startMaria(ctx, mo); ch <- res{m, err} }()
-	br, berr := startBroker(ctx, o)
-	r := <-ch
-	if err := errors.Join(r.err, berr); err != nil {
-		if r.m != nil {
-			r.m.stop()
-		}
-		if br != nil {
-			br.stop()
-		}
-		return nil, nil, err
-	}
-	for k, v := range mo.Versions {
-		o.version(k, v)
-	}
-	return r.m, br, nil
-}
-
 // MariaDBKafka is workload (a) on MariaDB into Kafka: N inserts, N updates
 // and N/5 deletes in 1,000-row transactions, read from one binlog by, in
 // order: mariadb-binlog --read-from-remote-server to /dev/null (the
@@ -151,7 +124,7 @@ func (s MariaDBKafka) Run(o RunOptions) ([]Figure, error) {
 		return nil, err
 	}
 	ctx := context.Background()
-	m, br, err := startMariaAndBroker(ctx, o)
+	m, br, err := withBroker(ctx, o, func(o RunOptions) (*mariaServer, error) { return startMaria(ctx, o) })
 	if err != nil {
 		return nil, err
 	}
@@ -171,61 +144,26 @@ func (s MariaDBKafka) Run(o RunOptions) ([]Figure, error) {
 	if err != nil {
 		return nil, err
 	}
-	ref1, err := binlogReference(tool, m.m, first)
-	if err != nil {
-		return nil, err
-	}
 	opts := m.options("bench")
 	opts.StartGTID, opts.Snapshot.Mode = start, mysql.SnapshotNever
 	src, err := mysql.New(opts, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	sl, err := br.toKafka(ctx, kafkaRun{src: src, prefix: "bench", connector: "mysql", records: int64(changes), profile: o.Profile})
+	figs, err := comparison{
+		changes: changes, ref: "mariadb-binlog", ratio: "sluice / mariadb-binlog", target: ">= 0.5",
+		runRef: func(int) (time.Duration, error) { return binlogReference(tool, m.m, first) },
+		sluice: kafkaRun{src: src, prefix: "bench", connector: "mysql", records: int64(changes), profile: o.Profile},
+		topic:  "bench.bench.t", stored: int64(changes + rows/5),
+		debezium: DebeziumOptions{Connector: "mariadb", Host: m.m.Host, Port: m.m.Port, User: "root",
+			Database: "bench", Tables: []string{"bench.t"}, ServerID: 5401, SnapshotMode: "never",
+			TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: changes},
+		stream: true,
+	}.run(ctx, o, br, s.Name())
 	if err != nil {
 		return nil, err
 	}
-	const topic = "bench.bench.t"
-	stored, err := br.topicEnd(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	if want := int64(changes + rows/5); stored != want {
-		return nil, fmt.Errorf("%s holds %d records, want %d", topic, stored, want)
-	}
-	ceil, size, err := br.ceiling(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	dbz, err := runDebezium(ctx, o, DebeziumOptions{Connector: "mariadb", Host: m.m.Host, Port: m.m.Port, User: "root",
-		Database: "bench", Tables: []string{"bench.t"}, ServerID: 5401, SnapshotMode: "never",
-		TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: changes})
-	if err != nil {
-		return nil, err
-	}
-	ref2, err := binlogReference(tool, m.m, first)
-	if err != nil {
-		return nil, err
-	}
-	ref := (ref1 + ref2) / 2
-	o.log("%s: %d changes written in %s; mariadb-binlog %s and %s, sluice %s (first batch after %s), Kafka ceiling %s (%d B/record), Debezium %s",
-		s.Name(), changes, write, ref1, ref2, sl.wall, sl.first, ceil, size, dbz.Wall)
-	rate := func(d time.Duration) float64 { return float64(changes) / d.Seconds() }
-	ceilRate := float64(stored) / ceil.Seconds()
-	return []Figure{
-		{Name: "MariaDB write", Unit: "rows/s", Value: rate(write)},
-		{Name: "mariadb-binlog", Unit: "rows/s", Value: rate(ref)},
-		{Name: "sluice → Kafka", Unit: "rows/s", Value: rate(sl.wall)},
-		{Name: "Kafka ceiling", Unit: "records/s", Value: ceilRate},
-		{Name: "Debezium → Kafka (JSON)", Unit: "rows/s", Value: rate(dbz.Wall)},
-		{Name: "sluice / mariadb-binlog", Unit: "ratio", Value: ref.Seconds() / sl.wall.Seconds(), Target: ">= 0.5"},
-		{Name: "sluice / Kafka ceiling", Unit: "ratio", Value: float64(stored) / sl.wall.Seconds() / ceilRate},
-		{Name: "sluice / Debezium", Unit: "ratio", Value: dbz.Wall.Seconds() / sl.wall.Seconds(), Target: ">= 2"},
-		{Name: "sluice CPU", Unit: "s per 1M rows", Value: sl.cpu.Seconds() * 1e6 / float64(changes)},
-		{Name: "Debezium CPU", Unit: "s per 1M rows", Value: dbz.CPU.Seconds() * 1e6 / float64(changes)},
-		{Name: "sluice peak RSS, whole backlog waiting", Unit: "MiB", Value: sl.peakRSS / (1 << 20), Target: "< 256"},
-		{Name: "Debezium peak RSS", Unit: "MiB", Value: dbz.PeakRSS / (1 << 20)},
-	}, nil
+	return append([]Figure{{Name: "MariaDB write", Unit: "rows/s", Value: float64(changes) / write.Seconds()}}, figs...), nil
 }
 
 // MariaDBSnapshot is workload (c) on MariaDB: N rows (default 5,000,000)
@@ -245,7 +183,7 @@ func (s MariaDBSnapshot) Run(o RunOptions) ([]Figure, error) {
 		rows = 5_000_000
 	}
 	ctx := context.Background()
-	m, br, err := startMariaAndBroker(ctx, o)
+	m, br, err := withBroker(ctx, o, func(o RunOptions) (*mariaServer, error) { return startMaria(ctx, o) })
 	if err != nil {
 		return nil, err
 	}
@@ -277,46 +215,21 @@ func (s MariaDBSnapshot) Run(o RunOptions) ([]Figure, error) {
 		}
 		return time.Since(t), nil
 	}
-	ref1, err := ref()
-	if err != nil {
-		return nil, err
-	}
 	opts := m.options("snap")
 	opts.Snapshot = mysql.SnapshotOptions{Mode: mysql.SnapshotInitial, Parallel: 2, ChunkRows: 100_000}
 	src, err := mysql.New(opts, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	sl, err := br.toKafka(ctx, kafkaRun{src: src, prefix: "snap", connector: "mysql", records: int64(rows), profile: o.Profile})
-	if err != nil {
-		return nil, err
-	}
-	if n, err := br.topicEnd(ctx, "snap.bench.t"); err != nil || n != int64(rows) {
-		return nil, fmt.Errorf("snapshot topic holds %d records (%v), want %d", n, err, rows)
-	}
-	dbz, err := runDebezium(ctx, o, DebeziumOptions{Connector: "mariadb", Host: m.m.Host, Port: m.m.Port, User: "root",
-		Database: "bench", Tables: []string{"bench.t"}, ServerID: 5402, SnapshotMode: "initial",
-		TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: rows})
-	if err != nil {
-		return nil, err
-	}
-	ref2, err := ref()
-	if err != nil {
-		return nil, err
-	}
-	r := (ref1 + ref2) / 2
-	o.log("%s: SELECT %s and %s, sluice %s, Debezium %s", s.Name(), ref1, ref2, sl.wall, dbz.Wall)
-	rate := func(d time.Duration) float64 { return float64(rows) / d.Seconds() }
-	return []Figure{
-		{Name: "mariadb SELECT *", Unit: "rows/s", Value: rate(r)},
-		{Name: "sluice snapshot → Kafka", Unit: "rows/s", Value: rate(sl.wall)},
-		{Name: "Debezium snapshot → Kafka (JSON)", Unit: "rows/s", Value: rate(dbz.Wall)},
-		{Name: "sluice / mariadb SELECT", Unit: "ratio", Value: r.Seconds() / sl.wall.Seconds(), Target: ">= 0.5"},
-		{Name: "sluice / Debezium", Unit: "ratio", Value: dbz.Wall.Seconds() / sl.wall.Seconds()},
-		{Name: "sluice CPU", Unit: "s per 1M rows", Value: sl.cpu.Seconds() * 1e6 / float64(rows)},
-		{Name: "sluice peak RSS", Unit: "MiB", Value: sl.peakRSS / (1 << 20)},
-		{Name: "Debezium peak RSS", Unit: "MiB", Value: dbz.PeakRSS / (1 << 20)},
-	}, nil
+	return comparison{
+		changes: rows, ref: "mariadb SELECT *", ratio: "sluice / mariadb SELECT", target: ">= 0.5",
+		runRef: func(int) (time.Duration, error) { return ref() },
+		sluice: kafkaRun{src: src, prefix: "snap", connector: "mysql", records: int64(rows), profile: o.Profile},
+		topic:  "snap.bench.t", stored: int64(rows),
+		debezium: DebeziumOptions{Connector: "mariadb", Host: m.m.Host, Port: m.m.Port, User: "root",
+			Database: "bench", Tables: []string{"bench.t"}, ServerID: 5402, SnapshotMode: "initial",
+			TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: rows},
+	}.run(ctx, o, br, s.Name())
 }
 
 // MariaDBLatency is workload (d) on MariaDB, as PGLatency.
@@ -328,29 +241,17 @@ func (MariaDBLatency) Name() string { return "mariadb-latency" }
 // Run implements Scenario.
 func (MariaDBLatency) Run(o RunOptions) ([]Figure, error) {
 	ctx := context.Background()
-	m, br, err := startMariaAndBroker(ctx, o)
+	m, br, err := withBroker(ctx, o, func(o RunOptions) (*mariaServer, error) { return startMaria(ctx, o) })
 	if err != nil {
 		return nil, err
 	}
 	defer br.stop()
 	defer m.stop()
-	var figs []Figure
-	for i, rate := range []int{5000, 20000} {
-		f, err := latencyAt(ctx, o, m, br, fmt.Sprintf("lat%d", rate), rate, o.duration(), (i+1)*10_000_000)
-		if err != nil {
-			return nil, err
-		}
-		figs = append(figs, f...)
-	}
 	yaml := fmt.Sprintf(`  mysql:
     dsn: mysql://root@%s
     tables: [bench.t]
     heartbeat_interval: 200ms
     snapshot:
       mode: never`, m.addr)
-	f, err := recovery(ctx, o, m, br, yaml, "recover.bench.t", 5000, 30_000_000)
-	if err != nil {
-		return nil, err
-	}
-	return append(figs, f...), nil
+	return latencyScenario(ctx, o, m, br, yaml, "recover.bench.t")
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -191,7 +190,7 @@ func (s PGStream) Run(o RunOptions) ([]Figure, error) {
 		return nil, fmt.Errorf("%s: at least 5000 rows", s.Name())
 	}
 	ctx := context.Background()
-	pg, br, err := startPGAndBroker(ctx, o, s.Toast)
+	pg, br, err := withBroker(ctx, o, func(o RunOptions) (*pgServer, error) { return startPostgres(ctx, o, s.Toast) })
 	if err != nil {
 		return nil, err
 	}
@@ -216,94 +215,27 @@ func (s PGStream) Run(o RunOptions) ([]Figure, error) {
 	}
 	o.log("%s: %d changes written in %s, %.0f MiB of WAL", s.Name(), changes, write, float64(end-start["ref1"])/(1<<20))
 
-	ref1, err := pg.recvlogical(ctx, "ref1", end)
-	if err != nil {
-		return nil, err
-	}
 	src, err := pg.source(postgres.Options{Pipeline: "bench", Slot: "sluice", HeartbeatInterval: time.Hour,
 		Snapshot: postgres.SnapshotOptions{Mode: postgres.SnapshotNever}})
 	if err != nil {
 		return nil, err
 	}
 	from := postgres.Position{Phase: postgres.PhaseStream, Slot: "sluice", LSN: start["sluice"]}.Encode()
-	sl, err := br.toKafka(ctx, kafkaRun{src: src, prefix: "bench", connector: "postgresql", records: int64(changes),
-		from: []byte(from), profile: o.Profile})
+	figs, err := comparison{
+		changes: changes, ref: "pg_recvlogical", ratio: "sluice / pg_recvlogical", target: ">= 0.5",
+		runRef: func(i int) (time.Duration, error) { return pg.recvlogical(ctx, fmt.Sprintf("ref%d", i), end) },
+		sluice: kafkaRun{src: src, prefix: "bench", connector: "postgresql", records: int64(changes), from: []byte(from), profile: o.Profile},
+		// Every change is one event and every delete one tombstone more.
+		topic: "bench." + pgTable, stored: int64(changes + rows/5),
+		debezium: DebeziumOptions{Connector: "postgres", Host: pg.pg.Host, Port: pg.pg.Port, User: "postgres",
+			Database: pgDB, Tables: []string{pgTable}, Slot: "debezium", Publication: pgPub, SnapshotMode: "no_data",
+			TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: changes},
+		stream: true,
+	}.run(ctx, o, br, s.Name())
 	if err != nil {
 		return nil, err
 	}
-	topic := "bench." + pgTable
-	stored, err := br.topicEnd(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	// Every change is one event and every delete one tombstone more;
-	// anything else would be a lost or replayed change.
-	if want := int64(changes + rows/5); stored != want {
-		return nil, fmt.Errorf("%s holds %d records, want %d", topic, stored, want)
-	}
-	ceil, size, err := br.ceiling(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	dbz, err := runDebezium(ctx, o, DebeziumOptions{Connector: "postgres", Host: pg.pg.Host, Port: pg.pg.Port, User: "postgres",
-		Database: pgDB, Tables: []string{pgTable}, Slot: "debezium", Publication: pgPub, SnapshotMode: "no_data",
-		TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: changes})
-	if err != nil {
-		return nil, err
-	}
-	ref2, err := pg.recvlogical(ctx, "ref2", end)
-	if err != nil {
-		return nil, err
-	}
-	ref := (ref1 + ref2) / 2
-	o.log("%s: pg_recvlogical %s and %s, sluice %s (first batch after %s), Kafka ceiling %s (%d B/record), Debezium %s",
-		s.Name(), ref1, ref2, sl.wall, sl.first, ceil, size, dbz.Wall)
-	rate := func(d time.Duration) float64 { return float64(changes) / d.Seconds() }
-	ceilRate := float64(stored) / ceil.Seconds()
-	slRate := float64(stored) / sl.wall.Seconds()
-	return []Figure{
-		{Name: "PostgreSQL write", Unit: "rows/s", Value: rate(write)},
-		{Name: "pg_recvlogical", Unit: "rows/s", Value: rate(ref)},
-		{Name: "sluice → Kafka", Unit: "rows/s", Value: rate(sl.wall)},
-		{Name: "Kafka ceiling", Unit: "records/s", Value: ceilRate},
-		{Name: "Debezium → Kafka (JSON)", Unit: "rows/s", Value: rate(dbz.Wall)},
-		{Name: "sluice / pg_recvlogical", Unit: "ratio", Value: ref.Seconds() / sl.wall.Seconds(), Target: ">= 0.5"},
-		{Name: "sluice / Kafka ceiling", Unit: "ratio", Value: slRate / ceilRate},
-		{Name: "sluice / Debezium", Unit: "ratio", Value: dbz.Wall.Seconds() / sl.wall.Seconds(), Target: ">= 2"},
-		{Name: "sluice CPU", Unit: "s per 1M rows", Value: sl.cpu.Seconds() * 1e6 / float64(changes)},
-		{Name: "Debezium CPU", Unit: "s per 1M rows", Value: dbz.CPU.Seconds() * 1e6 / float64(changes)},
-		{Name: "sluice peak RSS, whole backlog waiting", Unit: "MiB", Value: sl.peakRSS / (1 << 20), Target: "< 256"},
-		{Name: "Debezium peak RSS", Unit: "MiB", Value: dbz.PeakRSS / (1 << 20)},
-		{Name: "Kafka record", Unit: "bytes", Value: float64(size)},
-	}, nil
-}
-
-// startPGAndBroker starts PostgreSQL, the broker and the registry in
-// parallel.
-func startPGAndBroker(ctx context.Context, o RunOptions, toast bool) (*pgServer, *broker, error) {
-	type res struct {
-		pg  *pgServer
-		err error
-	}
-	ch := make(chan res, 1)
-	po := o
-	po.Versions = map[string]string{} // not shared between the goroutines
-	go func() { pg, err := startPostgres(ctx, po, toast); ch <- res{pg, err} }()
-	br, berr := startBroker(ctx, o)
-	r := <-ch
-	if err := errors.Join(r.err, berr); err != nil {
-		if r.pg != nil {
-			r.pg.stop()
-		}
-		if br != nil {
-			br.stop()
-		}
-		return nil, nil, err
-	}
-	for k, v := range po.Versions {
-		o.version(k, v)
-	}
-	return r.pg, br, nil
+	return append([]Figure{{Name: "PostgreSQL write", Unit: "rows/s", Value: float64(changes) / write.Seconds()}}, figs...), nil
 }
 
 // runDebezium runs the peer to completion and records its version.
@@ -355,20 +287,12 @@ func (PGLatency) Name() string { return "pg-latency" }
 // Run implements Scenario.
 func (PGLatency) Run(o RunOptions) ([]Figure, error) {
 	ctx := context.Background()
-	pg, br, err := startPGAndBroker(ctx, o, false)
+	pg, br, err := withBroker(ctx, o, func(o RunOptions) (*pgServer, error) { return startPostgres(ctx, o, false) })
 	if err != nil {
 		return nil, err
 	}
 	defer br.stop()
 	defer pg.stop()
-	var figs []Figure
-	for i, rate := range []int{5000, 20000} {
-		f, err := latencyAt(ctx, o, pg, br, fmt.Sprintf("lat%d", rate), rate, o.duration(), (i+1)*10_000_000)
-		if err != nil {
-			return nil, err
-		}
-		figs = append(figs, f...)
-	}
 	yaml := fmt.Sprintf(`  postgres:
     dsn: %s
     tables: [%s]
@@ -377,11 +301,7 @@ func (PGLatency) Run(o RunOptions) ([]Figure, error) {
     heartbeat_interval: 200ms
     snapshot:
       mode: never`, pg.pg.DSN(pgDB), pgTable, pgPub)
-	f, err := recovery(ctx, o, pg, br, yaml, "recover."+pgTable, 5000, 30_000_000)
-	if err != nil {
-		return nil, err
-	}
-	return append(figs, f...), nil
+	return latencyScenario(ctx, o, pg, br, yaml, "recover."+pgTable)
 }
 
 // PGSnapshot is workload (c): a table of N rows (default 5,000,000) of the
@@ -405,7 +325,7 @@ func (s PGSnapshot) Run(o RunOptions) ([]Figure, error) {
 		rows = 5_000_000
 	}
 	ctx := context.Background()
-	pg, br, err := startPGAndBroker(ctx, o, false)
+	pg, br, err := withBroker(ctx, o, func(o RunOptions) (*pgServer, error) { return startPostgres(ctx, o, false) })
 	if err != nil {
 		return nil, err
 	}
@@ -437,43 +357,18 @@ func (s PGSnapshot) Run(o RunOptions) ([]Figure, error) {
 		}
 		return time.Since(t), nil
 	}
-	ref1, err := copyRef()
-	if err != nil {
-		return nil, err
-	}
 	src, err := pg.source(postgres.Options{Pipeline: "snap", Slot: "snap", HeartbeatInterval: time.Hour,
 		Snapshot: postgres.SnapshotOptions{Mode: postgres.SnapshotInitial, Parallel: 2, ChunkRows: 100_000}})
 	if err != nil {
 		return nil, err
 	}
-	sl, err := br.toKafka(ctx, kafkaRun{src: src, prefix: "snap", connector: "postgresql", records: int64(rows), profile: o.Profile})
-	if err != nil {
-		return nil, err
-	}
-	if n, err := br.topicEnd(ctx, "snap."+pgTable); err != nil || n != int64(rows) {
-		return nil, fmt.Errorf("snapshot topic holds %d records (%v), want %d", n, err, rows)
-	}
-	dbz, err := runDebezium(ctx, o, DebeziumOptions{Connector: "postgres", Host: pg.pg.Host, Port: pg.pg.Port, User: "postgres",
-		Database: pgDB, Tables: []string{pgTable}, Slot: "debezium", Publication: pgPub, SnapshotMode: "initial",
-		TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: rows})
-	if err != nil {
-		return nil, err
-	}
-	ref2, err := copyRef()
-	if err != nil {
-		return nil, err
-	}
-	ref := (ref1 + ref2) / 2
-	o.log("%s: COPY %s and %s, sluice %s, Debezium %s", s.Name(), ref1, ref2, sl.wall, dbz.Wall)
-	rate := func(d time.Duration) float64 { return float64(rows) / d.Seconds() }
-	return []Figure{
-		{Name: "COPY TO STDOUT", Unit: "rows/s", Value: rate(ref)},
-		{Name: "sluice snapshot → Kafka", Unit: "rows/s", Value: rate(sl.wall)},
-		{Name: "Debezium snapshot → Kafka (JSON)", Unit: "rows/s", Value: rate(dbz.Wall)},
-		{Name: "sluice / COPY", Unit: "ratio", Value: ref.Seconds() / sl.wall.Seconds(), Target: ">= 0.5"},
-		{Name: "sluice / Debezium", Unit: "ratio", Value: dbz.Wall.Seconds() / sl.wall.Seconds()},
-		{Name: "sluice CPU", Unit: "s per 1M rows", Value: sl.cpu.Seconds() * 1e6 / float64(rows)},
-		{Name: "sluice peak RSS", Unit: "MiB", Value: sl.peakRSS / (1 << 20)},
-		{Name: "Debezium peak RSS", Unit: "MiB", Value: dbz.PeakRSS / (1 << 20)},
-	}, nil
+	return comparison{
+		changes: rows, ref: "COPY TO STDOUT", ratio: "sluice / COPY", target: ">= 0.5",
+		runRef: func(int) (time.Duration, error) { return copyRef() },
+		sluice: kafkaRun{src: src, prefix: "snap", connector: "postgresql", records: int64(rows), profile: o.Profile},
+		topic:  "snap." + pgTable, stored: int64(rows),
+		debezium: DebeziumOptions{Connector: "postgres", Host: pg.pg.Host, Port: pg.pg.Port, User: "postgres",
+			Database: pgDB, Tables: []string{pgTable}, Slot: "debezium", Publication: pgPub, SnapshotMode: "initial",
+			TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: rows},
+	}.run(ctx, o, br, s.Name())
 }

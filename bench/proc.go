@@ -19,8 +19,11 @@ func SelfCPU() time.Duration {
 
 // PeakRSS is this process's peak resident set (VmHWM) in bytes, since the
 // start or the last ResetPeakRSS.
-func PeakRSS() float64 {
-	b, err := os.ReadFile("/proc/self/status")
+func PeakRSS() float64 { return peakRSSOf("self") }
+
+// peakRSSOf is the VmHWM of /proc/<pid> in bytes, or 0.
+func peakRSSOf(pid string) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}

@@ -12,11 +12,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
 )
 
 // daemonBinary builds cmd/sluice once per process.
 var daemonBinary = sync.OnceValues(func() (string, error) {
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		return "", err
 	}

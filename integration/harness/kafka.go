@@ -152,7 +152,7 @@ func StartKafka(ctx context.Context, opts KafkaOptions) (*Kafka, error) {
 	if err := checkSASLUsers(opts.SASLUsers); err != nil {
 		return nil, err
 	}
-	java, err := javaBinary()
+	java, err := JavaBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -414,8 +414,8 @@ func newKafkaClusterID() (string, error) {
 	}
 }
 
-// javaBinary finds java: $JAVA_HOME/bin/java, then PATH.
-func javaBinary() (string, error) {
+// JavaBinary finds java: $JAVA_HOME/bin/java, then PATH.
+func JavaBinary() (string, error) {
 	if h := os.Getenv("JAVA_HOME"); h != "" {
 		p := filepath.Join(h, "bin", "java")
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
@@ -465,7 +465,8 @@ func hasKafkaJar(dir string) bool {
 }
 
 // moduleRoot walks up from the working directory to the directory of go.mod.
-func moduleRoot() (string, error) {
+// ModuleRoot is the directory of go.mod above the working directory.
+func ModuleRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -175,6 +175,10 @@ type spawnReq struct {
 	done chan error
 }
 
+// Spawn starts cmd from the harness's thread-locked goroutine, so a
+// Pdeathsig set on cmd fires only when the binary exits.
+func Spawn(cmd *exec.Cmd) error { return spawn(cmd) }
+
 func spawn(cmd *exec.Cmd) error {
 	spawnOnce.Do(func() {
 		spawnReqs = make(chan spawnReq)
@@ -265,7 +269,7 @@ func cacheRoot() (string, error) {
 // runCacheScript runs scripts/<script> from the module root (Maven fills
 // the cache) and checks that the path it prints last is want.
 func runCacheScript(ctx context.Context, cache, script, want, what string, timeout time.Duration) error {
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}

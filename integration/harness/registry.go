@@ -88,7 +88,7 @@ func RegistryT(t testing.TB, opts ...RegistryOptions) *Registry {
 // first (scripts/registry-build.sh) when it is not cached. It returns once
 // GET <URL>/subjects answers 200. Stop it with Stop.
 func StartRegistry(ctx context.Context, opts RegistryOptions) (*Registry, error) {
-	java, err := javaBinary()
+	java, err := JavaBinary()
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,7 @@ func StartSearch(ctx context.Context, engine SearchEngine, opts SearchOptions) (
 	if !ok {
 		return nil, fmt.Errorf("unknown search engine %q (want %q or %q)", engine, OpenSearch, Elasticsearch)
 	}
-	java, err := javaBinary()
+	java, err := JavaBinary()
 	if err != nil {
 		return nil, err
 	}
