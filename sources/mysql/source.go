@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sources/internal/handoff"
 )
 
 // Snapshot modes.
@@ -108,7 +109,7 @@ type Source struct {
 	start   Position
 	load    *snapshotLoad
 	stream  *streamer
-	peeked  *txItem
+	queue   *handoff.Queue[txItem]
 	started bool
 
 	cancel    context.CancelFunc
@@ -316,6 +317,8 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 		go func() { defer s.wg.Done(); s.load.run(runCtx) }()
 	}
 	s.stream = newStreamer(s, server)
+	s.queue = handoff.New("mysql source", s.stream.out, s.stream.done, s.stream.failure,
+		func(it *txItem) handoff.Part { return handoff.Part{Records: it.records, Dead: it.dead, Pos: it.pos} })
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.poll(runCtx) }()
 	if s.load == nil {
@@ -385,53 +388,11 @@ func (s *Source) Read(ctx context.Context) (pipeline.Batch, error) {
 		s.startStream(s.streamCtx)
 		return pipeline.Batch{Pos: s.start.Encode()}, nil
 	}
-	it, err := s.next(ctx)
+	it, err := s.queue.Next(ctx)
 	if err != nil {
 		return pipeline.Batch{}, err
 	}
-	b := pipeline.Batch{Records: it.records, Pos: it.pos, Dead: it.dead}
-	s.handOver(&it)
-	for it.pos != nil && len(b.Records) < maxCoalesce {
-		var nx txItem
-		select {
-		case nx = <-s.stream.out:
-		default:
-			return b, nil
-		}
-		if nx.pos == nil || len(b.Records)+len(nx.records) > maxCoalesce {
-			s.peeked = &nx
-			return b, nil
-		}
-		b.Records = append(b.Records, nx.records...)
-		b.Dead = append(b.Dead, nx.dead...)
-		b.Pos = nx.pos
-		s.handOver(&nx)
-	}
-	return b, nil
-}
-
-func (s *Source) next(ctx context.Context) (txItem, error) {
-	if s.peeked != nil {
-		it := *s.peeked
-		s.peeked = nil
-		return it, nil
-	}
-	select {
-	case it := <-s.stream.out:
-		return it, nil
-	case <-s.stream.done:
-		select {
-		case it := <-s.stream.out:
-			return it, nil
-		default:
-		}
-		if err := s.stream.failure(); err != nil {
-			return txItem{}, err
-		}
-		return txItem{}, errors.New("mysql source: closed")
-	case <-ctx.Done():
-		return txItem{}, ctx.Err()
-	}
+	return s.queue.Batch(it, maxCoalesce, s.handOver), nil
 }
 
 // handOver records what leaves the source, for status and metrics.

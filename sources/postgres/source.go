@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sources/internal/handoff"
 )
 
 // Snapshot modes.
@@ -135,7 +136,7 @@ type Source struct {
 	load     *snapshotLoad
 	redoLoad bool // the slot was left by an interrupted load
 	loadDone bool
-	peeked   *streamItem
+	queue    *handoff.Queue[streamItem]
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -376,6 +377,10 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 	}
 	s.mu.Lock()
 	s.stream, s.load = stream, load
+	s.queue = handoff.New("postgres source", stream.out, stream.done, stream.failure,
+		func(it *streamItem) handoff.Part {
+			return handoff.Part{Records: it.records, Dead: it.dead, Pos: it.pos}
+		})
 	s.mu.Unlock()
 	if err := s.stream.startReplication(ctx, repl, s.start); err != nil {
 		return err
@@ -469,59 +474,11 @@ func (s *Source) Read(ctx context.Context) (pipeline.Batch, error) {
 		}
 		s.loadDone = true
 	}
-	it, err := s.nextItem(ctx)
+	it, err := s.queue.Next(ctx)
 	if err != nil {
 		return pipeline.Batch{}, err
 	}
-	b := pipeline.Batch{Records: it.records, Pos: it.pos, Dead: it.dead}
-	s.handOver(&it)
-	for it.final && len(b.Records) < maxCoalesce {
-		var nx streamItem
-		select {
-		case nx = <-s.stream.out:
-		default:
-			return b, nil
-		}
-		if !nx.final || len(b.Records)+len(nx.records) > maxCoalesce {
-			s.peeked = &nx
-			return b, nil
-		}
-		b.Records = append(b.Records, nx.records...)
-		b.Dead = append(b.Dead, nx.dead...)
-		b.Pos = nx.pos
-		s.handOver(&nx)
-	}
-	return b, nil
-}
-
-func (s *Source) nextItem(ctx context.Context) (streamItem, error) {
-	if s.peeked != nil {
-		it := *s.peeked
-		s.peeked = nil
-		return it, nil
-	}
-	select {
-	case it := <-s.stream.out:
-		return it, nil
-	default:
-	}
-	select {
-	case it := <-s.stream.out:
-		return it, nil
-	case <-s.stream.done:
-		// Deliver what the receiver queued before it stopped.
-		select {
-		case it := <-s.stream.out:
-			return it, nil
-		default:
-		}
-		if err := s.stream.failure(); err != nil {
-			return streamItem{}, err
-		}
-		return streamItem{}, errors.New("postgres source: closed")
-	case <-ctx.Done():
-		return streamItem{}, ctx.Err()
-	}
+	return s.queue.Batch(it, maxCoalesce, s.handOver), nil
 }
 
 // handOver records what leaves the source, for status and metrics.
