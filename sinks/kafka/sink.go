@@ -342,17 +342,16 @@ func (s *Sink) deadLetter(r *pipeline.Record, cause error) *kgo.Record {
 
 // opHeaders are the op header values, shared by every record (the client
 // never writes to a header value).
-var opHeaders = func() map[pipeline.Op][]byte {
-	m := map[pipeline.Op][]byte{}
-	for op := pipeline.OpRead; op <= pipeline.OpTruncate; op++ {
-		m[op] = []byte(op.String())
+var opHeaders = func() (h [pipeline.OpHeartbeat + 1][]byte) {
+	for op := range h {
+		h[op] = []byte(pipeline.Op(op).String())
 	}
-	return m
+	return h
 }()
 
 func opBytes(op pipeline.Op) []byte {
-	if b, ok := opHeaders[op]; ok {
-		return b
+	if int(op) < len(opHeaders) {
+		return opHeaders[op]
 	}
 	return []byte(op.String())
 }
