@@ -36,14 +36,6 @@ type writer struct {
 	commits map[int64]time.Time // a transaction's last id → when its commit returned
 }
 
-// committed returns when the transaction whose last row is id committed.
-func (w *writer) committed(id int64) (time.Time, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	t, ok := w.commits[id]
-	return t, ok
-}
-
 const writeEvery = 10 * time.Millisecond
 
 func startWriter(ctx context.Context, db latencyDB, first, per int, stop <-chan struct{}) *writer {
@@ -104,6 +96,10 @@ func (s *latSink) Write(ctx context.Context, records []pipeline.Record) error {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.w != nil { // the writer's commit times, once per batch
+		s.w.mu.Lock()
+		defer s.w.mu.Unlock()
+	}
 	for i := range records {
 		r := &records[i]
 		ms := float64(now.Sub(r.EventTime).Microseconds()) / 1000
@@ -117,7 +113,7 @@ func (s *latSink) Write(ctx context.Context, records []pipeline.Record) error {
 			if s.w == nil {
 				continue
 			}
-			if at, ok := s.w.committed(keyID(r)); ok && !at.Before(s.from) {
+			if at, ok := s.w.commits[keyID(r)]; ok && !at.Before(s.from) {
 				s.tx = append(s.tx, float64(now.Sub(at).Microseconds())/1000)
 			}
 		}
