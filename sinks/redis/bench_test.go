@@ -88,7 +88,7 @@ func BenchmarkUpserts(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
-						keys[i], vals[i] = k[0], argv[len(argv)-1].(string)
+						keys[i], vals[i] = k, argv[len(argv)-1].(string)
 					}
 					b.StartTimer()
 					t0 = time.Now()
@@ -113,8 +113,7 @@ func BenchmarkUpserts(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
-						nk, _ := strconv.Atoi(argv[3].(string))
-						fields[i] = argv[5+nk:]
+						fields[i] = argv[1:] // nd, then the data: no Unchanged columns here
 					}
 					b.StartTimer()
 					t0 = time.Now()

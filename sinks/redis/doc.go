@@ -16,8 +16,9 @@
 // # Stored form
 //
 // Every key is a hash holding the row version in field _v: the record's
-// pipeline.Version as 64 hex digits (Version.String), whose string order is
-// version order. Format "hash" (default) stores one field per non-NULL
+// pipeline.Version in its compact text form (Version.Compact, about 13
+// bytes: a length digit then the hex digits of each component), whose
+// byte order is version order; the table's barrier key holds the same form. Format "hash" (default) stores one field per non-NULL
 // column (NULL columns are absent); Format "json" stores the field doc, a
 // JSON object with one member per column (null for NULL). A deleted row is
 // a tombstone: _v and _deleted = "1", no data fields, expiring after
@@ -71,9 +72,13 @@
 //
 // A Write encodes its records, runs its truncates first (their barrier
 // makes the batch's older records no-ops and their purge deletes only
-// older keys, so the result is the in-order one), then sends the rows as
-// pipelines of script calls of 100 records each, partitioned by key over
-// four connections (all changes of a key on one connection, in order). It
+// older keys, so the result is the in-order one), then sends the rows in
+// segments of 2,500, each split by key over eight partitions. A partition
+// sends its share of a segment as one pipeline of script calls (up to 100
+// records of one table each), and starts the next segment's pipeline only
+// when the previous one was answered, so all changes of a key reach Redis
+// in order while the other partitions, and the encoding of the next
+// segment, go on. It
 // returns nil only when every call was answered; with appendfsync always
 // (what sluice requires of a Redis used as a sink) an answered write is on
 // disk. A connection error or a transient server state (LOADING, BUSY,

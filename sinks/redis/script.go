@@ -1,23 +1,30 @@
 package redis
 
 // writeScript is the one Lua script every write goes through (EVALSHA,
-// EVAL on NOSCRIPT). It compares versions as 64-hex-digit strings
-// (pipeline.Version.String), whose order is version order. ARGV[1] is the
-// operation and ARGV[2] the format (h hash, j json).
+// EVAL on NOSCRIPT). It compares versions as strings in the compact form
+// (pipeline.Version.Compact), whose byte order is version order. ARGV[1]
+// is the operation and ARGV[2] the format (h hash, j json).
 //
-// Operation w applies a chunk of row records, atomically, in order:
+// Operation w applies a chunk of row records of one table, atomically, in
+// order:
 //
-//	KEYS[2i-1], KEYS[2i]  record i's row key and its table's barrier key
-//	ARGV[3…]  per record: op (u upsert, d delete), version, TTL in
-//	          milliseconds (u: live TTL, d: tombstone TTL; 0: none), nk,
-//	          nd, then nk names of Unchanged columns, then nd data
-//	          arguments: h: field, value pairs (NULL columns absent);
-//	          followed by the pair _v, version; j: the JSON document
-//	          (Unchanged columns null)
+//	KEYS[1]       the table's barrier key
+//	KEYS[1+i]     record i's row key
+//	ARGV[3], [4]  TTL in milliseconds of live keys and of tombstones (0: none)
+//	ARGV[5…]      per record one of
+//	                d, version            a delete
+//	                nd, data              an upsert without Unchanged columns
+//	                -nk, nd, names, data  an upsert with nk Unchanged columns,
+//	                                      names being theirs
+//	              where data is nd arguments: h: the pair _v, version, then
+//	              field, value pairs (NULL columns absent); j: version, then
+//	              the JSON document (Unchanged columns null)
 //
-// and returns per record 1 (applied), 0 (not newer than the key or the
-// barrier) or an error message (the key is not a hash, its stored document
-// is not JSON).
+// and returns a flat list of i, message pairs, one per record the server
+// refused (the key is not a hash, its stored document is not JSON); a
+// record older than the key's _v or the barrier is not refused but skipped.
+// Every argument a record does not need is left out: the per-record cost of
+// the arguments is a large part of the server's work.
 //
 // Operation t (KEYS[1] the barrier key, ARGV[3] the version) raises the
 // table's barrier; operation p (KEYS[1] the barrier key, KEYS[2…] row keys
@@ -45,44 +52,39 @@ if op == 'p' then
   end
   return n
 end
-local barriers = {}
-local function apply(key, bkey, rop, v, ttl, nk, first, last)
-  local b = barriers[bkey]
-  if b == nil then
-    b = redis.call('GET', bkey) or false
-    barriers[bkey] = b
-  end
-  if b and v < b then return 0 end
+local barrier = redis.call('GET', KEYS[1])
+local live, tomb = tonumber(ARGV[3]), tonumber(ARGV[4])
+-- apply writes one record; first and last bound its data arguments (nil
+-- for a delete). It returns an error message or nothing.
+local function apply(key, v, nk, first, last)
+  if barrier and v < barrier then return end
   local cur = redis.pcall('HGET', key, '_v')
   if type(cur) == 'table' and cur.err then return cur.err end
-  if cur and cur >= v then return 0 end
-  if rop == 'd' then
+  if cur and cur >= v then return end
+  if not first then
     if cur then redis.call('DEL', key) end
     redis.call('HSET', key, '_v', v, '_deleted', '1')
-    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-    return 1
+    if tomb > 0 then redis.call('PEXPIRE', key, tomb) end
+    return
   end
   local names = first - nk
   if fmt == 'h' then
     local kept
-    if cur then
-      if nk > 0 then
-        local ks = {}
-        for i = names, first - 1 do ks[#ks + 1] = ARGV[i] end
-        local old = redis.call('HMGET', key, unpack(ks))
-        kept = {}
-        for i, name in ipairs(ks) do
-          if old[i] then
-            kept[#kept + 1] = name
-            kept[#kept + 1] = old[i]
-          end
+    if cur and nk > 0 then
+      local ks = {}
+      for i = names, first - 1 do ks[#ks + 1] = ARGV[i] end
+      local old = redis.call('HMGET', key, unpack(ks))
+      kept = {}
+      for i, name in ipairs(ks) do
+        if old[i] then
+          kept[#kept + 1] = name
+          kept[#kept + 1] = old[i]
         end
       end
     end
-    -- The data arguments end with the pair '_v', version. Overwriting in
-    -- place is cheaper than replacing the key; a field the new row lacks
-    -- (a NULL, a dropped column, a tombstone's mark) shows as a longer
-    -- hash, which is then rebuilt.
+    -- Overwriting in place is cheaper than replacing the key; a field
+    -- the new row lacks (a NULL, a dropped column, a tombstone's mark)
+    -- shows as a longer hash, which is then rebuilt.
     redis.call('HSET', key, unpack(ARGV, first, last))
     if cur and redis.call('HLEN', key) > (last - first + 1) / 2 then
       redis.call('DEL', key)
@@ -90,7 +92,7 @@ local function apply(key, bkey, rop, v, ttl, nk, first, last)
     end
     if kept and #kept > 0 then redis.call('HSET', key, unpack(kept)) end
   else
-    local doc = ARGV[first]
+    local doc = ARGV[first + 1]
     if cur then
       if nk > 0 then
         local old = redis.call('HGET', key, 'doc')
@@ -110,16 +112,32 @@ local function apply(key, bkey, rop, v, ttl, nk, first, last)
     end
     redis.call('HSET', key, '_v', v, 'doc', doc)
   end
-  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-  return 1
+  if live > 0 then redis.call('PEXPIRE', key, live) end
 end
-local res = {}
-local a = 3
-for r = 1, #KEYS / 2 do
-  local nk, nd = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local first = a + 5 + nk
-  res[r] = apply(KEYS[2 * r - 1], KEYS[2 * r], ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), nk, first, first + nd - 1)
-  a = first + nd
+local failed = {}
+local a = 5
+for r = 2, #KEYS do
+  local err
+  local h = ARGV[a]
+  if h == 'd' then
+    err = apply(KEYS[r], ARGV[a + 1])
+    a = a + 2
+  else
+    local nk, nd = 0, tonumber(h)
+    if nd < 0 then
+      nk, nd = -nd, tonumber(ARGV[a + 1])
+      a = a + 1
+    end
+    local first = a + 1 + nk
+    local v = ARGV[first]
+    if fmt == 'h' then v = ARGV[first + 1] end
+    err = apply(KEYS[r], v, nk, first, first + nd - 1)
+    a = first + nd
+  end
+  if err then
+    failed[#failed + 1] = r - 1
+    failed[#failed + 1] = err
+  end
 end
-return res
+return failed
 `

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -67,6 +68,9 @@ type Sink struct {
 	opts Options
 	log  *zap.Logger
 	sha  string
+	// liveTTL and tombTTL are Options.TTL and TombstoneTTL in milliseconds,
+	// as script arguments.
+	liveTTL, tombTTL string
 
 	mu     sync.Mutex
 	client *goredis.Client
@@ -94,7 +98,9 @@ func New(opts Options, log *zap.Logger) *Sink {
 	}
 	sum := sha1.Sum([]byte(writeScript))
 	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), sha: hex.EncodeToString(sum[:]),
-		tables: map[*pipeline.Table]*tableInfo{}}
+		liveTTL: strconv.FormatInt(max(opts.TTL.Milliseconds(), 0), 10),
+		tombTTL: strconv.FormatInt(opts.TombstoneTTL.Milliseconds(), 10),
+		tables:  map[*pipeline.Table]*tableInfo{}}
 }
 
 func (s *Sink) validate() error {
@@ -172,6 +178,7 @@ type tableInfo struct {
 	barrier string // the barrier key
 	pattern string // SCAN MATCH pattern of the row keys
 	badCol  string // a column whose name collides with a reserved field
+	names   []any  // the column names, boxed once for the script arguments
 }
 
 func (s *Sink) info(t *pipeline.Table) *tableInfo {
@@ -182,6 +189,7 @@ func (s *Sink) info(t *pipeline.Table) *tableInfo {
 	prefix := strings.NewReplacer("{database}", t.ID.Database, "{schema}", t.ID.Schema, "{table}", t.ID.Table).Replace(tmpl)
 	ti := &tableInfo{prefix: prefix, barrier: prefix[:len(prefix)-1] + "#barrier", pattern: globEscape(prefix) + "*"}
 	for _, c := range t.Columns {
+		ti.names = append(ti.names, c.Name)
 		if c.Name == fieldVersion || c.Name == fieldDeleted || (s.opts.Format == "hash" && c.Name == "") {
 			ti.badCol = c.Name
 		}
@@ -218,44 +226,55 @@ func (s *Sink) rowKey(t *pipeline.Table, ti *tableInfo, img []any) (string, erro
 	return b.String(), nil
 }
 
-// args builds the script's KEYS and ARGV for a row record.
-func (s *Sink) args(r *pipeline.Record) (keys []string, argv []any, err error) {
+// args builds a row record's row key and its script arguments (see
+// writeScript, operation w).
+func (s *Sink) args(r *pipeline.Record) (key string, argv []any, err error) {
 	t := r.Table
 	ti := s.info(t)
 	if ti.badCol != "" || len(t.KeyIdx) == 0 {
-		return nil, nil, fmt.Errorf("table %s: column name %q is reserved or the table has no key", t.ID, ti.badCol)
+		return "", nil, fmt.Errorf("table %s: column name %q is reserved or the table has no key", t.ID, ti.badCol)
 	}
 	img := r.After
-	op := "u"
-	ttl := s.opts.TTL
 	if r.Op == pipeline.OpDelete {
-		img, op, ttl = r.Before, "d", s.opts.TombstoneTTL
+		img = r.Before
 	}
 	if img == nil {
-		return nil, nil, fmt.Errorf("%s record without an image", r.Op)
+		return "", nil, fmt.Errorf("%s record without an image", r.Op)
 	}
-	key, err := s.rowKey(t, ti, img)
-	if err != nil {
-		return nil, nil, err
+	if key, err = s.rowKey(t, ti, img); err != nil {
+		return "", nil, err
 	}
-	keys = []string{key, ti.barrier}
-	argv = make([]any, 5, 5+2*len(t.Columns)+3)
-	version := r.Version.String()
-	argv[0], argv[1], argv[2], argv[3], argv[4] = op, version, strconv.FormatInt(ttl.Milliseconds(), 10), "0", "0"
-	if op == "d" {
-		return keys, argv, nil
+	var version any = r.Version.Compact()
+	if r.Op == pipeline.OpDelete {
+		return key, []any{"d", version}, nil
 	}
 	if len(img) > len(t.Columns) {
-		return nil, nil, fmt.Errorf("image has %d values for %d columns", len(img), len(t.Columns))
+		return "", nil, fmt.Errorf("image has %d values for %d columns", len(img), len(t.Columns))
 	}
+	// The header: nd, or -nk, nd followed by the nk names.
 	nk := 0
-	for i, v := range img {
+	for _, v := range img {
 		if _, ok := v.(pipeline.Unchanged); ok {
-			argv = append(argv, t.Columns[i].Name)
 			nk++
 		}
 	}
-	argv[3] = strconv.Itoa(nk)
+	head := 1
+	if nk > 0 {
+		head = 2
+	}
+	argv = make([]any, head, head+nk+2*len(t.Columns)+2)
+	if nk > 0 {
+		argv[0] = strconv.Itoa(-nk)
+		for i, v := range img {
+			if _, ok := v.(pipeline.Unchanged); ok {
+				argv = append(argv, ti.names[i])
+			}
+		}
+	}
+	if s.opts.Format == "hash" {
+		argv = append(argv, fieldVersion)
+	}
+	argv = append(argv, version)
 	var doc bytes.Buffer
 	if s.opts.Format == "json" {
 		doc.WriteByte('{')
@@ -268,13 +287,13 @@ func (s *Sink) args(r *pipeline.Record) (keys []string, argv []any, err error) {
 		case nil, pipeline.Unchanged:
 		default:
 			if enc, err = encodeValue(c, v); err != nil {
-				return nil, nil, fmt.Errorf("column %s: %w", c.Name, err)
+				return "", nil, fmt.Errorf("column %s: %w", c.Name, err)
 			}
 			present = true
 		}
 		if s.opts.Format == "hash" {
 			if present {
-				argv = append(argv, c.Name, enc)
+				argv = append(argv, ti.names[i], enc)
 			}
 			continue
 		}
@@ -292,11 +311,25 @@ func (s *Sink) args(r *pipeline.Record) (keys []string, argv []any, err error) {
 	if s.opts.Format == "json" {
 		doc.WriteByte('}')
 		argv = append(argv, doc.String())
-	} else {
-		argv = append(argv, fieldVersion, version)
 	}
-	argv[4] = strconv.Itoa(len(argv) - 5 - nk)
-	return keys, argv, nil
+	argv[head-1] = count(len(argv) - head - nk)
+	return key, argv, nil
+}
+
+// smallCounts are the boxed texts of 0…255, so the argument counts of a
+// record cost no allocation.
+var smallCounts = func() (c [256]any) {
+	for i := range c {
+		c[i] = strconv.Itoa(i)
+	}
+	return c
+}()
+
+func count(n int) any {
+	if n < len(smallCounts) {
+		return smallCounts[n]
+	}
+	return strconv.Itoa(n)
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {
@@ -352,41 +385,54 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			return s.wrap(ctx, err)
 		}
 	}
-	// The rows go in segments: while the server runs one segment's
-	// script calls, the next segment is encoded. A segment starts only
-	// after the previous one finished, so every key's changes stay in
-	// order (Invariant 4).
+	// The rows go in segments, each split by key over the partitions.
+	// Every partition runs its share of each segment in segment order on
+	// its own goroutine, so every key's changes reach Redis in order
+	// (Invariant 4), while the next segment is encoded and the other
+	// partitions go on without waiting for the slowest one.
 	for i := range records {
 		if r := &records[i]; isRow(r) {
 			s.info(r.Table) // fill the cache before the encoders read it
 		}
 	}
-	var results []partResult
-	var running chan []partResult
-	wait := func() error {
-		if running == nil {
-			return nil
-		}
-		res := <-running
-		running = nil
-		results = append(results, res...)
-		for _, r := range res {
-			if r.err != nil {
-				return r.err
+	results := make([]partResult, partitions)
+	work := make([]chan []*chunk, partitions)
+	var stop atomic.Bool // a partition failed: the batch will be retried
+	var wg sync.WaitGroup
+	for p := range work {
+		work[p] = make(chan []*chunk, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := &results[p]
+			for chunks := range work[p] {
+				if res.err != nil {
+					continue // drain
+				}
+				r := s.execPartition(ctx, chunks)
+				res.failed = append(res.failed, r.failed...)
+				if res.err = r.err; r.err != nil {
+					stop.Store(true)
+				}
+			}
+		}()
+	}
+	for lo := 0; lo < len(records) && !stop.Load(); lo += segmentSize {
+		parts := s.encodeSegment(records[lo:min(lo+segmentSize, len(records))], lo, fail)
+		for p, chunks := range parts {
+			if len(chunks) > 0 {
+				work[p] <- chunks
 			}
 		}
-		return nil
 	}
-	for lo := 0; lo < len(records); lo += segmentSize {
-		parts := s.encodeSegment(records[lo:min(lo+segmentSize, len(records))], lo, fail)
-		if err := wait(); err != nil {
-			return s.wrap(ctx, err)
+	for _, w := range work {
+		close(w)
+	}
+	wg.Wait()
+	for _, res := range results {
+		if res.err != nil {
+			return s.wrap(ctx, res.err)
 		}
-		running = make(chan []partResult, 1)
-		go func() { running <- s.execParts(ctx, parts) }()
-	}
-	if err := wait(); err != nil {
-		return s.wrap(ctx, err)
 	}
 	for _, res := range results {
 		for _, f := range res.failed {
@@ -401,7 +447,7 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 }
 
 const (
-	partitions    = 4 // concurrent pipelines per Write
+	partitions    = 8 // concurrent pipelines per Write
 	encodeWorkers = 2
 	segmentSize   = 2500 // records encoded while the previous ones are written
 )
@@ -418,7 +464,7 @@ func isRow(r *pipeline.Record) bool {
 // call amortizes a call's overhead).
 func (s *Sink) encodeSegment(recs []pipeline.Record, base int, fail func(int, error)) [][]*chunk {
 	type encoded struct {
-		keys []string
+		key  string
 		argv []any
 		err  error
 	}
@@ -432,57 +478,45 @@ func (s *Sink) encodeSegment(recs []pipeline.Record, base int, fail func(int, er
 			for i := w; i < len(recs); i += workers {
 				if r := &recs[i]; isRow(r) {
 					e := &enc[i]
-					e.keys, e.argv, e.err = s.args(r)
+					e.key, e.argv, e.err = s.args(r)
 				}
 			}
 		}()
 	}
 	wg.Wait()
+	// A chunk holds one table's records (its barrier key is the call's
+	// first key); a key's records all land in one partition, in order.
+	type open struct {
+		part  int
+		table *tableInfo
+	}
 	parts := make([][]*chunk, partitions)
-	last := make([]*chunk, partitions)
+	last := map[open]*chunk{}
 	for i := range recs {
 		e := &enc[i]
-		if !isRow(&recs[i]) {
+		r := &recs[i]
+		if !isRow(r) {
 			continue
 		}
 		if e.err != nil {
 			fail(base+i, e.err)
 			continue
 		}
-		p := partitionOf(e.keys[0])
-		c := last[p]
+		o := open{partitionOf(e.key), s.tables[r.Table]}
+		c := last[o]
 		if c == nil || len(c.idx) == chunkSize {
-			c = &chunk{argv: []any{"w", s.opts.Format[:1]}}
-			parts[p] = append(parts[p], c)
-			last[p] = c
+			c = &chunk{keys: []string{o.table.barrier}, argv: []any{"w", s.opts.Format[:1], s.liveTTL, s.tombTTL}}
+			parts[o.part] = append(parts[o.part], c)
+			last[o] = c
 		}
 		c.idx = append(c.idx, base+i)
-		c.keys = append(c.keys, e.keys...)
+		c.keys = append(c.keys, e.key)
 		c.argv = append(c.argv, e.argv...)
 	}
 	return parts
 }
 
-// execParts runs each partition's chunks as one pipeline on its own
-// connection, the partitions concurrently.
-func (s *Sink) execParts(ctx context.Context, parts [][]*chunk) []partResult {
-	results := make([]partResult, partitions)
-	var wg sync.WaitGroup
-	for p := range parts {
-		if len(parts[p]) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[p] = s.execPartition(ctx, parts[p])
-		}()
-	}
-	wg.Wait()
-	return results
-}
-
-// chunk is one script call: the records idx, in order.
+// chunk is one script call: the records idx of one table, in order.
 type chunk struct {
 	idx  []int
 	keys []string
@@ -521,8 +555,8 @@ func (s *Sink) execPartition(ctx context.Context, chunks []*chunk) (out partResu
 		for j, cmd := range cmds {
 			c := chunks[j]
 			res, err := cmd.Slice()
-			if err == nil && len(res) != len(c.idx) {
-				err = fmt.Errorf("script returned %d results for %d records", len(res), len(c.idx))
+			if err == nil {
+				err = refused(res, c, &out)
 			}
 			if err != nil {
 				if goredis.HasErrorPrefix(err, "NOSCRIPT") && !useEval {
@@ -536,12 +570,6 @@ func (s *Sink) execPartition(ctx context.Context, chunks []*chunk) (out partResu
 				for _, i := range c.idx {
 					out.failed = append(out.failed, pipeline.RecordError{Index: i, Err: perm, Permanent: true})
 				}
-				continue
-			}
-			for k, x := range res {
-				if msg, ok := x.(string); ok {
-					out.failed = append(out.failed, pipeline.RecordError{Index: c.idx[k], Err: fmt.Errorf("redis: %s", msg), Permanent: true})
-				}
 			}
 		}
 		// Redis lost its script cache (a restart, SCRIPT FLUSH): re-run
@@ -554,9 +582,26 @@ func (s *Sink) execPartition(ctx context.Context, chunks []*chunk) (out partResu
 
 // truncate sets the table's barrier, then deletes the keys older than the
 // barrier, SCAN page by SCAN page (each page in one script call).
+// refused adds the records the script refused (its reply: index, message
+// pairs) to out; a malformed reply is an error of the whole chunk.
+func refused(res []any, c *chunk, out *partResult) error {
+	if len(res)%2 != 0 {
+		return fmt.Errorf("script returned %d values, want index, message pairs", len(res))
+	}
+	for k := 0; k < len(res); k += 2 {
+		i, ok1 := res[k].(int64)
+		msg, ok2 := res[k+1].(string)
+		if !ok1 || !ok2 || i < 1 || int(i) > len(c.idx) {
+			return fmt.Errorf("script returned %v, %v for a chunk of %d records", res[k], res[k+1], len(c.idx))
+		}
+		out.failed = append(out.failed, pipeline.RecordError{Index: c.idx[i-1], Err: fmt.Errorf("redis: %s", msg), Permanent: true})
+	}
+	return nil
+}
+
 func (s *Sink) truncate(ctx context.Context, r *pipeline.Record) error {
 	ti := s.info(r.Table)
-	if err := s.run(ctx, []string{ti.barrier}, []any{"t", s.opts.Format[:1], r.Version.String()}); err != nil {
+	if err := s.run(ctx, []string{ti.barrier}, []any{"t", s.opts.Format[:1], r.Version.Compact()}); err != nil {
 		return err
 	}
 	argv := []any{"p", s.opts.Format[:1]}

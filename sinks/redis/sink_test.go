@@ -170,7 +170,7 @@ func TestStaleWriteIgnored(t *testing.T) {
 		mustWrite(t, s, row(pipeline.OpInsert, 10, 1, "new", "n"))
 		mustWrite(t, s, row(pipeline.OpUpdate, 9, 1, "stale", nil), row(pipeline.OpUpdate, 10, 1, "equal", nil))
 		expect(t, s, []any{int64(1), "new", "n"})
-		if v, _ := c.HGet(ctx, "public.acct:1", "_v").Result(); v != (pipeline.Version{0, 100, 0, 10}).String() {
+		if v, _ := c.HGet(ctx, "public.acct:1", "_v").Result(); v != (pipeline.Version{0, 100, 0, 10}).Compact() {
 			t.Fatalf("_v = %q", v)
 		}
 	})
@@ -212,7 +212,7 @@ func TestTruncateBarrier(t *testing.T) {
 		if n := c.DBSize(ctx).Val(); n != 3 { // two rows and the barrier
 			t.Fatalf("%d keys after truncate, want 3", n)
 		}
-		if b := c.Get(ctx, "public.acct#barrier").Val(); b != trunc.Version.String() {
+		if b := c.Get(ctx, "public.acct#barrier").Val(); b != trunc.Version.Compact() {
 			t.Fatalf("barrier = %q", b)
 		}
 		// Records below the barrier are no-ops, even for absent keys; an
@@ -221,7 +221,7 @@ func TestTruncateBarrier(t *testing.T) {
 		old.Version[3] = 5
 		mustWrite(t, s, row(pipeline.OpRead, 1, 3, "snapshot", nil), row(pipeline.OpDelete, 19, 2, nil, nil), old)
 		expect(t, s, []any{int64(2), "after", nil}, []any{int64(9999), "newer than the truncate", nil})
-		if b := c.Get(ctx, "public.acct#barrier").Val(); b != trunc.Version.String() {
+		if b := c.Get(ctx, "public.acct#barrier").Val(); b != trunc.Version.Compact() {
 			t.Fatalf("barrier moved back to %q", b)
 		}
 	})
@@ -249,6 +249,68 @@ func TestPermanentErrorIsPerRecord(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 		expect(t, s, []any{int64(1), "a", nil})
+	})
+}
+
+// TestLargeBatchAcrossTablesAndSegments writes one batch that spans several
+// segments and partitions, interleaves two tables (so script calls are cut
+// per table), changes the same keys again in later segments, and holds two
+// keys of the wrong type: exactly the records of those two keys fail and
+// every other key ends at its last change.
+func TestLargeBatchAcrossTablesAndSegments(t *testing.T) {
+	other := &pipeline.Table{ID: pipeline.TableID{Database: "d", Schema: "public", Table: "other"},
+		Columns: acct.Columns, KeyIdx: acct.KeyIdx, Generation: 1}
+	const keys = 3000
+	eachFormat(t, func(t *testing.T, s *Sink, c *goredis.Client) {
+		c.Set(ctx, "public.acct:17", "not a hash", 0)
+		c.Set(ctx, "public.other:2500", "not a hash", 0)
+		var recs []pipeline.Record
+		var wantFailed []int
+		for pass := uint64(1); pass <= 3; pass++ {
+			for id := int64(1); id <= keys; id++ {
+				tbl := acct
+				if id%2 == 0 {
+					tbl = other
+				}
+				if (tbl == acct && id == 17) || (tbl == other && id == 2500) {
+					wantFailed = append(wantFailed, len(recs))
+				}
+				op := pipeline.OpUpdate
+				if pass == 3 && id%5 == 0 {
+					op = pipeline.OpDelete
+				}
+				r := row(op, pass*keys+uint64(id), id, fmt.Sprintf("n%d-%d", id, pass), nil)
+				r.Table = tbl
+				recs = append(recs, r)
+			}
+		}
+		err := s.Write(ctx, recs)
+		var be *pipeline.BatchError
+		if !errors.As(err, &be) || len(be.Failed) != len(wantFailed) {
+			t.Fatalf("err = %v, want %d failed records", err, len(wantFailed))
+		}
+		for i, f := range be.Failed {
+			if f.Index != wantFailed[i] || !f.Permanent || !strings.Contains(f.Err.Error(), "WRONGTYPE") {
+				t.Fatalf("failed[%d] = %+v, want index %d WRONGTYPE", i, f, wantFailed[i])
+			}
+		}
+		want := map[*pipeline.Table]map[string][]any{acct: {}, other: {}}
+		for id := int64(1); id <= keys; id++ {
+			tbl := acct
+			if id%2 == 0 {
+				tbl = other
+			}
+			if id%5 == 0 || (tbl == acct && id == 17) || (tbl == other && id == 2500) {
+				continue
+			}
+			r := []any{id, fmt.Sprintf("n%d-3", id), nil}
+			want[tbl][sinktest.RowKey(tbl, r)] = r
+		}
+		for tbl, w := range want {
+			if diff := sinktest.Diff(tbl, w, readMap(t, s, tbl)); diff != "" {
+				t.Fatalf("%s:\n%s", tbl.ID, diff)
+			}
+		}
 	})
 }
 
