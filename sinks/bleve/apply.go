@@ -88,16 +88,8 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		failed = append(failed, f)
 	}
 	sort.Slice(failed, func(a, b int) bool { return failed[a].Index < failed[b].Index })
-	for _, f := range failed {
-		r := &records[f.Index]
-		table := ""
-		if r.Table != nil {
-			table = r.Table.ID.String()
-		}
-		// Invariant 9: a record that will be dead-lettered is logged.
-		s.log.Warn("record rejected", zap.Int("index", f.Index), zap.String("table", table),
-			zap.String("version", r.Version.String()), zap.Error(f.Err))
-	}
+	// The runtime logs and counts each failed record as it dead-letters
+	// it (Invariant 9).
 	if len(tbs) > 0 {
 		p, err := s.plan(ctx, tbs, snapshotTables(recs), now)
 		if err == nil {

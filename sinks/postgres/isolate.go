@@ -73,9 +73,6 @@ func (s *Sink) bisect(ctx context.Context, records []pipeline.Record, idx []int,
 		return err
 	}
 	if len(idx) == 1 {
-		r := &records[idx[0]]
-		s.log.Warn("record refused by the target", zap.String("table", r.Table.ID.String()),
-			zap.String("version", r.Version.String()), zap.Error(err))
 		*out = append(*out, pipeline.RecordError{Index: idx[0], Err: err, Permanent: true})
 		return nil
 	}
