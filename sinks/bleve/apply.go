@@ -18,6 +18,7 @@ import (
 	index "github.com/blevesearch/bleve_index_api"
 	"go.uber.org/zap"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
@@ -372,7 +373,7 @@ func (s *Sink) buildRow(d *document.Document, b []byte, ts *tableState, tb *upse
 		if k > 0 {
 			b = append(b, ',')
 		}
-		b = append(appendString(b, c.Name), ':')
+		b = append(jsontext.AppendString(b, c.Name), ':')
 		j := pos[k]
 		var v any
 		var raw json.RawMessage

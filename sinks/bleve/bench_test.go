@@ -14,6 +14,7 @@ import (
 	"github.com/blevesearch/bleve/v2/document"
 	"github.com/blevesearch/bleve/v2/index/scorch"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -104,7 +105,7 @@ func (p *plainIndex) write(b *testing.B, records []pipeline.Record) {
 			if j > 0 {
 				row = append(row, ',')
 			}
-			row = append(appendString(row, c.Name), ':')
+			row = append(jsontext.AppendString(row, c.Name), ':')
 			var err error
 			if row, err = appendValue(row, c.Type, c.Elem, r.After[j]); err != nil {
 				b.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -113,7 +114,7 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 		if !ok {
 			return mismatch()
 		}
-		return appendString(b, x.String()), nil
+		return jsontext.AppendString(b, x.String()), nil
 	case pipeline.TypeString, pipeline.TypeText, pipeline.TypeEnum, pipeline.TypeSet, pipeline.TypeInet, pipeline.TypeMacaddr:
 		x, ok := v.(string)
 		if !ok {
@@ -122,7 +123,7 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 		if !utf8.ValidString(x) {
 			return b, valueErr("%s value is not valid UTF-8", t)
 		}
-		return appendString(b, x), nil
+		return jsontext.AppendString(b, x), nil
 	case pipeline.TypeJSON:
 		x, ok := v.(pipeline.JSON)
 		if !ok {
@@ -132,7 +133,7 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 			return b, valueErr("json value is not valid JSON")
 		}
 		if inArray {
-			return appendString(b, string(x)), nil
+			return jsontext.AppendString(b, string(x)), nil
 		}
 		return append(b, strings.TrimSpace(string(x))...), nil
 	case pipeline.TypeBytes, pipeline.TypeBit, pipeline.TypeGeometry:
@@ -148,7 +149,7 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 		if !ok {
 			return mismatch()
 		}
-		return appendString(b, x.String()), nil
+		return jsontext.AppendString(b, x.String()), nil
 	case pipeline.TypeDate:
 		x, ok := v.(pipeline.Date)
 		if !ok {
@@ -160,7 +161,7 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 		if y := x.Time().Year(); y < minTextYear || y > maxTextYear {
 			return strconv.AppendInt(b, int64(x.Days), 10), nil
 		}
-		return appendString(b, x.Time().Format(dateLayout)), nil
+		return jsontext.AppendString(b, x.Time().Format(dateLayout)), nil
 	case pipeline.TypeTime:
 		x, ok := v.(pipeline.TimeOfDay)
 		if !ok {
@@ -169,7 +170,7 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 		if x < 0 || x > dayMicros {
 			return b, valueErr("time of day %d µs out of range", int64(x))
 		}
-		return appendString(b, x.String()), nil
+		return jsontext.AppendString(b, x.String()), nil
 	case pipeline.TypeTimeTZ:
 		x, ok := v.(pipeline.TimeTZ)
 		if !ok {
@@ -178,7 +179,7 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 		if x.Micros < 0 || x.Micros > dayMicros {
 			return b, valueErr("time of day %d µs out of range", x.Micros)
 		}
-		return appendString(b, timeTZText(x)), nil
+		return jsontext.AppendString(b, pipeline.FormatTimeTZ(x)), nil
 	case pipeline.TypeTimestamp, pipeline.TypeTimestampTZ:
 		x, ok := v.(pipeline.Timestamp)
 		if !ok {
@@ -195,7 +196,7 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 		if t == pipeline.TypeTimestampTZ {
 			s += "Z"
 		}
-		return appendString(b, s), nil
+		return jsontext.AppendString(b, s), nil
 	case pipeline.TypeInterval:
 		x, ok := v.(pipeline.Interval)
 		if !ok {
@@ -216,50 +217,7 @@ func appendSpecial(b []byte, s pipeline.Special) ([]byte, error) {
 	if s != pipeline.PosInfinity && s != pipeline.NegInfinity {
 		return b, valueErr("%s is not a date or timestamp value", s)
 	}
-	return appendString(b, s.String()), nil
-}
-
-func timeTZText(x pipeline.TimeTZ) string {
-	off := x.OffsetSec
-	sign := byte('+')
-	if off < 0 {
-		sign, off = '-', -off
-	}
-	s := fmt.Sprintf("%s%c%02d:%02d", pipeline.TimeOfDay(x.Micros), sign, off/3600, off/60%60)
-	if off%60 != 0 {
-		s += fmt.Sprintf(":%02d", off%60)
-	}
-	return s
-}
-
-// appendString appends s as a JSON string (s is valid UTF-8; nothing is
-// HTML-escaped).
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, `\u00`...)
-			b = append(b, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&15])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return jsontext.AppendString(b, s.String()), nil
 }
 
 // decodeValue reads a stored JSON form back into the record-model value of
@@ -354,7 +312,7 @@ func decodeScalar(t pipeline.Type, raw []byte, inArray bool) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return parseUUID(s)
+		return pipeline.ParseUUID(s)
 	case pipeline.TypeDate:
 		if !quoted {
 			d, err := strconv.ParseInt(string(raw), 10, 32)
@@ -364,7 +322,7 @@ func decodeScalar(t pipeline.Type, raw []byte, inArray bool) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sp, ok := special(s); ok {
+		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Date{Special: sp}, nil
 		}
 		tm, err := time.Parse(dateLayout, s)
@@ -377,14 +335,13 @@ func decodeScalar(t pipeline.Type, raw []byte, inArray bool) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		us, err := parseTimeOfDay(s)
-		return pipeline.TimeOfDay(us), err
+		return pipeline.ParseTimeOfDay(s)
 	case pipeline.TypeTimeTZ:
 		s, err := str()
 		if err != nil {
 			return nil, err
 		}
-		return parseTimeTZ(s)
+		return pipeline.ParseTimeTZ(s)
 	case pipeline.TypeTimestamp, pipeline.TypeTimestampTZ:
 		if !quoted {
 			us, err := strconv.ParseInt(string(raw), 10, 64)
@@ -394,7 +351,7 @@ func decodeScalar(t pipeline.Type, raw []byte, inArray bool) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sp, ok := special(s); ok {
+		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Timestamp{Special: sp}, nil
 		}
 		tm, err := time.Parse(tsLayout, strings.TrimSuffix(s, "Z"))
@@ -412,74 +369,6 @@ func decodeScalar(t pipeline.Type, raw []byte, inArray bool) (any, error) {
 		return pipeline.Interval{Months: iv.Months, Days: iv.Days, Micros: iv.Micros}, err
 	}
 	return nil, fmt.Errorf("unsupported column type %s", t)
-}
-
-func special(s string) (pipeline.Special, bool) {
-	switch s {
-	case "infinity":
-		return pipeline.PosInfinity, true
-	case "-infinity":
-		return pipeline.NegInfinity, true
-	}
-	return pipeline.Finite, false
-}
-
-func parseUUID(s string) (pipeline.UUID, error) {
-	var u pipeline.UUID
-	h := strings.ReplaceAll(s, "-", "")
-	if len(h) != 32 {
-		return u, fmt.Errorf("uuid %q", s)
-	}
-	for i := range u {
-		x, err := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
-		if err != nil {
-			return u, fmt.Errorf("uuid %q", s)
-		}
-		u[i] = byte(x)
-	}
-	return u, nil
-}
-
-// parseTimeOfDay reads HH:MM:SS.ffffff.
-func parseTimeOfDay(s string) (int64, error) {
-	var h, m, sec, frac int64
-	if len(s) != 15 || s[2] != ':' || s[5] != ':' || s[8] != '.' {
-		return 0, fmt.Errorf("time of day %q", s)
-	}
-	for _, p := range []struct {
-		dst  *int64
-		text string
-	}{{&h, s[0:2]}, {&m, s[3:5]}, {&sec, s[6:8]}, {&frac, s[9:15]}} {
-		x, err := strconv.ParseInt(p.text, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("time of day %q", s)
-		}
-		*p.dst = x
-	}
-	return h*3600e6 + m*60e6 + sec*1e6 + frac, nil
-}
-
-func parseTimeTZ(s string) (pipeline.TimeTZ, error) {
-	if len(s) < 21 {
-		return pipeline.TimeTZ{}, fmt.Errorf("timetz %q", s)
-	}
-	us, err := parseTimeOfDay(s[:15])
-	if err != nil {
-		return pipeline.TimeTZ{}, err
-	}
-	sign := int32(1)
-	if s[15] == '-' {
-		sign = -1
-	}
-	var off int32
-	for i, part := range strings.Split(s[16:], ":") {
-		x, err := strconv.ParseInt(part, 10, 32)
-		if err != nil || i > 2 {
-			return pipeline.TimeTZ{}, fmt.Errorf("timetz %q", s)
-		}
-		off += int32(x) * [3]int32{3600, 60, 1}[i]
-	}
-	return pipeline.TimeTZ{Micros: us, OffsetSec: sign * off}, nil
 }
 
 // keyText is a key value's text in document ids and search hit keys: a

@@ -87,7 +87,7 @@ func indexValue(doc *document.Document, name string, t, elem pipeline.Type, v an
 	case pipeline.TimeOfDay:
 		addText(x.String())
 	case pipeline.TimeTZ:
-		addText(timeTZText(x))
+		addText(pipeline.FormatTimeTZ(x))
 	case int64:
 		addNumber(float64(x))
 	case uint64:

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -57,7 +56,7 @@ func encodeScalar(t, elem pipeline.Type, v any) (string, error) {
 	case pipeline.TimeOfDay:
 		return x.String(), nil
 	case pipeline.TimeTZ:
-		return pipeline.TimeOfDay(x.Micros).String() + formatOffset(x.OffsetSec), nil
+		return pipeline.FormatTimeTZ(x), nil
 	case pipeline.Timestamp:
 		if x.Special != pipeline.Finite {
 			return x.Special.String(), nil
@@ -67,7 +66,7 @@ func encodeScalar(t, elem pipeline.Type, v any) (string, error) {
 		}
 		return x.Time().Format(tsLayout), nil
 	case pipeline.Interval:
-		return fmt.Sprintf("P%dM%dDT%sS", x.Months, x.Days, formatMicros(x.Micros)), nil
+		return pipeline.FormatInterval(x), nil
 	case []any:
 		var b bytes.Buffer
 		if err := appendArray(&b, elem, x); err != nil {
@@ -88,26 +87,6 @@ func formatFloat(f float64) string {
 		return "-Infinity"
 	}
 	return strconv.FormatFloat(f, 'g', -1, 64)
-}
-
-func formatOffset(sec int32) string {
-	sign := '+'
-	if sec < 0 {
-		sign, sec = '-', -sec
-	}
-	s := fmt.Sprintf("%c%02d:%02d", sign, sec/3600, sec/60%60)
-	if sec%60 != 0 {
-		s += fmt.Sprintf(":%02d", sec%60)
-	}
-	return s
-}
-
-func formatMicros(us int64) string {
-	sign := ""
-	if us < 0 {
-		sign, us = "-", -us
-	}
-	return fmt.Sprintf("%s%d.%06d", sign, us/1e6, us%1e6)
 }
 
 // appendArray writes an array as JSON: bools and integers as JSON values,
@@ -217,9 +196,9 @@ func decodeScalar(t pipeline.Type, s string) (any, error) {
 	case pipeline.TypeBytes, pipeline.TypeBit, pipeline.TypeGeometry:
 		return base64.StdEncoding.DecodeString(s)
 	case pipeline.TypeUUID:
-		return parseUUID(s)
+		return pipeline.ParseUUID(s)
 	case pipeline.TypeDate:
-		if sp, ok := special(s); ok {
+		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Date{Special: sp}, nil
 		}
 		tm, err := time.Parse(dateLayout, s)
@@ -228,33 +207,11 @@ func decodeScalar(t pipeline.Type, s string) (any, error) {
 		}
 		return pipeline.DateOf(tm), nil
 	case pipeline.TypeTime:
-		us, err := parseTimeOfDay(s)
-		return pipeline.TimeOfDay(us), err
+		return pipeline.ParseTimeOfDay(s)
 	case pipeline.TypeTimeTZ:
-		i := strings.LastIndexAny(s, "+-")
-		if i < 0 {
-			return nil, fmt.Errorf("timetz %q: no offset", s)
-		}
-		us, err := parseTimeOfDay(s[:i])
-		if err != nil {
-			return nil, err
-		}
-		var h, m, sec int32
-		parts := strings.Split(s[i+1:], ":")
-		for j, p := range parts {
-			n, err := strconv.Atoi(p)
-			if err != nil || j > 2 {
-				return nil, fmt.Errorf("timetz %q: bad offset", s)
-			}
-			*[]*int32{&h, &m, &sec}[j] = int32(n)
-		}
-		off := h*3600 + m*60 + sec
-		if s[i] == '-' {
-			off = -off
-		}
-		return pipeline.TimeTZ{Micros: us, OffsetSec: off}, nil
+		return pipeline.ParseTimeTZ(s)
 	case pipeline.TypeTimestamp, pipeline.TypeTimestampTZ:
-		if sp, ok := special(s); ok {
+		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Timestamp{Special: sp}, nil
 		}
 		layout := tsLayout
@@ -267,77 +224,10 @@ func decodeScalar(t pipeline.Type, s string) (any, error) {
 		}
 		return pipeline.TimestampOf(tm), nil
 	case pipeline.TypeInterval:
-		return parseInterval(s)
+		return pipeline.ParseInterval(s)
 	}
 	// TypeText, TypeString, TypeEnum, TypeSet, TypeInet, TypeMacaddr.
 	return s, nil
-}
-
-func special(s string) (pipeline.Special, bool) {
-	switch s {
-	case "infinity":
-		return pipeline.PosInfinity, true
-	case "-infinity":
-		return pipeline.NegInfinity, true
-	case "NaN":
-		return pipeline.NaN, true
-	}
-	return pipeline.Finite, false
-}
-
-// parseTimeOfDay reads HH:MM:SS.ffffff.
-func parseTimeOfDay(s string) (int64, error) {
-	var h, m, sec, us int64
-	if _, err := fmt.Sscanf(s, "%d:%d:%d.%d", &h, &m, &sec, &us); err != nil || len(s) != 15 {
-		return 0, fmt.Errorf("time %q: want HH:MM:SS.ffffff", s)
-	}
-	return ((h*60+m)*60+sec)*1e6 + us, nil
-}
-
-// parseInterval reads P<months>M<days>DT<seconds>S.
-func parseInterval(s string) (pipeline.Interval, error) {
-	bad := fmt.Errorf("interval %q: want P<months>M<days>DT<seconds>S", s)
-	if !strings.HasPrefix(s, "P") || !strings.HasSuffix(s, "S") {
-		return pipeline.Interval{}, bad
-	}
-	body := s[1 : len(s)-1]
-	mi := strings.IndexByte(body, 'M')
-	di := strings.Index(body, "DT")
-	if mi < 0 || di < mi {
-		return pipeline.Interval{}, bad
-	}
-	months, err1 := strconv.ParseInt(body[:mi], 10, 32)
-	days, err2 := strconv.ParseInt(body[mi+1:di], 10, 32)
-	secs := body[di+2:]
-	neg := strings.HasPrefix(secs, "-")
-	secs = strings.TrimPrefix(secs, "-")
-	whole, frac, _ := strings.Cut(secs, ".")
-	w, err3 := strconv.ParseInt(whole, 10, 64)
-	f, err4 := strconv.ParseInt(frac, 10, 64)
-	if err := errors.Join(err1, err2, err3, err4); err != nil || len(frac) != 6 {
-		return pipeline.Interval{}, bad
-	}
-	us := w*1e6 + f
-	if neg {
-		us = -us
-	}
-	return pipeline.Interval{Months: int32(months), Days: int32(days), Micros: us}, nil
-}
-
-func parseUUID(s string) (pipeline.UUID, error) {
-	var u pipeline.UUID
-	h := strings.ReplaceAll(s, "-", "")
-	if len(h) != 32 {
-		return u, fmt.Errorf("uuid %q", s)
-	}
-	for i := range u {
-		n, err := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
-		if err != nil {
-			return u, fmt.Errorf("uuid %q", s)
-		}
-		u[i] = byte(n)
-	}
-	return u, nil
 }
 
 // escapeKeyPart escapes '\' and ':' in one key value of {pk}.

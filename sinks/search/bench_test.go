@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
@@ -168,8 +169,8 @@ func plainBodies(b *testing.B, s *Sink, recs []pipeline.Record, index string) []
 	for _, o := range s.plan(batches[0], st) {
 		line := s.appendOp(nil, o, at)
 		doc := line[bytes.IndexByte(line, '\n')+1:]
-		cur = appendString(append(cur, `{"index":{"_index":`...), index)
-		cur = append(append(appendString(append(cur, `,"_id":`...), o.id), "}}\n"...), doc...)
+		cur = jsontext.AppendString(append(cur, `{"index":{"_index":`...), index)
+		cur = append(append(jsontext.AppendString(append(cur, `,"_id":`...), o.id), "}}\n"...), doc...)
 		if len(cur) > s.opts.BulkMaxBytes {
 			chunks, cur = append(chunks, cur), nil
 		}

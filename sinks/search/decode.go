@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -127,9 +125,9 @@ func decodeScalar(t pipeline.Type, x any) (any, error) {
 	case pipeline.TypeBytes, pipeline.TypeBit, pipeline.TypeGeometry:
 		return base64.StdEncoding.DecodeString(s)
 	case pipeline.TypeUUID:
-		return parseUUID(s)
+		return pipeline.ParseUUID(s)
 	case pipeline.TypeDate:
-		if sp, ok := special(s); ok {
+		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Date{Special: sp}, nil
 		}
 		tm, err := time.Parse(dateLayout, s)
@@ -138,12 +136,11 @@ func decodeScalar(t pipeline.Type, x any) (any, error) {
 		}
 		return pipeline.DateOf(tm), nil
 	case pipeline.TypeTime:
-		us, err := parseTimeOfDay(s)
-		return pipeline.TimeOfDay(us), err
+		return pipeline.ParseTimeOfDay(s)
 	case pipeline.TypeTimeTZ:
-		return parseTimeTZ(s)
+		return pipeline.ParseTimeTZ(s)
 	case pipeline.TypeTimestamp, pipeline.TypeTimestampTZ:
-		if sp, ok := special(s); ok {
+		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Timestamp{Special: sp}, nil
 		}
 		layout := tsLayout
@@ -156,104 +153,11 @@ func decodeScalar(t pipeline.Type, x any) (any, error) {
 		}
 		return pipeline.TimestampOf(tm), nil
 	case pipeline.TypeInterval:
-		return parseInterval(s)
+		return pipeline.ParseInterval(s)
 	case pipeline.TypeBool, pipeline.TypeInt16, pipeline.TypeInt32, pipeline.TypeInt64, pipeline.TypeUint8,
 		pipeline.TypeUint16, pipeline.TypeUint32, pipeline.TypeUint64:
 		return nil, fmt.Errorf("string %q for a %s value", s, t)
 	}
 	// TypeText, TypeString, TypeEnum, TypeSet, TypeInet, TypeMacaddr.
 	return s, nil
-}
-
-func special(s string) (pipeline.Special, bool) {
-	switch s {
-	case "infinity":
-		return pipeline.PosInfinity, true
-	case "-infinity":
-		return pipeline.NegInfinity, true
-	}
-	return pipeline.Finite, false
-}
-
-// parseTimeOfDay reads HH:MM:SS.ffffff.
-func parseTimeOfDay(s string) (int64, error) {
-	var h, m, sec, us int64
-	if _, err := fmt.Sscanf(s, "%d:%d:%d.%d", &h, &m, &sec, &us); err != nil || len(s) != 15 {
-		return 0, fmt.Errorf("time %q: want HH:MM:SS.ffffff", s)
-	}
-	return ((h*60+m)*60+sec)*1e6 + us, nil
-}
-
-// parseTimeTZ reads HH:MM:SS.ffffff±HH:MM[:SS].
-func parseTimeTZ(s string) (pipeline.TimeTZ, error) {
-	if len(s) < 16 {
-		return pipeline.TimeTZ{}, fmt.Errorf("timetz %q", s)
-	}
-	us, err := parseTimeOfDay(s[:15])
-	if err != nil {
-		return pipeline.TimeTZ{}, err
-	}
-	sign, off := s[15], s[16:]
-	var parts [3]int32
-	for j, p := range strings.Split(off, ":") {
-		n, err := strconv.Atoi(p)
-		if err != nil || j > 2 {
-			return pipeline.TimeTZ{}, fmt.Errorf("timetz %q: bad offset", s)
-		}
-		parts[j] = int32(n)
-	}
-	sec := parts[0]*3600 + parts[1]*60 + parts[2]
-	switch sign {
-	case '-':
-		sec = -sec
-	case '+':
-	default:
-		return pipeline.TimeTZ{}, fmt.Errorf("timetz %q: bad offset", s)
-	}
-	return pipeline.TimeTZ{Micros: us, OffsetSec: sec}, nil
-}
-
-// parseInterval reads P<months>M<days>DT<seconds>S.
-func parseInterval(s string) (pipeline.Interval, error) {
-	bad := fmt.Errorf("interval %q: want P<months>M<days>DT<seconds>S", s)
-	if !strings.HasPrefix(s, "P") || !strings.HasSuffix(s, "S") {
-		return pipeline.Interval{}, bad
-	}
-	body := s[1 : len(s)-1]
-	mi := strings.IndexByte(body, 'M')
-	di := strings.Index(body, "DT")
-	if mi < 0 || di < mi {
-		return pipeline.Interval{}, bad
-	}
-	months, err1 := strconv.ParseInt(body[:mi], 10, 32)
-	days, err2 := strconv.ParseInt(body[mi+1:di], 10, 32)
-	secs := body[di+2:]
-	neg := strings.HasPrefix(secs, "-")
-	whole, frac, _ := strings.Cut(strings.TrimPrefix(secs, "-"), ".")
-	w, err3 := strconv.ParseInt(whole, 10, 64)
-	f, err4 := strconv.ParseInt(frac, 10, 64)
-	if err := errors.Join(err1, err2, err3, err4); err != nil || len(frac) != 6 {
-		return pipeline.Interval{}, bad
-	}
-	us := w*1e6 + f
-	if neg {
-		us = -us
-	}
-	return pipeline.Interval{Months: int32(months), Days: int32(days), Micros: us}, nil
-}
-
-func parseUUID(s string) (pipeline.UUID, error) {
-	var u pipeline.UUID
-	h := strings.ReplaceAll(s, "-", "")
-	if len(h) != 32 {
-		return u, fmt.Errorf("uuid %q", s)
-	}
-	for i := range u {
-		n, err := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
-		if err != nil {
-			return u, fmt.Errorf("uuid %q", s)
-		}
-		u[i] = byte(n)
-	}
-	return u, nil
 }

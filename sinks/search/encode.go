@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -96,7 +97,7 @@ func scalarText(t pipeline.Type, v any) (string, error) {
 	case pipeline.TimeOfDay:
 		return x.String(), nil
 	case pipeline.TimeTZ:
-		return pipeline.TimeOfDay(x.Micros).String() + formatOffset(x.OffsetSec), nil
+		return pipeline.FormatTimeTZ(x), nil
 	case pipeline.Timestamp:
 		if x.Special != pipeline.Finite {
 			return x.Special.String(), nil
@@ -106,29 +107,9 @@ func scalarText(t pipeline.Type, v any) (string, error) {
 		}
 		return x.Time().Format(tsLayout), nil
 	case pipeline.Interval:
-		return fmt.Sprintf("P%dM%dDT%sS", x.Months, x.Days, formatMicros(x.Micros)), nil
+		return pipeline.FormatInterval(x), nil
 	}
 	return "", fmt.Errorf("unsupported value %T for a %s column", v, t)
-}
-
-func formatOffset(sec int32) string {
-	sign := '+'
-	if sec < 0 {
-		sign, sec = '-', -sec
-	}
-	s := fmt.Sprintf("%c%02d:%02d", sign, sec/3600, sec/60%60)
-	if sec%60 != 0 {
-		s += fmt.Sprintf(":%02d", sec%60)
-	}
-	return s
-}
-
-func formatMicros(us int64) string {
-	sign := ""
-	if us < 0 {
-		sign, us = "-", -us
-	}
-	return fmt.Sprintf("%s%d.%06d", sign, us/1e6, us%1e6)
 }
 
 // appendArray writes an array as a JSON array of its elements' staged
@@ -177,40 +158,11 @@ func appendValue(b []byte, x any) []byte {
 		}
 		return strconv.AppendFloat(b, v, 'g', -1, 64)
 	case string:
-		return appendString(b, v)
+		return jsontext.AppendString(b, v)
 	case json.RawMessage:
 		return append(b, v...)
 	}
 	return append(b, "null"...) // not a staging type; stage never returns one
-}
-
-// appendString appends s as a JSON string (s is valid UTF-8).
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, `\u00`...)
-			b = append(b, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&15])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // maxIDBytes is the engines' limit on a document id.

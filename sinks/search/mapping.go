@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -122,7 +123,7 @@ func mappingsBody(props map[string]json.RawMessage, ov *override) []byte {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		b = append(appendString(append(b, ','), n), ':')
+		b = append(jsontext.AppendString(append(b, ','), n), ':')
 		b = append(b, props[n]...)
 	}
 	b = append(b, '}')
@@ -133,7 +134,7 @@ func mappingsBody(props map[string]json.RawMessage, ov *override) []byte {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			b = append(appendString(append(b, ','), k), ':')
+			b = append(jsontext.AppendString(append(b, ','), k), ':')
 			b = append(b, ov.other[k]...)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -78,8 +79,8 @@ func (s *Sink) deleteMatching(ctx context.Context, index, query string) (int, er
 	err := s.scroll(ctx, index, query, "false", func(hits []hit) error {
 		var body []byte
 		for _, h := range hits {
-			body = appendString(append(body, `{"delete":{"_index":`...), index)
-			body = appendString(append(body, `,"_id":`...), h.ID)
+			body = jsontext.AppendString(append(body, `{"delete":{"_index":`...), index)
+			body = jsontext.AppendString(append(body, `,"_id":`...), h.ID)
 			body = strconv.AppendInt(append(body, `,"version":`...), h.Version, 10)
 			body = append(body, ",\"version_type\":\"external_gte\"}}\n"...)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
@@ -355,7 +356,7 @@ func (s *Sink) createIndex(ctx context.Context, tb *upsert.TableBatch, st *index
 	props := properties(tb.Cols, tb.IsKey, ov, s.unsignedLong)
 	body := []byte(`{"settings":{"index":{"translog":{"durability":"request"}}},"mappings":`)
 	body = append(body, mappingsBody(props, ov)...)
-	body = appendString(append(body, `,"aliases":{`...), st.name+s.opts.AliasSuffix)
+	body = jsontext.AppendString(append(body, `,"aliases":{`...), st.name+s.opts.AliasSuffix)
 	body = append(append(append(body, `:{"filter":`...), liveFilter("")...), `}}`...)
 	body = append(body, '}')
 	// A new index starts without barrier, so a stale state document of a
@@ -365,9 +366,9 @@ func (s *Sink) createIndex(ctx context.Context, tb *upsert.TableBatch, st *index
 	// it (Invariant 4 guards against older records, not against a barrier
 	// that belongs to another index). Only one writer per index is
 	// supported, so no other writer's barrier is reset here.
-	state := appendString([]byte(`{"index":`), st.name)
-	state = appendString(append(state, `,"table":`...), st.table)
-	state = appendString(append(state, `,"created_at":`...), formatTime(s.now()))
+	state := jsontext.AppendString([]byte(`{"index":`), st.name)
+	state = jsontext.AppendString(append(state, `,"table":`...), st.table)
+	state = jsontext.AppendString(append(state, `,"created_at":`...), formatTime(s.now()))
 	state = append(state, '}')
 	if _, _, err := s.call(ctx, "state of "+st.name, http.MethodPut, s.statePath(st.name), nil, state); err != nil {
 		return false, err
@@ -427,7 +428,7 @@ func (s *Sink) updateState(ctx context.Context, st *indexState, doc []byte) erro
 // stored barrier), and until then the alias hides what it left.
 func (s *Sink) truncate(ctx context.Context, st *indexState, v pipeline.Version) error {
 	if !st.hasBarrier || st.barrier.Less(v) {
-		doc := appendString([]byte(`{"barrier":`), v.String())
+		doc := jsontext.AppendString([]byte(`{"barrier":`), v.String())
 		if err := s.updateState(ctx, st, append(doc, '}')); err != nil {
 			return err
 		}

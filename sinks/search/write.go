@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
@@ -256,8 +257,8 @@ func (s *Sink) readStored(ctx context.Context, ops []*op) error {
 			if i > 0 {
 				body = append(body, ',')
 			}
-			body = appendString(append(body, `{"_index":`...), o.st.name)
-			body = append(appendString(append(body, `,"_id":`...), o.id), '}')
+			body = jsontext.AppendString(append(body, `{"_index":`...), o.st.name)
+			body = append(jsontext.AppendString(append(body, `,"_id":`...), o.id), '}')
 		}
 		body = append(body, "]}"...)
 		_, resp, err := s.call(ctx, "read stored documents", http.MethodPost, "/_mget", nil, body)
@@ -455,8 +456,8 @@ func (s *Sink) sendChunk(ctx context.Context, c *chunkReq) chunkResult {
 
 // appendOp appends an op's action and document lines.
 func (s *Sink) appendOp(b []byte, o *op, at string) []byte {
-	b = appendString(append(b, `{"index":{"_index":`...), o.st.name)
-	b = appendString(append(b, `,"_id":`...), o.id)
+	b = jsontext.AppendString(append(b, `{"index":{"_index":`...), o.st.name)
+	b = jsontext.AppendString(append(b, `,"_id":`...), o.id)
 	b = strconv.AppendInt(append(b, `,"version":`...), o.ext, 10)
 	if o.read {
 		b = append(b, `,"version_type":"external_gte"}}`...)
@@ -471,7 +472,7 @@ func (s *Sink) appendOp(b []byte, o *op, at string) []byte {
 			// key and the sink's fields) that outranks older records.
 			continue
 		}
-		b = append(appendString(b, tb.Cols[j].Name), ':')
+		b = append(jsontext.AppendString(b, tb.Cols[j].Name), ':')
 		if row.Kept == nil || !row.Kept.Keep[j] {
 			b = append(appendValue(b, row.Vals[j]), ',')
 			continue
@@ -479,7 +480,7 @@ func (s *Sink) appendOp(b []byte, o *op, at string) []byte {
 		b = append(appendValue(b, o.kept(j)), ',')
 	}
 	for _, a := range o.absent {
-		b = append(appendString(b, a.name), ':')
+		b = append(jsontext.AppendString(b, a.name), ':')
 		switch raw, ok := o.stored[a.name]; {
 		case a.has:
 			b = appendValue(b, a.missing)
@@ -490,9 +491,9 @@ func (s *Sink) appendOp(b []byte, o *op, at string) []byte {
 		}
 		b = append(b, ',')
 	}
-	b = appendString(append(b, `"`+fieldVersion+`":`...), row.Version.String())
+	b = jsontext.AppendString(append(b, `"`+fieldVersion+`":`...), row.Version.String())
 	b = strconv.AppendBool(append(b, `,"`+fieldDeleted+`":`...), row.Deleted)
-	b = appendString(append(b, `,"`+fieldAt+`":`...), at)
+	b = jsontext.AppendString(append(b, `,"`+fieldAt+`":`...), at)
 	return append(b, "}\n"...)
 }
 
@@ -560,7 +561,7 @@ func (s *Sink) markSnapshots(ctx context.Context, records []pipeline.Record, bat
 		if !tables[tb.ID] || st == nil || now.Sub(st.snapshotAt) < time.Minute {
 			continue
 		}
-		if err := s.updateState(ctx, st, append(appendString([]byte(`{"snapshot_at":`), formatTime(now)), '}')); err != nil {
+		if err := s.updateState(ctx, st, append(jsontext.AppendString([]byte(`{"snapshot_at":`), formatTime(now)), '}')); err != nil {
 			return err
 		}
 		st.snapshotAt = now
