@@ -15,19 +15,28 @@
 //
 // # Stored form
 //
-// Every key is a hash holding the row version in field _v: the record's
-// pipeline.Version in its compact text form (Version.Compact, about 13
-// bytes: a length digit then the hex digits of each component), whose
-// byte order is version order; the table's barrier key holds the same form. Format "hash" (default) stores one field per non-NULL
-// column (NULL columns are absent); Format "json" stores the field doc, a
-// JSON object with one member per column (null for NULL). A deleted row is
-// a tombstone: _v and _deleted = "1", no data fields, expiring after
-// TombstoneTTL (default 168h). With TTL set, live keys expire that long
-// after their last write.
+// Every row key holds the row's version: the record's pipeline.Version in
+// its compact text form (Version.Compact, about 13 bytes: a length digit
+// then the hex digits of each component), whose byte order is version
+// order; the table's barrier key holds the same form.
+//
+//   - Format "hash" (default): a hash with the version in field _v and one
+//     field per non-NULL column (NULL columns are absent). A deleted row is
+//     a tombstone: _v and _deleted = "1", no data fields.
+//   - Format "json": a string, the row as a JSON object whose first member
+//     is always "_v" (the version), then one member per column (null for
+//     NULL): {"_v":"081a2b3c4d015","id":"1","name":"a","note":null}. GET
+//     returns the row. A deleted row is the tombstone
+//     {"_v":"<version>","_deleted":true}.
+//
+// Tombstones expire after TombstoneTTL (default 168h). With TTL set, live
+// keys expire that long after their last write.
 //
 // Values are stored as text, the same text in hash fields and in the JSON
 // document's string members (JSON numbers are avoided because the script's
-// JSON library would round them):
+// JSON library would round them). The json format refuses a text value that
+// is not valid UTF-8 (the record is dead-lettered); the hash format stores
+// any bytes:
 //
 //	bool               true | false
 //	integers           decimal
@@ -54,21 +63,23 @@
 //
 //   - ignores a record whose version is below the table's barrier, or not
 //     newer than the key's _v (replays, duplicates, late snapshot rows);
-//   - replaces the key's fields with the record's, keeping the stored
-//     value of each Unchanged column (hash: the stored field; json: the
-//     stored document's member, merged in the script); an Unchanged column
-//     of a key not held (or a tombstone) is NULL;
+//   - replaces the key's row with the record's, keeping the stored value
+//     of each Unchanged column (hash: the stored field; json: the stored
+//     document's member, merged in the script); an Unchanged column of a
+//     key not held (or a tombstone) is NULL;
 //   - turns a delete into a versioned tombstone, so a late snapshot row
 //     cannot resurrect the key while the tombstone lives;
 //   - for a truncate, raises the barrier to its version (never lowers it).
 //     Write then SCANs the table's keys (MATCH P*, 1000 per page) and, one
-//     script call per page, deletes those whose _v is below the barrier.
+//     script call per page, deletes those whose version is below the
+//     barrier.
 //     Until that finishes (or when a crash interrupted it; the retried
 //     truncate resumes it) such keys may still be visible.
 //
-// Consumer contract: a key is the row when it has no _deleted field and
-// its _v is not below the table's barrier key (absent barrier: no
-// barrier); anything else reads as absent. Sink.Rows implements it.
+// Consumer contract: a key is the row when it is not a tombstone (no
+// _deleted field or member) and its _v is not below the table's barrier
+// key (absent barrier: no barrier); anything else reads as absent.
+// Sink.Rows implements it.
 //
 // A Write encodes its records, runs its truncates first (their barrier
 // makes the batch's older records no-ops and their purge deletes only
@@ -78,8 +89,8 @@
 // records of one table each), and starts the next segment's pipeline only
 // when the previous one was answered, so all changes of a key reach Redis
 // in order while the other partitions, and the encoding of the next
-// segment, go on. It
-// returns nil only when every call was answered; with appendfsync always
+// segment, go on. It returns nil only when every call was answered; with
+// appendfsync always
 // (what sluice requires of a Redis used as a sink) an answered write is on
 // disk. A connection error or a transient server state (LOADING, BUSY,
 // OOM, READONLY, ...) fails the whole batch for the runtime to retry; an

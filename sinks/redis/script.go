@@ -18,17 +18,26 @@ package redis
 //	                                      names being theirs
 //	              where data is nd arguments: h: the pair _v, version, then
 //	              field, value pairs (NULL columns absent); j: version, then
-//	              the JSON document (Unchanged columns null)
+//	              the JSON document, whose first member is _v (Unchanged
+//	              columns null)
 //
 // and returns a flat list of i, message pairs, one per record the server
-// refused (the key is not a hash, its stored document is not JSON); a
-// record older than the key's _v or the barrier is not refused but skipped.
-// Every argument a record does not need is left out: the per-record cost of
-// the arguments is a large part of the server's work.
+// refused (the key holds another type, or a string that is not a sluice
+// document); a record older than the key's version or the barrier is not
+// refused but skipped. Every argument a record does not need is left out:
+// the per-record cost of the arguments is a large part of the server's
+// work. The hash format reads and writes each key with its own commands;
+// the json format reads the chunk's keys with one MGET, applies the
+// records in order to that state in the script, and writes the keys that
+// changed with one MSET (SET … PX for keys with a TTL).
 //
 // Operation t (KEYS[1] the barrier key, ARGV[3] the version) raises the
 // table's barrier; operation p (KEYS[1] the barrier key, KEYS[2…] row keys
 // found by SCAN) deletes those of them older than the barrier.
+//
+// A json-format document always starts with {"_v":"<version>", which is
+// where the script reads a stored key's version (a Lua pattern anchored
+// there), so it never parses a whole document to compare versions.
 const writeScript = `
 local op, fmt = ARGV[1], ARGV[2]
 if op == 't' then
@@ -42,20 +51,122 @@ if op == 'p' then
   local n = 0
   for i = 2, #KEYS do
     local k = KEYS[i]
-    if redis.call('TYPE', k).ok == 'hash' then
-      local kv = redis.call('HGET', k, '_v')
-      if kv and kv < b then
-        redis.call('DEL', k)
-        n = n + 1
-      end
+    local kv
+    if fmt == 'h' and redis.call('TYPE', k).ok == 'hash' then
+      kv = redis.call('HGET', k, '_v')
+    elseif fmt == 'j' and redis.call('TYPE', k).ok == 'string' then
+      kv = string.match(redis.call('GET', k), '^{"_v":"([0-9a-g]+)"')
+    end
+    if kv and kv < b then
+      redis.call('DEL', k)
+      n = n + 1
     end
   end
   return n
 end
 local barrier = redis.call('GET', KEYS[1])
 local live, tomb = tonumber(ARGV[3]), tonumber(ARGV[4])
--- apply writes one record; first and last bound its data arguments (nil
--- for a delete). It returns an error message or nothing.
+local failed = {}
+-- records calls fn(r, key, version, nk, first, last) for each record in
+-- order (first and last bound its data arguments; nil for a delete) and
+-- collects the error messages fn returns.
+local function records(fn)
+  local a = 5
+  for r = 2, #KEYS do
+    local err
+    local h = ARGV[a]
+    if h == 'd' then
+      err = fn(KEYS[r], ARGV[a + 1])
+      a = a + 2
+    else
+      local nk, nd = 0, tonumber(h)
+      if nd < 0 then
+        nk, nd = -nd, tonumber(ARGV[a + 1])
+        a = a + 1
+      end
+      local first = a + 1 + nk
+      local v = ARGV[first]
+      if fmt == 'h' then v = ARGV[first + 1] end
+      err = fn(KEYS[r], v, nk, first, first + nd - 1)
+      a = first + nd
+    end
+    if err then
+      failed[#failed + 1] = r - 1
+      failed[#failed + 1] = err
+    end
+  end
+end
+if fmt == 'j' then
+  -- The chunk's keys as stored: version (false: absent), document, or
+  -- why the key cannot be written.
+  local cur, doc, bad = {}, {}, {}
+  local stored = redis.call('MGET', unpack(KEYS, 2))
+  local absent = {}
+  for i = 2, #KEYS do
+    local k, s = KEYS[i], stored[i - 1]
+    if s then
+      local v = string.match(s, '^{"_v":"([0-9a-g]+)"')
+      if v then
+        cur[k], doc[k] = v, s
+      else
+        bad[k] = 'key holds a string that is not a sluice document'
+      end
+    else
+      cur[k] = false
+      absent[#absent + 1] = k
+    end
+  end
+  -- MGET reads a key of another type as absent.
+  if #absent > 0 and redis.call('EXISTS', unpack(absent)) > 0 then
+    for _, k in ipairs(absent) do
+      local t = redis.call('TYPE', k).ok
+      if t ~= 'none' then bad[k] = 'WRONGTYPE key holds a ' .. t .. ', not a string' end
+    end
+  end
+  local out, ttl, order = {}, {}, {}
+  records(function(key, v, nk, first)
+    if bad[key] then return bad[key] end
+    if barrier and v < barrier then return end
+    local c = cur[key]
+    if c and c >= v then return end
+    local d, t
+    if not first then
+      d, t = '{"_v":"' .. v .. '","_deleted":true}', tomb
+    else
+      d, t = ARGV[first + 1], live
+      local old = doc[key]
+      if nk > 0 and old and string.sub(old, -17) ~= ',"_deleted":true}' then
+        local ok1, o = pcall(cjson.decode, old)
+        local ok2, n = pcall(cjson.decode, d)
+        if not (ok1 and ok2) then return 'stored or new document is not JSON' end
+        for i = first - nk, first - 1 do
+          local x = o[ARGV[i]]
+          if x == nil then x = cjson.null end
+          n[ARGV[i]] = x
+        end
+        n._v = nil
+        local rest = cjson.encode(n)
+        if rest == '{}' then rest = '}' else rest = ',' .. string.sub(rest, 2) end
+        d = '{"_v":"' .. v .. '"' .. rest
+      end
+    end
+    if out[key] == nil then order[#order + 1] = key end
+    out[key], ttl[key], cur[key], doc[key] = d, t, v, d
+  end)
+  local mset = {}
+  for _, k in ipairs(order) do
+    if ttl[k] > 0 then
+      redis.call('SET', k, out[k], 'PX', ttl[k])
+    else
+      mset[#mset + 1] = k
+      mset[#mset + 1] = out[k]
+    end
+  end
+  if #mset > 0 then redis.call('MSET', unpack(mset)) end
+  return failed
+end
+-- apply writes one record in the hash format; it returns an error message
+-- or nothing.
 local function apply(key, v, nk, first, last)
   if barrier and v < barrier then return end
   local cur = redis.pcall('HGET', key, '_v')
@@ -68,76 +179,30 @@ local function apply(key, v, nk, first, last)
     return
   end
   local names = first - nk
-  if fmt == 'h' then
-    local kept
-    if cur and nk > 0 then
-      local ks = {}
-      for i = names, first - 1 do ks[#ks + 1] = ARGV[i] end
-      local old = redis.call('HMGET', key, unpack(ks))
-      kept = {}
-      for i, name in ipairs(ks) do
-        if old[i] then
-          kept[#kept + 1] = name
-          kept[#kept + 1] = old[i]
-        end
+  local kept
+  if cur and nk > 0 then
+    local ks = {}
+    for i = names, first - 1 do ks[#ks + 1] = ARGV[i] end
+    local old = redis.call('HMGET', key, unpack(ks))
+    kept = {}
+    for i, name in ipairs(ks) do
+      if old[i] then
+        kept[#kept + 1] = name
+        kept[#kept + 1] = old[i]
       end
     end
-    -- Overwriting in place is cheaper than replacing the key; a field
-    -- the new row lacks (a NULL, a dropped column, a tombstone's mark)
-    -- shows as a longer hash, which is then rebuilt.
-    redis.call('HSET', key, unpack(ARGV, first, last))
-    if cur and redis.call('HLEN', key) > (last - first + 1) / 2 then
-      redis.call('DEL', key)
-      redis.call('HSET', key, unpack(ARGV, first, last))
-    end
-    if kept and #kept > 0 then redis.call('HSET', key, unpack(kept)) end
-  else
-    local doc = ARGV[first + 1]
-    if cur then
-      if nk > 0 then
-        local old = redis.call('HGET', key, 'doc')
-        if old then
-          local ok1, o = pcall(cjson.decode, old)
-          local ok2, d = pcall(cjson.decode, doc)
-          if not (ok1 and ok2) then return 'stored or new document is not JSON' end
-          for i = names, first - 1 do
-            local x = o[ARGV[i]]
-            if x == nil then x = cjson.null end
-            d[ARGV[i]] = x
-          end
-          doc = cjson.encode(d)
-        end
-      end
-      redis.call('DEL', key)
-    end
-    redis.call('HSET', key, '_v', v, 'doc', doc)
   end
+  -- Overwriting in place is cheaper than replacing the key; a field
+  -- the new row lacks (a NULL, a dropped column, a tombstone's mark)
+  -- shows as a longer hash, which is then rebuilt.
+  redis.call('HSET', key, unpack(ARGV, first, last))
+  if cur and redis.call('HLEN', key) > (last - first + 1) / 2 then
+    redis.call('DEL', key)
+    redis.call('HSET', key, unpack(ARGV, first, last))
+  end
+  if kept and #kept > 0 then redis.call('HSET', key, unpack(kept)) end
   if live > 0 then redis.call('PEXPIRE', key, live) end
 end
-local failed = {}
-local a = 5
-for r = 2, #KEYS do
-  local err
-  local h = ARGV[a]
-  if h == 'd' then
-    err = apply(KEYS[r], ARGV[a + 1])
-    a = a + 2
-  else
-    local nk, nd = 0, tonumber(h)
-    if nd < 0 then
-      nk, nd = -nd, tonumber(ARGV[a + 1])
-      a = a + 1
-    end
-    local first = a + 1 + nk
-    local v = ARGV[first]
-    if fmt == 'h' then v = ARGV[first + 1] end
-    err = apply(KEYS[r], v, nk, first, first + nd - 1)
-    a = first + nd
-  end
-  if err then
-    failed[#failed + 1] = r - 1
-    failed[#failed + 1] = err
-  end
-end
+records(apply)
 return failed
 `

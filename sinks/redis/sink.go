@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha1"
 	"crypto/tls"
@@ -16,10 +15,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -37,8 +38,8 @@ type Options struct {
 	// escaped by a '\'). It must end with a separator and {pk}, the
 	// separator not being '#'. Default "{schema}.{table}:{pk}".
 	KeyTemplate string
-	// Format is "hash" (default: one field per column) or "json" (fields
-	// _v and doc, a JSON object).
+	// Format is "hash" (default: a hash, one field per column) or "json" (a
+	// string: the row as a JSON object, its version first).
 	Format string
 	// TTL, when positive, expires live keys that long after their last
 	// write.
@@ -56,7 +57,6 @@ const (
 	defaultTombstoneTTL = 168 * time.Hour
 	fieldVersion        = "_v"
 	fieldDeleted        = "_deleted"
-	fieldDoc            = "doc"
 	scanCount           = 1000
 	chunkSize           = 100 // row records per script call
 )
@@ -275,9 +275,11 @@ func (s *Sink) args(r *pipeline.Record) (key string, argv []any, err error) {
 		argv = append(argv, fieldVersion)
 	}
 	argv = append(argv, version)
-	var doc bytes.Buffer
+	var doc []byte
 	if s.opts.Format == "json" {
-		doc.WriteByte('{')
+		// The version first: the script reads it from there.
+		doc = append(make([]byte, 0, 256), `{"_v":"`...)
+		doc = append(r.Version.AppendCompact(doc), '"')
 	}
 	for i, v := range img {
 		c := &t.Columns[i]
@@ -297,20 +299,20 @@ func (s *Sink) args(r *pipeline.Record) (key string, argv []any, err error) {
 			}
 			continue
 		}
-		if doc.Len() > 1 {
-			doc.WriteByte(',')
+		if present && !utf8.ValidString(enc) {
+			// JSON text cannot hold it without a replacement character;
+			// the hash format stores any bytes.
+			return "", nil, fmt.Errorf("column %s: value is not valid UTF-8, which a JSON document cannot hold (format hash can)", c.Name)
 		}
-		writeJSONString(&doc, c.Name)
-		doc.WriteByte(':')
+		doc = append(jsontext.AppendString(append(doc, ','), c.Name), ':')
 		if present {
-			writeJSONString(&doc, enc)
+			doc = jsontext.AppendString(doc, enc)
 		} else {
-			doc.WriteString("null")
+			doc = append(doc, "null"...)
 		}
 	}
 	if s.opts.Format == "json" {
-		doc.WriteByte('}')
-		argv = append(argv, doc.String())
+		argv = append(argv, string(append(doc, '}')))
 	}
 	argv[head-1] = count(len(argv) - head - nk)
 	return key, argv, nil
@@ -330,24 +332,6 @@ func count(n int) any {
 		return smallCounts[n]
 	}
 	return strconv.Itoa(n)
-}
-
-func writeJSONString(b *bytes.Buffer, s string) {
-	plain := true
-	for i := 0; i < len(s) && plain; i++ {
-		c := s[i]
-		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\'
-	}
-	if plain {
-		b.WriteByte('"')
-		b.WriteString(s)
-		b.WriteByte('"')
-		return
-	}
-	enc := json.NewEncoder(b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	b.Truncate(b.Len() - 1) // Encode's newline
 }
 
 // Write applies the records and returns once Redis acknowledged every
@@ -671,10 +655,14 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, err
 	}
+	kind := "hash"
+	if s.opts.Format == "json" {
+		kind = "string"
+	}
 	var keys []string
 	var cursor uint64
 	for {
-		page, next, err := s.client.ScanType(ctx, cursor, ti.pattern, scanCount, "hash").Result()
+		page, next, err := s.client.ScanType(ctx, cursor, ti.pattern, scanCount, kind).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -686,9 +674,13 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 	}
 	sort.Strings(keys)
 	pipe := s.client.Pipeline()
-	cmds := make([]*goredis.MapStringStringCmd, len(keys))
+	cmds := make([]goredis.Cmder, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.HGetAll(ctx, k)
+		if kind == "hash" {
+			cmds[i] = pipe.HGetAll(ctx, k)
+		} else {
+			cmds[i] = pipe.Get(ctx, k)
+		}
 	}
 	if len(keys) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -697,12 +689,14 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 	}
 	var out [][]any
 	for i, cmd := range cmds {
-		h := cmd.Val()
-		v, ok := h[fieldVersion]
-		if !ok || h[fieldDeleted] != "" || v < barrier {
+		v, deleted, vals, err := stored(cmd)
+		if err != nil {
+			return nil, fmt.Errorf("key %s: %w", keys[i], err)
+		}
+		if deleted || v < barrier {
 			continue
 		}
-		row, err := s.decodeRow(table, h)
+		row, err := decodeRow(table, vals)
 		if err != nil {
 			return nil, fmt.Errorf("key %s: %w", keys[i], err)
 		}
@@ -711,21 +705,42 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 	return out, nil
 }
 
-// decodeRow reads a stored hash back into a row of table.
-func (s *Sink) decodeRow(table *pipeline.Table, h map[string]string) ([]any, error) {
-	vals := h
-	if s.opts.Format == "json" {
-		var doc map[string]*string
-		if err := json.Unmarshal([]byte(h[fieldDoc]), &doc); err != nil {
-			return nil, fmt.Errorf("doc: %w", err)
+// stored reads a key's stored form (a hash's fields or a json document):
+// its version, whether it is a tombstone, and its columns' texts.
+func stored(cmd goredis.Cmder) (version string, deleted bool, vals map[string]string, err error) {
+	if h, ok := cmd.(*goredis.MapStringStringCmd); ok {
+		vals = h.Val()
+		version, ok = vals[fieldVersion]
+		if !ok {
+			return "", false, nil, errors.New("no _v field")
 		}
-		vals = make(map[string]string, len(doc))
-		for k, v := range doc {
-			if v != nil {
-				vals[k] = *v
+		return version, vals[fieldDeleted] != "", vals, nil
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(cmd.(*goredis.StringCmd).Val()), &doc); err != nil {
+		return "", false, nil, fmt.Errorf("document: %w", err)
+	}
+	version, _ = doc[fieldVersion].(string)
+	if version == "" {
+		return "", false, nil, errors.New("document without _v")
+	}
+	vals = make(map[string]string, len(doc))
+	for k, v := range doc {
+		switch x := v.(type) {
+		case string:
+			vals[k] = x
+		case nil:
+		default:
+			if k != fieldDeleted {
+				return "", false, nil, fmt.Errorf("member %s is %T, want a string or null", k, v)
 			}
 		}
 	}
+	return version, doc[fieldDeleted] == true, vals, nil
+}
+
+// decodeRow reads a stored key's column texts back into a row of table.
+func decodeRow(table *pipeline.Table, vals map[string]string) ([]any, error) {
 	row := make([]any, len(table.Columns))
 	for i := range table.Columns {
 		c := &table.Columns[i]

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -165,12 +166,80 @@ func eachFormat(t *testing.T, fn func(t *testing.T, s *Sink, c *goredis.Client))
 	}
 }
 
+// readKey reads a row key as a consumer does: its version, whether it is
+// a tombstone, and its fields or members.
+func readKey(t *testing.T, s *Sink, c *goredis.Client, key string) (version string, deleted bool, vals map[string]string) {
+	t.Helper()
+	var cmd goredis.Cmder = c.HGetAll(ctx, key)
+	if s.opts.Format == "json" {
+		cmd = c.Get(ctx, key)
+	}
+	version, deleted, vals, err := stored(cmd)
+	if err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	return version, deleted, vals
+}
+
+// foreign makes key hold a value of the type the sink's format does not
+// write (a string for hash, a hash for json).
+func foreign(t *testing.T, s *Sink, c *goredis.Client, key string) {
+	t.Helper()
+	var err error
+	if s.opts.Format == "json" {
+		err = c.HSet(ctx, key, "f", "not a string").Err()
+	} else {
+		err = c.Set(ctx, key, "not a hash", 0).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJSONStoredForm pins the json format's documents: a string whose
+// first member is _v, a member per column, the tombstone form, and _v
+// still first after the script merged an Unchanged column.
+func TestJSONStoredForm(t *testing.T) {
+	addr := harness.RedisT(t).Addr()
+	s := openSink(t, addr, Options{Format: "json"})
+	c := client(t, addr)
+	v := func(minor uint64) string { return (pipeline.Version{0, 100, 0, minor}).Compact() }
+	mustWrite(t, s, row(pipeline.OpInsert, 1, 1, "a\"q\"\n", nil), row(pipeline.OpInsert, 2, 2, "b", "x"))
+	if got, want := c.Get(ctx, "public.acct:1").Val(), `{"_v":"`+v(1)+`","id":"1","name":"a\"q\"\n","note":null}`; got != want {
+		t.Fatalf("document = %s, want %s", got, want)
+	}
+	mustWrite(t, s, row(pipeline.OpDelete, 3, 1, nil, nil), row(pipeline.OpUpdate, 4, 2, pipeline.UnchangedValue, "y"))
+	if got, want := c.Get(ctx, "public.acct:1").Val(), `{"_v":"`+v(3)+`","_deleted":true}`; got != want {
+		t.Fatalf("tombstone = %s, want %s", got, want)
+	}
+	merged := c.Get(ctx, "public.acct:2").Val()
+	if !strings.HasPrefix(merged, `{"_v":"`+v(4)+`",`) {
+		t.Fatalf("merged document = %s: _v is not first", merged)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(merged), &doc); err != nil || len(doc) != 4 || doc["name"] != "b" || doc["note"] != "y" || doc["id"] != "2" {
+		t.Fatalf("merged document = %s (%v)", merged, err)
+	}
+	// A value JSON cannot hold is refused, not replaced.
+	err := s.Write(ctx, []pipeline.Record{row(pipeline.OpInsert, 5, 3, "bad\xff", nil)})
+	var be *pipeline.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 1 || !strings.Contains(be.Failed[0].Err.Error(), "UTF-8") {
+		t.Fatalf("invalid UTF-8: err = %v", err)
+	}
+	// A string key that is not a sluice document is refused too.
+	c.Set(ctx, "public.acct:4", "plain", 0)
+	err = s.Write(ctx, []pipeline.Record{row(pipeline.OpInsert, 6, 4, "d", nil)})
+	if !errors.As(err, &be) || len(be.Failed) != 1 || !strings.Contains(be.Failed[0].Err.Error(), "not a sluice document") {
+		t.Fatalf("foreign string: err = %v", err)
+	}
+}
+
 func TestStaleWriteIgnored(t *testing.T) {
 	eachFormat(t, func(t *testing.T, s *Sink, c *goredis.Client) {
 		mustWrite(t, s, row(pipeline.OpInsert, 10, 1, "new", "n"))
 		mustWrite(t, s, row(pipeline.OpUpdate, 9, 1, "stale", nil), row(pipeline.OpUpdate, 10, 1, "equal", nil))
 		expect(t, s, []any{int64(1), "new", "n"})
-		if v, _ := c.HGet(ctx, "public.acct:1", "_v").Result(); v != (pipeline.Version{0, 100, 0, 10}).Compact() {
+		if v, _, _ := readKey(t, s, c, "public.acct:1"); v != (pipeline.Version{0, 100, 0, 10}).Compact() {
 			t.Fatalf("_v = %q", v)
 		}
 	})
@@ -181,9 +250,9 @@ func TestTombstoneBlocksLateSnapshotRow(t *testing.T) {
 		mustWrite(t, s, row(pipeline.OpInsert, 10, 1, "a", "n"), row(pipeline.OpDelete, 11, 1, nil, nil))
 		mustWrite(t, s, row(pipeline.OpRead, 1, 1, "snapshot", nil), row(pipeline.OpInsert, 10, 1, "replay", nil))
 		expect(t, s)
-		h, err := c.HGetAll(ctx, "public.acct:1").Result()
-		if err != nil || h["_deleted"] != "1" || len(h) != 2 {
-			t.Fatalf("tombstone = %v, %v", h, err)
+		v, deleted, vals := readKey(t, s, c, "public.acct:1")
+		if !deleted || v != (pipeline.Version{0, 100, 0, 11}).Compact() || vals["id"] != "" || vals["name"] != "" {
+			t.Fatalf("tombstone = %s %v %v", v, deleted, vals)
 		}
 		if ttl := c.TTL(ctx, "public.acct:1").Val(); ttl <= 0 || ttl > time.Hour {
 			t.Fatalf("tombstone TTL = %v", ttl)
@@ -240,7 +309,7 @@ func TestUnchangedKept(t *testing.T) {
 
 func TestPermanentErrorIsPerRecord(t *testing.T) {
 	eachFormat(t, func(t *testing.T, s *Sink, c *goredis.Client) {
-		c.Set(ctx, "public.acct:2", "not a hash", 0)
+		foreign(t, s, c, "public.acct:2")
 		err := s.Write(ctx, []pipeline.Record{row(pipeline.OpInsert, 1, 1, "a", nil), row(pipeline.OpInsert, 1, 2, "b", nil),
 			{Op: pipeline.OpInsert, Table: acct, After: []any{int64(3), struct{}{}, nil}}})
 		var be *pipeline.BatchError
@@ -262,8 +331,8 @@ func TestLargeBatchAcrossTablesAndSegments(t *testing.T) {
 		Columns: acct.Columns, KeyIdx: acct.KeyIdx, Generation: 1}
 	const keys = 3000
 	eachFormat(t, func(t *testing.T, s *Sink, c *goredis.Client) {
-		c.Set(ctx, "public.acct:17", "not a hash", 0)
-		c.Set(ctx, "public.other:2500", "not a hash", 0)
+		foreign(t, s, c, "public.acct:17")
+		foreign(t, s, c, "public.other:2500")
 		var recs []pipeline.Record
 		var wantFailed []int
 		for pass := uint64(1); pass <= 3; pass++ {
