@@ -67,16 +67,16 @@ end
 local barrier = redis.call('GET', KEYS[1])
 local live, tomb = tonumber(ARGV[3]), tonumber(ARGV[4])
 local failed = {}
--- records calls fn(r, key, version, nk, first, last) for each record in
--- order (first and last bound its data arguments; nil for a delete) and
--- collects the error messages fn returns.
+-- records calls fn(r, version, nk, first, last) for each record in order,
+-- r being its position in KEYS (first and last bound its data arguments;
+-- nil for a delete), and collects the error messages fn returns.
 local function records(fn)
   local a = 5
   for r = 2, #KEYS do
     local err
     local h = ARGV[a]
     if h == 'd' then
-      err = fn(KEYS[r], ARGV[a + 1])
+      err = fn(r, ARGV[a + 1])
       a = a + 2
     else
       local nk, nd = 0, tonumber(h)
@@ -87,7 +87,7 @@ local function records(fn)
       local first = a + 1 + nk
       local v = ARGV[first]
       if fmt == 'h' then v = ARGV[first + 1] end
-      err = fn(KEYS[r], v, nk, first, first + nd - 1)
+      err = fn(r, v, nk, first, first + nd - 1)
       a = first + nd
     end
     if err then
@@ -97,52 +97,60 @@ local function records(fn)
   end
 end
 if fmt == 'j' then
-  -- The chunk's keys as stored: version (false: absent), document, or
-  -- why the key cannot be written.
-  local cur, doc, bad = {}, {}, {}
+  -- State per key, indexed by the key's first position in KEYS (arrays,
+  -- not hashes: this loop is the script's per-record cost): the stored
+  -- version (false: absent), the document, or why it cannot be written.
+  local at, cur, doc, bad = {}, {}, {}, {}
   local stored = redis.call('MGET', unpack(KEYS, 2))
-  local absent = {}
+  local absent, na = {}, 0
   for i = 2, #KEYS do
-    local k, s = KEYS[i], stored[i - 1]
-    if s then
-      local v = string.match(s, '^{"_v":"([0-9a-g]+)"')
-      if v then
-        cur[k], doc[k] = v, s
+    local k = KEYS[i]
+    if not at[k] then
+      at[k] = i
+      local s = stored[i - 1]
+      if s then
+        local v = string.match(s, '^{"_v":"([0-9a-g]+)"')
+        if v then
+          cur[i], doc[i] = v, s
+        else
+          bad[i] = 'key holds a string that is not a sluice document'
+        end
       else
-        bad[k] = 'key holds a string that is not a sluice document'
+        cur[i] = false
+        na = na + 1
+        absent[na] = k
       end
-    else
-      cur[k] = false
-      absent[#absent + 1] = k
     end
   end
   -- MGET reads a key of another type as absent.
-  if #absent > 0 and redis.call('EXISTS', unpack(absent)) > 0 then
+  if na > 0 and redis.call('EXISTS', unpack(absent)) > 0 then
     for _, k in ipairs(absent) do
       local t = redis.call('TYPE', k).ok
-      if t ~= 'none' then bad[k] = 'WRONGTYPE key holds a ' .. t .. ', not a string' end
+      if t ~= 'none' then bad[at[k]] = 'WRONGTYPE key holds a ' .. t .. ', not a string' end
     end
   end
-  local out, ttl, order = {}, {}, {}
-  records(function(key, v, nk, first)
-    if bad[key] then return bad[key] end
+  local out, ttl = {}, {}
+  records(function(r, v, nk, first)
+    local i = r
+    if at[KEYS[r]] ~= r then i = at[KEYS[r]] end
+    if bad[i] then return bad[i] end
     if barrier and v < barrier then return end
-    local c = cur[key]
+    local c = cur[i]
     if c and c >= v then return end
     local d, t
     if not first then
       d, t = '{"_v":"' .. v .. '","_deleted":true}', tomb
     else
       d, t = ARGV[first + 1], live
-      local old = doc[key]
+      local old = doc[i]
       if nk > 0 and old and string.sub(old, -17) ~= ',"_deleted":true}' then
         local ok1, o = pcall(cjson.decode, old)
         local ok2, n = pcall(cjson.decode, d)
         if not (ok1 and ok2) then return 'stored or new document is not JSON' end
-        for i = first - nk, first - 1 do
-          local x = o[ARGV[i]]
+        for j = first - nk, first - 1 do
+          local x = o[ARGV[j]]
           if x == nil then x = cjson.null end
-          n[ARGV[i]] = x
+          n[ARGV[j]] = x
         end
         n._v = nil
         local rest = cjson.encode(n)
@@ -150,24 +158,27 @@ if fmt == 'j' then
         d = '{"_v":"' .. v .. '"' .. rest
       end
     end
-    if out[key] == nil then order[#order + 1] = key end
-    out[key], ttl[key], cur[key], doc[key] = d, t, v, d
+    out[i], ttl[i], cur[i], doc[i] = d, t, v, d
   end)
-  local mset = {}
-  for _, k in ipairs(order) do
-    if ttl[k] > 0 then
-      redis.call('SET', k, out[k], 'PX', ttl[k])
-    else
-      mset[#mset + 1] = k
-      mset[#mset + 1] = out[k]
+  local mset, nm = {}, 0
+  for i = 2, #KEYS do
+    local d = out[i]
+    if d then
+      if ttl[i] > 0 then
+        redis.call('SET', KEYS[i], d, 'PX', ttl[i])
+      else
+        mset[nm + 1], mset[nm + 2] = KEYS[i], d
+        nm = nm + 2
+      end
     end
   end
-  if #mset > 0 then redis.call('MSET', unpack(mset)) end
+  if nm > 0 then redis.call('MSET', unpack(mset)) end
   return failed
 end
 -- apply writes one record in the hash format; it returns an error message
 -- or nothing.
-local function apply(key, v, nk, first, last)
+local function apply(r, v, nk, first, last)
+  local key = KEYS[r]
   if barrier and v < barrier then return end
   local cur = redis.pcall('HGET', key, '_v')
   if type(cur) == 'table' and cur.err then return cur.err end
