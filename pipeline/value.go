@@ -21,7 +21,7 @@ import (
 //	string              TypeString, TypeEnum, TypeInet, TypeMacaddr, TypeText
 //	                    (unknown types in their source text form), TypeSet
 //	JSON                TypeJSON
-//	[]byte              TypeBytes, TypeBit, TypeGeometry (WKB)
+//	[]byte              TypeBytes, TypeBit, TypeGeometry (WKB; EWKB when it carries an SRID)
 //	UUID                TypeUUID
 //	Date                TypeDate
 //	TimeOfDay           TypeTime

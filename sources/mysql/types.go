@@ -66,7 +66,7 @@ func normKind(t byte) byte {
 //	BINARY/VARBINARY/BLOB                  bytes
 //	ENUM / SET                             enum / set, by label ("a,c" for sets)
 //	JSON                                   json (MariaDB: LONGTEXT with json_valid, see shapes.jsonCols)
-//	GEOMETRY                               geometry: WKB without MySQL's SRID prefix
+//	GEOMETRY                               geometry: WKB, or EWKB carrying the SRID when it is not 0
 func (d *colDesc) column() pipeline.Column {
 	c := pipeline.Column{Name: d.name, Nullable: d.nullable, Key: d.keyPos > 0, Scale: -1}
 	intType := func(signed, unsigned pipeline.Type) pipeline.Type {

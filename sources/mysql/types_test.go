@@ -20,7 +20,7 @@ const typesDDL = `CREATE TABLE types.t (
 	c CHAR(10), vc VARCHAR(100), tx TEXT, l1 VARCHAR(20) CHARACTER SET latin1,
 	bn BINARY(4), vb VARBINARY(10), bl BLOB,
 	e ENUM('small','medium','large'), s SET('a','b','c','d'),
-	j JSON, g GEOMETRY, z DATE NULL, zt DATETIME NULL
+	j JSON, g GEOMETRY, z DATE NULL, zt DATETIME NULL, gs GEOMETRY
 )`
 
 // typesRow inserts the extreme row; typesNulls a row of NULLs with a
@@ -33,7 +33,8 @@ const typesRow = `INSERT INTO types.t VALUES (18446744073709551615,
 	'abc', 'héllo 🌍', 'long text', 'café',
 	0x0102, 0x00ff, 0xdeadbeef,
 	'medium', 'd,a',
-	'{"k": [1, 2.5, "x"]}', ST_GeomFromText('POINT(1 2)'), '0000-00-00', '2024-00-10 00:00:00')`
+	'{"k": [1, 2.5, "x"]}', ST_GeomFromText('POINT(1 2)'), '0000-00-00', '2024-00-10 00:00:00',
+	ST_GeomFromText('POINT(1 2)', 4326))`
 
 const typesNulls = `INSERT INTO types.t (id) VALUES (9223372036854775809)`
 
@@ -52,6 +53,8 @@ func wantRow() map[string]any {
 	}
 	ts := func(t time.Time) pipeline.Timestamp { return pipeline.TimestampOf(t) }
 	pointWKB := []byte{1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 0, 0, 0, 0, 0, 0, 0x40}
+	// With SRID 4326: EWKB, the type's SRID flag set and the SRID after it.
+	pointEWKB := append([]byte{1, 1, 0, 0, 0x20, 0xe6, 0x10, 0, 0}, pointWKB[5:]...)
 	return map[string]any{
 		"id": uint64(math.MaxUint64), "ti": int64(-128), "tiu": uint64(255), "si": int64(-32768), "siu": uint64(65535),
 		"mi": int64(-8388608), "miu": uint64(16777215), "i": int64(math.MinInt32), "iu": uint64(math.MaxUint32),
@@ -66,7 +69,7 @@ func wantRow() map[string]any {
 		"c": "abc", "vc": "héllo 🌍", "tx": "long text", "l1": "café",
 		"bn": []byte{1, 2, 0, 0}, "vb": []byte{0, 0xff}, "bl": []byte{0xde, 0xad, 0xbe, 0xef},
 		"e": "medium", "s": "a,d",
-		"j": "{\"k\": [1, 2.5, \"x\"]}", "g": pointWKB, "z": nil, "zt": nil,
+		"j": "{\"k\": [1, 2.5, \"x\"]}", "g": pointWKB, "z": nil, "zt": nil, "gs": pointEWKB,
 	}
 }
 
@@ -79,7 +82,7 @@ func TestTypesRoundTrip(t *testing.T) {
 	snap := testSource(t, m, nil, func(o *Options) { o.Tables = []string{"types.t"} })
 	snapRecs, _ := readRecords(t, snap, 1)
 	mustExec(t, c, typesNulls, "INSERT INTO types.t SELECT 1, ti, tiu, si, siu, mi, miu, i, iu, bi, biu, d, du, f, db, b1, b12, b64, "+
-		"y, dt, dtm, dtm6, ts, tm, tm6, c, vc, tx, l1, bn, vb, bl, e, s, j, g, z, zt FROM types.t WHERE id = 18446744073709551615")
+		"y, dt, dtm, dtm6, ts, tm, tm6, c, vc, tx, l1, bn, vb, bl, e, s, j, g, z, zt, gs FROM types.t WHERE id = 18446744073709551615")
 	streamRecs, _ := readRecords(t, snap, 2)
 	stream := dataOnly(streamRecs)
 

@@ -104,11 +104,11 @@ func (cv *converter) value(d *colDesc, v any, fromBinlog bool) (any, error) {
 		}
 		return pipeline.JSON(s), nil
 	case gomysql.MYSQL_TYPE_GEOMETRY:
-		b := bytesOf(v)
-		if len(b) < 4 {
-			return nil, fmt.Errorf("geometry of column %s: %d bytes, want a 4-byte SRID and WKB", d.name, len(b))
+		g, err := geometry(bytesOf(v))
+		if err != nil {
+			return nil, fmt.Errorf("geometry of column %s: %w", d.name, err)
 		}
-		return append([]byte(nil), b[4:]...), nil
+		return g, nil
 	case gomysql.MYSQL_TYPE_VARCHAR, gomysql.MYSQL_TYPE_STRING, gomysql.MYSQL_TYPE_BLOB:
 		if d.binary {
 			b := append([]byte(nil), bytesOf(v)...)
@@ -347,4 +347,39 @@ func getString(r *gomysql.Result, row, col int) (string, error) {
 func getStringByName(r *gomysql.Result, row int, name string) (string, error) {
 	s, err := r.GetStringByName(row, name)
 	return strings.Clone(s), err
+}
+
+// ewkbSRID is the flag EWKB (PostGIS's extended WKB) sets in the geometry
+// type of a value that carries an SRID.
+const ewkbSRID = 0x20000000
+
+// geometry converts MySQL's stored geometry (a 4-byte little-endian SRID,
+// then WKB) to WKB when the SRID is 0, and to EWKB, the SRID kept after the
+// geometry type, when it is not: nothing of the value is dropped, and
+// PostGIS and most spatial libraries read both forms.
+func geometry(b []byte) ([]byte, error) {
+	if len(b) < 9 {
+		return nil, fmt.Errorf("%d bytes, want a 4-byte SRID and WKB", len(b))
+	}
+	srid, wkb := binary.LittleEndian.Uint32(b), b[4:]
+	if srid == 0 {
+		return append([]byte(nil), wkb...), nil
+	}
+	var order interface {
+		binary.ByteOrder
+		binary.AppendByteOrder
+	}
+	switch wkb[0] {
+	case 0:
+		order = binary.BigEndian
+	case 1:
+		order = binary.LittleEndian
+	default:
+		return nil, fmt.Errorf("WKB byte order %d, want 0 or 1", wkb[0])
+	}
+	out := make([]byte, 0, len(wkb)+4)
+	out = append(out, wkb[0])
+	out = order.AppendUint32(out, order.Uint32(wkb[1:5])|ewkbSRID)
+	out = order.AppendUint32(out, srid)
+	return append(out, wkb[5:]...), nil
 }
