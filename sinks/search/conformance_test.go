@@ -59,6 +59,7 @@ func nodeTests(t *testing.T, engine harness.SearchEngine) {
 	}{
 		{"TypesRoundTrip", testTypesRoundTrip},
 		{"PoisonRecordIsPermanent", testPoisonRecord},
+		{"ManyPoisonRecords", testManyPoisonRecords},
 		{"LateSnapshotRowDoesNotResurrect", testLateSnapshot},
 		{"TruncateBarrier", testTruncateBarrier},
 		{"SaturatedVersionsExactPath", testSaturated},

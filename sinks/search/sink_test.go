@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -227,6 +228,39 @@ func testPoisonRecord(t *testing.T, n *harness.SearchNode) {
 		}
 	}
 	expect(t, s, acct, []any{int64(1), "2024-01-31", "12"}, []any{int64(4), nil, nil})
+}
+
+// testManyPoisonRecords fails half the keys of a large batch: exactly the
+// records of those keys fail (the newest change and the one folded into
+// it), and every other key is written.
+func testManyPoisonRecords(t *testing.T, n *harness.SearchNode) {
+	s := openSink(t, target(n, Options{Mappings: map[string]json.RawMessage{
+		"public.acct": json.RawMessage(`{"properties":{"note":{"type":"integer"}}}`)}}))
+	const keys = 2000
+	var recs []pipeline.Record
+	wantFailed := map[int]bool{}
+	var want [][]any
+	for id := int64(1); id <= keys; id++ {
+		note := strconv.FormatInt(id, 10)
+		if id%2 == 0 {
+			note = "not a number"
+			wantFailed[len(recs)], wantFailed[len(recs)+1] = true, true
+		} else {
+			want = append(want, []any{id, "b", note})
+		}
+		recs = append(recs, row(pipeline.OpInsert, 1, id, "a", "1"), row(pipeline.OpUpdate, 2, id, "b", note))
+	}
+	err := s.Write(ctx, recs)
+	var be *pipeline.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != len(wantFailed) {
+		t.Fatalf("err = %v, want %d failed records", err, len(wantFailed))
+	}
+	for _, f := range be.Failed {
+		if !wantFailed[f.Index] || !f.Permanent {
+			t.Fatalf("record %d failed (%v), not a poisoned key's", f.Index, f.Err)
+		}
+	}
+	expect(t, s, acct, want...)
 }
 
 // testLateSnapshot deletes a key, then writes a late snapshot row and a

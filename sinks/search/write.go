@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -136,21 +135,24 @@ type writeState struct {
 	records []pipeline.Record
 	failed  map[int]bool
 	errs    []pipeline.RecordError
+	// byDoc lists the data records of each document, built by the first
+	// failKey so that failing many keys stays linear in the batch.
+	byDoc map[docRef][]int
 }
 
+// docRef names a document: its table and id.
+type docRef struct {
+	table pipeline.TableID
+	id    string
+}
+
+// fail fails record i permanently; the runtime logs and counts it as it
+// dead-letters it (Invariant 9).
 func (w *writeState) fail(i int, err error) {
 	if w.failed[i] {
 		return
 	}
 	w.failed[i] = true
-	r := &w.records[i]
-	table := ""
-	if r.Table != nil {
-		table = r.Table.ID.String()
-	}
-	// Invariant 9: a record that will be dead-lettered is logged.
-	w.s.log.Warn("record rejected", zap.Int("index", i), zap.String("table", table),
-		zap.String("version", r.Version.String()), zap.Error(err))
 	w.errs = append(w.errs, pipeline.RecordError{Index: i, Err: err, Permanent: true})
 }
 
@@ -166,14 +168,21 @@ func (w *writeState) failTable(id pipeline.TableID, err error) {
 // failKey fails the batch's records of one document: the newest change
 // and the older ones folded into it (none of them is applied).
 func (w *writeState) failKey(o *op, err error) {
-	for i := range w.records {
-		r := &w.records[i]
-		if r.Table == nil || r.Op == pipeline.OpTruncate || !r.Op.IsData() || r.Table.ID != o.tb.ID {
-			continue
+	if w.byDoc == nil {
+		w.byDoc = map[docRef][]int{}
+		for i := range w.records {
+			r := &w.records[i]
+			if r.Table == nil || r.Op == pipeline.OpTruncate || !r.Op.IsData() {
+				continue
+			}
+			if id, ok := recordID(r); ok {
+				ref := docRef{r.Table.ID, id}
+				w.byDoc[ref] = append(w.byDoc[ref], i)
+			}
 		}
-		if id, ok := recordID(r); ok && id == o.id {
-			w.fail(i, err)
-		}
+	}
+	for _, i := range w.byDoc[docRef{o.tb.ID, o.id}] {
+		w.fail(i, err)
 	}
 }
 
