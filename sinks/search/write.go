@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
