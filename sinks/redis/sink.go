@@ -244,7 +244,8 @@ func (s *Sink) args(r *pipeline.Record) (key string, argv []any, err error) {
 	if key, err = s.rowKey(t, ti, img); err != nil {
 		return "", nil, err
 	}
-	var version any = r.Version.Compact()
+	v := r.Version.Compact()
+	var version any = v
 	if r.Op == pipeline.OpDelete {
 		return key, []any{"d", version}, nil
 	}
@@ -279,7 +280,7 @@ func (s *Sink) args(r *pipeline.Record) (key string, argv []any, err error) {
 	if s.opts.Format == "json" {
 		// The version first: the script reads it from there.
 		doc = append(make([]byte, 0, 256), `{"_v":"`...)
-		doc = append(r.Version.AppendCompact(doc), '"')
+		doc = append(append(doc, v...), '"')
 	}
 	for i, v := range img {
 		c := &t.Columns[i]
