@@ -61,8 +61,10 @@ type Operator interface {
 	// references to in after returning unless it is stateful.
 	Process(ctx context.Context, in []Record) ([]Record, error)
 	// Snapshot returns state to store with the checkpoint (Invariant 5); nil
-	// for stateless operators. Stateful operators arrive with the windowed
-	// transform issue; the runtime refuses them until then.
+	// for stateless operators and for operators that keep their own durable,
+	// version-guarded state (transform/join). Operators whose state must be
+	// stored with the checkpoint arrive with the windowed transforms; the
+	// runtime refuses them until then.
 	Snapshot() ([]byte, error)
 	// Restore loads state saved by Snapshot.
 	Restore([]byte) error

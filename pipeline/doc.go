@@ -11,7 +11,10 @@
 //  3. The stream never starts later than the snapshot's position.
 //  4. Every sink rejects a write whose version is older than what it holds;
 //     deletes leave versioned tombstones; truncate is a versioned barrier.
-//  5. Operator state is committed atomically with the position it reflects.
+//  5. Operator state is committed atomically with the position it reflects,
+//     or is itself version-guarded and durable before the operator's outputs
+//     leave it, so that state ahead of the checkpoint is harmless when the
+//     inputs after the checkpoint are replayed (transform/join).
 //  6. Memory is bounded: an in-flight cap (records and bytes) blocks the
 //     source — backpressure, never dropping.
 //  7. A record that cannot be processed goes to the dead-letter queue with raw

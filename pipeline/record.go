@@ -72,6 +72,11 @@ type Column struct {
 	// carries it, so a sink that adds the column fills its existing rows
 	// with it. nil when there is none.
 	Missing any
+	// Fields describes the members of a TypeJSON column that a transform
+	// fills with objects of known columns (a join's looked-up row), so a
+	// sink can map them (a search index's object properties). nil for
+	// free-form JSON.
+	Fields []Column
 }
 
 // TableID names a captured table.

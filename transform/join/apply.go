@@ -1,0 +1,382 @@
+package join
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// How an input changes the state and what it emits.
+//
+// A row of either side is applied only when its version is newer than the
+// stored row's and not older than the table's last truncate (Invariant 4
+// applied to the state). Applied or not, the joined rows the input touches
+// are emitted again from the state as it now is: after a restart the state
+// may be ahead of the checkpoint, and the outputs of the inputs being
+// replayed may never have reached the sinks, so the replay must re-send
+// what the state holds. Each output's version is the input's, raised above
+// the last version emitted for the same output row when it would not be
+// newer (several snapshot rows share a version; replays repeat versions),
+// so every output is newer than the one before it and no sink drops it.
+
+// applyRow applies an insert, update, read or delete and returns the keys
+// of the rows it touched (the old and the new key when an update changed
+// the key).
+func (j *Join) applyRow(st state, r *pipeline.Record, isFrom bool) ([][]byte, error) {
+	t := r.Table
+	name := t.ID.String()
+	if r.Op == pipeline.OpDelete {
+		k, err := rowKey(t, r.Before)
+		if err != nil {
+			return nil, err
+		}
+		return [][]byte{k}, j.remove(st, name, k, r, isFrom)
+	}
+	k, err := rowKey(t, r.After)
+	if err != nil {
+		return nil, err
+	}
+	keys := [][]byte{k}
+	if r.Before != nil {
+		// An update that changed the key deletes the old row.
+		if old, err := rowKey(t, r.Before); err == nil && !bytes.Equal(old, k) {
+			if err := j.remove(st, name, old, r, isFrom); err != nil {
+				return nil, err
+			}
+			keys = [][]byte{old, k}
+		}
+	}
+	return keys, j.upsert(st, name, k, r, isFrom)
+}
+
+// rowKey encodes the key columns of img.
+func rowKey(t *pipeline.Table, img []any) ([]byte, error) {
+	if img == nil {
+		return nil, fmt.Errorf("%s: record without the image that holds its key", t.ID)
+	}
+	var b []byte
+	for _, k := range t.KeyIdx {
+		v := img[k]
+		if v == nil || v == pipeline.UnchangedValue {
+			return nil, fmt.Errorf("key column %s is NULL or absent", t.Columns[k].Name)
+		}
+		var err error
+		if b, err = appendKeyValue(b, v); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// stale reports whether a change at v is not newer than the stored row or
+// predates the table's last truncate.
+func stale(st state, table string, old *entry, v pipeline.Version) bool {
+	if old != nil && !old.version.Less(v) {
+		return true
+	}
+	return v.Less(st.barrier(table))
+}
+
+func (j *Join) upsert(st state, table string, key []byte, r *pipeline.Record, isFrom bool) error {
+	old, err := st.get(table, key)
+	if err != nil || stale(st, table, old, r.Version) {
+		return err
+	}
+	e := &entry{version: r.Version, names: make([]string, len(r.Table.Columns)), values: make([]any, len(r.After))}
+	for i, c := range r.Table.Columns {
+		e.names[i] = c.Name
+		e.values[i] = r.After[i]
+		if r.After[i] == pipeline.UnchangedValue && old != nil && !old.deleted {
+			if v, ok := old.value(c.Name); ok {
+				e.values[i] = v // unchanged TOAST keeps the stored value
+			}
+		}
+	}
+	if old != nil {
+		e.emitted = old.emitted
+	}
+	if isFrom {
+		if err := j.relink(st, key, old, e); err != nil {
+			return err
+		}
+	}
+	return st.put(table, key, e)
+}
+
+// remove leaves a versioned tombstone holding the key columns.
+func (j *Join) remove(st state, table string, key []byte, r *pipeline.Record, isFrom bool) error {
+	old, err := st.get(table, key)
+	if err != nil || stale(st, table, old, r.Version) {
+		return err
+	}
+	e := &entry{version: r.Version, deleted: true}
+	for _, k := range r.Table.KeyIdx {
+		e.names = append(e.names, r.Table.Columns[k].Name)
+		e.values = append(e.values, r.Before[k])
+	}
+	if old != nil {
+		e.emitted = old.emitted
+	}
+	if isFrom {
+		if err := j.relink(st, key, old, nil); err != nil {
+			return err
+		}
+	}
+	return st.put(table, key, e)
+}
+
+// relink moves a from-table row's index entries from what old refers to
+// to what now refers to (either may be nil).
+func (j *Join) relink(st state, key []byte, old, now *entry) error {
+	for n := range j.opts.With {
+		was, err := j.lookupKey(old, n)
+		if err != nil {
+			return err
+		}
+		is, err := j.lookupKey(now, n)
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(was, is) {
+			continue
+		}
+		if was != nil {
+			if err := st.link(n, was, key, false); err != nil {
+				return err
+			}
+		}
+		if is != nil {
+			if err := st.link(n, is, key, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// lookupKey returns the key of the row of lookup n that e refers to; nil
+// when e is absent or deleted or one of its on columns is NULL.
+func (j *Join) lookupKey(e *entry, n int) ([]byte, error) {
+	if e == nil || e.deleted {
+		return nil, nil
+	}
+	var b []byte
+	for _, c := range j.opts.With[n].On {
+		v, ok := e.value(c)
+		if !ok || v == nil || v == pipeline.UnchangedValue {
+			return nil, nil
+		}
+		var err error
+		if b, err = appendKeyValue(b, v); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// truncate clears the table's rows older than the truncate. On the from
+// table it emits a truncate of the output; on a looked-up table it emits
+// again every joined row that refers to that lookup, whether or not this
+// truncate is a replay (the rows it cleared are no longer known).
+func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int, out []pipeline.Record) ([]pipeline.Record, error) {
+	name := r.Table.ID.String()
+	if !r.Version.Less(st.barrier(name)) {
+		b, err := st.table(name)
+		if err != nil {
+			return out, err
+		}
+		var drop [][]byte
+		var dropped []*entry
+		err = b.ForEach(func(k, v []byte) error {
+			e, err := decodeEntry(v)
+			if err != nil {
+				return err
+			}
+			if e.version.Less(r.Version) {
+				drop = append(drop, append([]byte{}, k...))
+				dropped = append(dropped, e)
+			}
+			return nil
+		})
+		if err != nil {
+			return out, err
+		}
+		for i, k := range drop {
+			if isFrom {
+				if err := j.relink(st, k, dropped[i], nil); err != nil {
+					return out, err
+				}
+			}
+			if err := b.Delete(k); err != nil {
+				return out, err
+			}
+		}
+		if err := st.setBarrier(name, r.Version); err != nil {
+			return out, err
+		}
+	}
+	if isFrom && j.out != nil {
+		out = append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: j.out, Version: r.Version,
+			EventTime: r.EventTime, TxID: r.TxID, Snapshot: r.Snapshot, Pos: r.Pos, Size: 64})
+	}
+	seen := map[string]bool{}
+	for _, n := range lookupN {
+		b, err := st.index(n)
+		if err != nil {
+			return out, err
+		}
+		var keys [][]byte
+		err = b.ForEach(func(k, _ []byte) error {
+			if fk := fromKeyOf(k); fk != nil && !seen[string(fk)] {
+				seen[string(fk)] = true
+				keys = append(keys, fk)
+			}
+			return nil
+		})
+		if err != nil {
+			return out, err
+		}
+		for _, fk := range keys {
+			if out, err = j.emit(st, r, fk, out); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// fromKeyOf returns the from-table key of an index key.
+func fromKeyOf(k []byte) []byte {
+	r := &reader{b: k}
+	n := r.uvarint()
+	if r.err != nil || n > uint64(len(r.b)) {
+		return nil
+	}
+	return append([]byte{}, r.b[n:]...)
+}
+
+// emitReferrers emits the joined rows that refer to the looked-up rows keys.
+func (j *Join) emitReferrers(st state, r *pipeline.Record, lookupN []int, keys [][]byte, out []pipeline.Record) ([]pipeline.Record, error) {
+	seen := map[string]bool{}
+	for _, n := range lookupN {
+		for _, lk := range keys {
+			fks, err := st.referrers(n, lk)
+			if err != nil {
+				return out, err
+			}
+			for _, fk := range fks {
+				if seen[string(fk)] {
+					continue
+				}
+				seen[string(fk)] = true
+				if out, err = j.emit(st, r, fk, out); err != nil {
+					return out, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// emit appends the joined row of the from-table row fk as the state now
+// holds it: an upsert of the row with its looked-up rows, or a delete.
+func (j *Join) emit(st state, r *pipeline.Record, fk []byte, out []pipeline.Record) ([]pipeline.Record, error) {
+	e, err := st.get(j.opts.From, fk)
+	if err != nil || e == nil {
+		return out, err
+	}
+	if j.out == nil {
+		return out, fmt.Errorf("state holds rows of %s but not its shape", j.opts.From)
+	}
+	v := r.Version
+	first := e.emitted == pipeline.Version{}
+	if !e.emitted.Less(v) {
+		v = next(e.emitted)
+	}
+	e.emitted = v
+	if err := st.put(j.opts.From, fk, e); err != nil {
+		return out, err
+	}
+	rec := pipeline.Record{Table: j.out, Version: v, EventTime: r.EventTime, TxID: r.TxID, Pos: r.Pos}
+	switch {
+	case e.deleted:
+		rec.Op = pipeline.OpDelete
+		rec.Before = make([]any, len(j.out.Columns))
+		for _, k := range j.out.KeyIdx {
+			rec.Before[k], _ = e.value(j.out.Columns[k].Name)
+		}
+	case r.Op == pipeline.OpRead:
+		rec.Op, rec.Snapshot = pipeline.OpRead, r.Snapshot
+	case first:
+		rec.Op = pipeline.OpInsert
+	default:
+		rec.Op = pipeline.OpUpdate
+	}
+	if !e.deleted {
+		if rec.After, err = j.row(st, e); err != nil {
+			return out, err
+		}
+	}
+	rec.Size = size(rec.Before) + size(rec.After)
+	return append(out, rec), nil
+}
+
+// row builds the output image of a live from-table row.
+func (j *Join) row(st state, e *entry) ([]any, error) {
+	cols := j.out.Columns
+	nFrom := len(cols) - len(j.opts.With)
+	img := make([]any, len(cols))
+	for i := range nFrom {
+		v, ok := e.value(cols[i].Name)
+		if !ok {
+			v = cols[i].Missing
+		}
+		img[i] = v
+	}
+	for n, l := range j.opts.With {
+		lk, err := j.lookupKey(e, n)
+		if err != nil || lk == nil {
+			continue
+		}
+		le, err := st.get(l.Table, lk)
+		if err != nil {
+			return nil, err
+		}
+		if le == nil || le.deleted {
+			continue
+		}
+		img[nFrom+n] = renderRow(cols[nFrom+n].Fields, le)
+	}
+	return img, nil
+}
+
+// next is the smallest version above v.
+func next(v pipeline.Version) pipeline.Version {
+	for i := len(v) - 1; i >= 0; i-- {
+		if v[i] < math.MaxUint64 {
+			v[i]++
+			return v
+		}
+		v[i] = 0
+	}
+	return v
+}
+
+// size estimates an image's memory for the in-flight cap.
+func size(img []any) int {
+	n := 16
+	for _, v := range img {
+		n += 16
+		switch x := v.(type) {
+		case string:
+			n += len(x)
+		case []byte:
+			n += len(x)
+		case pipeline.JSON:
+			n += len(x)
+		}
+	}
+	return n
+}

@@ -1,0 +1,400 @@
+package join
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+var (
+	customers = &pipeline.Table{ID: pipeline.TableID{Database: "shop", Schema: "public", Table: "customers"},
+		Columns: []pipeline.Column{
+			{Name: "id", Type: pipeline.TypeInt64, Key: true},
+			{Name: "name", Type: pipeline.TypeString, Nullable: true},
+			{Name: "since", Type: pipeline.TypeTimestampTZ, Nullable: true},
+		}, KeyIdx: []int{0}, Generation: 1}
+	orders = &pipeline.Table{ID: pipeline.TableID{Database: "shop", Schema: "public", Table: "orders"},
+		Columns: []pipeline.Column{
+			{Name: "id", Type: pipeline.TypeInt64, Key: true},
+			{Name: "customer_id", Type: pipeline.TypeInt64, Nullable: true},
+			{Name: "note", Type: pipeline.TypeString, Nullable: true},
+		}, KeyIdx: []int{0}, Generation: 1}
+	other = &pipeline.Table{ID: pipeline.TableID{Schema: "public", Table: "other"},
+		Columns: []pipeline.Column{{Name: "id", Type: pipeline.TypeInt64, Key: true}}, KeyIdx: []int{0}}
+)
+
+func ver(n uint64) pipeline.Version { return pipeline.Version{0, n, 0, 1} }
+
+func rec(op pipeline.Op, t *pipeline.Table, v pipeline.Version, before, after []any) pipeline.Record {
+	return pipeline.Record{Op: op, Table: t, Version: v, Before: before, After: after}
+}
+
+func customer(id int64, name string) []any {
+	return []any{id, name, pipeline.Timestamp{Micros: 1_700_000_000_000_000 + id}}
+}
+
+func order(id, cust int64, note string) []any {
+	var c any = cust
+	if cust == 0 {
+		c = nil
+	}
+	return []any{id, c, note}
+}
+
+func open(t *testing.T, dir string) *Join {
+	t.Helper()
+	j, err := Open(Options{Output: "public.order_docs", From: "public.orders", Dir: dir,
+		With: []Lookup{{Table: "public.customers", On: []string{"customer_id"}, As: "customer", Columns: []string{"name", "since"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func process(t *testing.T, j *Join, in ...pipeline.Record) []pipeline.Record {
+	t.Helper()
+	out, err := j.Process(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// joined returns the output records (not the passed-through inputs).
+func joined(out []pipeline.Record) []pipeline.Record {
+	var js []pipeline.Record
+	for _, r := range out {
+		if r.Table != nil && r.Table.ID.Table == "order_docs" {
+			js = append(js, r)
+		}
+	}
+	return js
+}
+
+func nested(t *testing.T, r pipeline.Record) map[string]any {
+	t.Helper()
+	v := r.After[len(r.After)-1]
+	if v == nil {
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(v.(pipeline.JSON)), &m); err != nil {
+		t.Fatalf("nested value %v: %v", v, err)
+	}
+	return m
+}
+
+func TestEnrichesAndFansOut(t *testing.T) {
+	j := open(t, t.TempDir())
+	defer j.Close()
+	out := process(t, j,
+		rec(pipeline.OpInsert, customers, ver(1), nil, customer(1, "Ada")),
+		rec(pipeline.OpInsert, orders, ver(2), nil, order(10, 1, "first")),
+		rec(pipeline.OpInsert, orders, ver(3), nil, order(11, 1, "second")),
+		rec(pipeline.OpInsert, other, ver(3), nil, []any{int64(5)}),
+	)
+	if len(out) != 6 {
+		t.Fatalf("want 4 inputs passed through and 2 joined rows, got %d records", len(out))
+	}
+	js := joined(out)
+	if len(js) != 2 || js[0].Op != pipeline.OpInsert || js[0].Version != ver(2) || js[1].Version != ver(3) {
+		t.Fatalf("joined rows: %+v", js)
+	}
+	if m := nested(t, js[0]); m["name"] != "Ada" || m["since"] != "2023-11-14T22:13:20.000001Z" || len(m) != 2 {
+		t.Fatalf("nested customer: %v", m)
+	}
+	if js[0].After[2] != "first" || js[0].Table.Columns[3].Fields[0].Name != "name" {
+		t.Fatalf("joined row %v, shape %+v", js[0].After, js[0].Table.Columns)
+	}
+	js = joined(process(t, j, rec(pipeline.OpUpdate, customers, ver(4), nil, customer(1, "Ada L."))))
+	if len(js) != 2 || js[0].Op != pipeline.OpUpdate || js[0].Version != ver(4) {
+		t.Fatalf("customer update re-emits both orders at its version: %+v", js)
+	}
+	for _, r := range js {
+		if nested(t, r)["name"] != "Ada L." {
+			t.Fatalf("order %v kept the old customer", r.After[0])
+		}
+	}
+}
+
+func TestDeletesMovesAndUnchanged(t *testing.T) {
+	j := open(t, t.TempDir())
+	defer j.Close()
+	process(t, j,
+		rec(pipeline.OpInsert, customers, ver(1), nil, customer(1, "Ada")),
+		rec(pipeline.OpInsert, customers, ver(1), nil, customer(2, "Bob")),
+		rec(pipeline.OpInsert, orders, ver(2), nil, order(10, 1, "n")),
+	)
+	// The order moves to customer 2 with its note unchanged (TOAST).
+	js := joined(process(t, j, rec(pipeline.OpUpdate, orders, ver(3), nil, []any{int64(10), int64(2), pipeline.UnchangedValue})))
+	if len(js) != 1 || js[0].After[2] != "n" || nested(t, js[0])["name"] != "Bob" {
+		t.Fatalf("moved order: %+v", js)
+	}
+	if js := joined(process(t, j, rec(pipeline.OpUpdate, customers, ver(4), nil, customer(1, "Ada L.")))); len(js) != 0 {
+		t.Fatalf("customer 1 no longer has orders, got %+v", js)
+	}
+	js = joined(process(t, j, rec(pipeline.OpDelete, customers, ver(5), customer(2, ""), nil)))
+	if len(js) != 1 || nested(t, js[0]) != nil || js[0].After[2] != "n" {
+		t.Fatalf("deleted customer leaves the order without one: %+v", js)
+	}
+	js = joined(process(t, j, rec(pipeline.OpDelete, orders, ver(6), order(10, 0, ""), nil)))
+	if len(js) != 1 || js[0].Op != pipeline.OpDelete || js[0].Before[0] != int64(10) || js[0].Version != ver(6) {
+		t.Fatalf("order delete: %+v", js)
+	}
+	// A late insert of customer 2 (older than its delete) changes nothing.
+	js = joined(process(t, j, rec(pipeline.OpInsert, customers, ver(4), nil, customer(2, "Zombie"))))
+	if len(js) != 0 {
+		t.Fatalf("stale customer: %+v", js)
+	}
+}
+
+// Snapshot rows share one version: a joined row emitted again (its
+// customer arrived after it) must still be newer than before.
+func TestSnapshotRowsWithOneVersion(t *testing.T) {
+	j := open(t, t.TempDir())
+	defer j.Close()
+	s := ver(7)
+	read := func(t2 *pipeline.Table, img []any) pipeline.Record {
+		r := rec(pipeline.OpRead, t2, s, nil, img)
+		r.Snapshot = true
+		return r
+	}
+	a := joined(process(t, j, read(orders, order(10, 1, "n"))))
+	b := joined(process(t, j, read(customers, customer(1, "Ada"))))
+	if len(a) != 1 || len(b) != 1 || !a[0].Version.Less(b[0].Version) || b[0].Op != pipeline.OpRead || !b[0].Snapshot {
+		t.Fatalf("first %+v then %+v", a, b)
+	}
+	if nested(t, a[0]) != nil || nested(t, b[0])["name"] != "Ada" {
+		t.Fatal("wrong nested rows")
+	}
+	if next := ver(8); !b[0].Version.Less(next) {
+		t.Fatalf("raised version %v is not below the next transaction's %v", b[0].Version, next)
+	}
+}
+
+func TestTruncates(t *testing.T) {
+	j := open(t, t.TempDir())
+	defer j.Close()
+	process(t, j,
+		rec(pipeline.OpInsert, customers, ver(1), nil, customer(1, "Ada")),
+		rec(pipeline.OpInsert, orders, ver(2), nil, order(10, 1, "n")),
+	)
+	js := joined(process(t, j, rec(pipeline.OpTruncate, customers, ver(3), nil, nil)))
+	if len(js) != 1 || nested(t, js[0]) != nil {
+		t.Fatalf("customers truncate: %+v", js)
+	}
+	js = joined(process(t, j, rec(pipeline.OpTruncate, orders, ver(4), nil, nil)))
+	if len(js) != 1 || js[0].Op != pipeline.OpTruncate || js[0].Version != ver(4) {
+		t.Fatalf("orders truncate: %+v", js)
+	}
+	if js := joined(process(t, j, rec(pipeline.OpInsert, orders, ver(3), nil, order(10, 1, "late")))); len(js) != 0 {
+		t.Fatalf("a change older than the truncate joined: %+v", js)
+	}
+}
+
+func TestShapeErrors(t *testing.T) {
+	j, err := Open(Options{Output: "public.order_docs", From: "public.orders", Dir: t.TempDir(),
+		With: []Lookup{{Table: "public.customers", On: []string{"customer_id", "note"}, As: "customer"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	_, err = j.Process(context.Background(), []pipeline.Record{rec(pipeline.OpInsert, customers, ver(1), nil, customer(1, "A"))})
+	if err == nil || !strings.Contains(err.Error(), "on lists 2 column(s) but public.customers has a 1-column primary key (id)") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	d, _ := pipeline.ParseDecimal("-1234567890123456789012.345")
+	vals := []any{nil, true, false, int64(-5), uint64(1 << 63), 3.25, "text", []byte{0, 1}, pipeline.JSON(`{"a":1}`), d,
+		pipeline.UUID{1, 2}, pipeline.Date{Days: -3}, pipeline.Date{Special: pipeline.PosInfinity}, pipeline.TimeOfDay(5),
+		pipeline.TimeTZ{Micros: 7, OffsetSec: -3600}, pipeline.Timestamp{Micros: -9}, pipeline.Interval{Months: 1, Days: -2, Micros: 3},
+		[]any{int64(1), nil, []any{"x"}}, pipeline.UnchangedValue}
+	e := &entry{version: ver(3), emitted: ver(4), names: make([]string, len(vals)), values: vals}
+	for i := range vals {
+		e.names[i] = fmt.Sprint("c", i)
+	}
+	b, err := e.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeEntry(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range vals {
+		if dv, ok := vals[i].(pipeline.Decimal); ok {
+			if !dv.Equal(got.values[i].(pipeline.Decimal)) {
+				t.Fatalf("decimal %v came back as %v", dv, got.values[i])
+			}
+			continue
+		}
+		if !reflect.DeepEqual(got.values[i], vals[i]) {
+			t.Fatalf("value %d: %#v came back as %#v", i, vals[i], got.values[i])
+		}
+	}
+	if got.version != e.version || got.emitted != e.emitted || got.deleted {
+		t.Fatalf("entry header %+v", got)
+	}
+	if _, err := decodeEntry(b[:len(b)-3]); err == nil {
+		t.Fatal("truncated entry decoded")
+	}
+}
+
+// modelSink applies outputs as every sink does (Invariant 4): newer
+// versions win, deletes leave tombstones, a truncate is a barrier.
+type modelSink struct {
+	rows    map[int64]modelRow
+	barrier pipeline.Version
+}
+
+type modelRow struct {
+	v       pipeline.Version
+	deleted bool
+	img     []any
+}
+
+func (m *modelSink) write(t *testing.T, recs []pipeline.Record) {
+	for _, r := range joined(recs) {
+		if r.Op == pipeline.OpTruncate {
+			if m.barrier.Less(r.Version) {
+				m.barrier = r.Version
+				for k, row := range m.rows {
+					if row.v.Less(r.Version) {
+						delete(m.rows, k)
+					}
+				}
+			}
+			continue
+		}
+		img := r.After
+		if img == nil {
+			img = r.Before
+		}
+		k := img[0].(int64)
+		if old, ok := m.rows[k]; ok && !old.v.Less(r.Version) || r.Version.Less(m.barrier) {
+			continue
+		}
+		m.rows[k] = modelRow{v: r.Version, deleted: r.Op == pipeline.OpDelete, img: img}
+	}
+}
+
+// A random change log applied in random batches, with crashes that
+// restart from an earlier checkpoint and replay from there (the state is
+// then ahead of the checkpoint): the sink ends equal to the join of the
+// final tables.
+func TestReplayAfterCrashesConverges(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { replayConverges(t, seed) })
+	}
+}
+
+func replayConverges(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	custs := map[int64]string{}
+	ords := map[int64][]any{}
+	var log []pipeline.Record
+	// A snapshot: every row at one version.
+	for id := int64(1); id <= 5; id++ {
+		custs[id] = fmt.Sprint("c", id)
+		log = append(log, rec(pipeline.OpRead, customers, ver(1), nil, customer(id, custs[id])))
+	}
+	for id := int64(1); id <= 8; id++ {
+		ords[id] = order(id, 1+rng.Int64N(6), "o")
+		log = append(log, rec(pipeline.OpRead, orders, ver(1), nil, ords[id]))
+	}
+	rng.Shuffle(len(log), func(a, b int) { log[a], log[b] = log[b], log[a] })
+	for n := uint64(2); n < 120; n++ {
+		v := ver(n)
+		switch x := rng.IntN(10); {
+		case x < 3:
+			id := 1 + rng.Int64N(7)
+			custs[id] = fmt.Sprint("c", id, "@", n)
+			log = append(log, rec(pipeline.OpUpdate, customers, v, nil, customer(id, custs[id])))
+		case x < 4:
+			id := 1 + rng.Int64N(7)
+			if _, ok := custs[id]; ok {
+				delete(custs, id)
+				log = append(log, rec(pipeline.OpDelete, customers, v, customer(id, ""), nil))
+			}
+		case x < 8:
+			id := 1 + rng.Int64N(12)
+			ords[id] = order(id, rng.Int64N(8), fmt.Sprint("o@", n))
+			log = append(log, rec(pipeline.OpUpdate, orders, v, nil, ords[id]))
+		case x < 9:
+			id := 1 + rng.Int64N(12)
+			if _, ok := ords[id]; ok {
+				delete(ords, id)
+				log = append(log, rec(pipeline.OpDelete, orders, v, order(id, 0, ""), nil))
+			}
+		default:
+			if rng.IntN(4) == 0 {
+				clear(custs)
+				log = append(log, rec(pipeline.OpTruncate, customers, v, nil, nil))
+			}
+		}
+	}
+	dir := t.TempDir()
+	j := open(t, dir)
+	sink := &modelSink{rows: map[int64]modelRow{}}
+	checkpoint := 0
+	for pos := 0; pos < len(log); {
+		end := min(len(log), pos+1+rng.IntN(10))
+		out := process(t, j, log[pos:end]...)
+		if rng.IntN(5) == 0 {
+			// Crash: the state holds this batch, the sink may hold only
+			// part of its output, the checkpoint lags.
+			sink.write(t, out[:rng.IntN(len(out)+1)])
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			j = open(t, dir)
+			pos = checkpoint
+			continue
+		}
+		sink.write(t, out)
+		pos = end
+		if rng.IntN(2) == 0 {
+			checkpoint = pos
+		}
+	}
+	defer j.Close()
+	for id, img := range ords {
+		row, ok := sink.rows[id]
+		if !ok || row.deleted {
+			t.Fatalf("order %d missing from the sink", id)
+		}
+		if !reflect.DeepEqual(row.img[:3], img) {
+			t.Fatalf("order %d: sink has %v, source %v", id, row.img[:3], img)
+		}
+		var want any
+		if c, ok := img[1].(int64); ok {
+			if name, ok := custs[c]; ok {
+				want = name
+			}
+		}
+		var got any
+		if row.img[3] != nil {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(row.img[3].(pipeline.JSON)), &m); err != nil {
+				t.Fatal(err)
+			}
+			got = m["name"]
+		}
+		if got != want {
+			t.Fatalf("order %d: customer %v in the sink, %v in the source", id, got, want)
+		}
+	}
+	for id, row := range sink.rows {
+		if _, ok := ords[id]; !ok && !row.deleted {
+			t.Fatalf("order %d is gone from the source but live in the sink", id)
+		}
+	}
+}

@@ -1,0 +1,264 @@
+package join
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// The state store (bbolt, one file per join):
+//
+//	rows/<schema.table>/<key>      entry: the row's latest values and version
+//	index/<n>/<len><lookup key><from key>
+//	                               the from-table rows that refer to a row of
+//	                               lookup n (empty value; a prefix scan lists them)
+//	meta/barrier:<schema.table>    the version of the table's latest truncate
+//	meta/shape:<schema.table>      the table's latest shape (columns)
+//	meta/definition                what the index was built for (from, lookups, on)
+//
+// Every row write is guarded by the row's version, like a sink's
+// (Invariant 4), so replaying inputs the state already holds changes
+// nothing: the state may run ahead of the checkpoint (Invariant 5).
+
+var (
+	bucketRows  = []byte("rows")
+	bucketIndex = []byte("index")
+	bucketMeta  = []byte("meta")
+	keyDef      = []byte("definition")
+)
+
+// entry is one row in the state.
+type entry struct {
+	version pipeline.Version
+	// emitted is the version of the last output record for this row's
+	// joined document (from-table rows only).
+	emitted pipeline.Version
+	deleted bool
+	names   []string
+	values  []any
+}
+
+func (e *entry) value(name string) (any, bool) {
+	for i, n := range e.names {
+		if n == name {
+			return e.values[i], true
+		}
+	}
+	return nil, false
+}
+
+func appendVersion(b []byte, v pipeline.Version) []byte {
+	for _, c := range v {
+		b = binary.BigEndian.AppendUint64(b, c)
+	}
+	return b
+}
+
+func readVersion(r *reader) pipeline.Version {
+	var v pipeline.Version
+	b := r.fixed(32)
+	if b == nil {
+		return v
+	}
+	for i := range v {
+		v[i] = binary.BigEndian.Uint64(b[i*8:])
+	}
+	return v
+}
+
+func (e *entry) encode() ([]byte, error) {
+	b := appendVersion(appendVersion(make([]byte, 0, 96), e.version), e.emitted)
+	flag := byte(0)
+	if e.deleted {
+		flag = 1
+	}
+	b = binary.AppendUvarint(append(b, flag), uint64(len(e.names)))
+	for i, n := range e.names {
+		b = appendBytes(b, n)
+		var err error
+		if b, err = appendValue(b, e.values[i]); err != nil {
+			return nil, fmt.Errorf("column %s: %w", n, err)
+		}
+	}
+	return b, nil
+}
+
+func decodeEntry(b []byte) (*entry, error) {
+	r := &reader{b: b}
+	e := &entry{version: readVersion(r), emitted: readVersion(r), deleted: r.byte() == 1}
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail()
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	e.names = make([]string, n)
+	e.values = make([]any, n)
+	for i := range e.names {
+		e.names[i] = string(r.bytes())
+		e.values[i] = r.value()
+	}
+	return e, r.err
+}
+
+// state is the store seen through one write transaction.
+type state struct {
+	tx *bbolt.Tx
+}
+
+func (s state) table(name string) (*bbolt.Bucket, error) {
+	return s.tx.Bucket(bucketRows).CreateBucketIfNotExists([]byte(name))
+}
+
+func (s state) get(table string, key []byte) (*entry, error) {
+	b := s.tx.Bucket(bucketRows).Bucket([]byte(table))
+	if b == nil {
+		return nil, nil
+	}
+	v := b.Get(key)
+	if v == nil {
+		return nil, nil
+	}
+	e, err := decodeEntry(v)
+	if err != nil {
+		return nil, fmt.Errorf("row of %s: %w", table, err)
+	}
+	return e, nil
+}
+
+func (s state) put(table string, key []byte, e *entry) error {
+	b, err := s.table(table)
+	if err != nil {
+		return err
+	}
+	v, err := e.encode()
+	if err != nil {
+		return fmt.Errorf("row of %s: %w", table, err)
+	}
+	return b.Put(key, v)
+}
+
+func (s state) barrier(table string) pipeline.Version {
+	v := s.tx.Bucket(bucketMeta).Get([]byte("barrier:" + table))
+	if v == nil {
+		return pipeline.Version{}
+	}
+	return readVersion(&reader{b: v})
+}
+
+func (s state) setBarrier(table string, v pipeline.Version) error {
+	return s.tx.Bucket(bucketMeta).Put([]byte("barrier:"+table), appendVersion(nil, v))
+}
+
+func indexKey(lk, fk []byte) []byte {
+	b := binary.AppendUvarint(make([]byte, 0, 10+len(lk)+len(fk)), uint64(len(lk)))
+	return append(append(b, lk...), fk...)
+}
+
+func (s state) index(n int) (*bbolt.Bucket, error) {
+	return s.tx.Bucket(bucketIndex).CreateBucketIfNotExists([]byte{byte(n)})
+}
+
+func (s state) link(n int, lk, fk []byte, on bool) error {
+	b, err := s.index(n)
+	if err != nil {
+		return err
+	}
+	if on {
+		return b.Put(indexKey(lk, fk), nil)
+	}
+	return b.Delete(indexKey(lk, fk))
+}
+
+// referrers returns the from-table keys whose rows refer to lookup n's row lk.
+func (s state) referrers(n int, lk []byte) ([][]byte, error) {
+	b, err := s.index(n)
+	if err != nil {
+		return nil, err
+	}
+	prefix := indexKey(lk, nil)
+	var out [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		out = append(out, append([]byte{}, k[len(prefix):]...))
+	}
+	return out, nil
+}
+
+// putShape stores a table's columns, so a restarted join knows the shapes
+// before the source sends a row of every table again.
+func (s state) putShape(t *pipeline.Table) error {
+	b := binary.AppendUvarint(nil, uint64(len(t.Columns)))
+	for i := range t.Columns {
+		c := &t.Columns[i]
+		b = appendBytes(b, c.Name)
+		b = append(b, byte(c.Type), byte(c.Elem), boolByte(c.Nullable), boolByte(c.Key))
+		b = binary.AppendVarint(binary.AppendVarint(b, int64(c.Precision)), int64(c.Scale))
+		b = binary.AppendUvarint(b, uint64(len(c.Enum)))
+		for _, l := range c.Enum {
+			b = appendBytes(b, l)
+		}
+		b = appendBytes(b, c.SourceType)
+		var err error
+		if b, err = appendValue(b, c.Missing); err != nil {
+			return fmt.Errorf("shape of %s, column %s: %w", t.ID, c.Name, err)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(t.KeyIdx)))
+	for _, k := range t.KeyIdx {
+		b = binary.AppendUvarint(b, uint64(k))
+	}
+	return s.tx.Bucket(bucketMeta).Put([]byte("shape:"+t.ID.String()), b)
+}
+
+func (s state) shape(id pipeline.TableID) (*pipeline.Table, error) {
+	v := s.tx.Bucket(bucketMeta).Get([]byte("shape:" + id.String()))
+	if v == nil {
+		return nil, nil
+	}
+	r := &reader{b: v}
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		return nil, errCorrupt
+	}
+	t := &pipeline.Table{ID: id, Columns: make([]pipeline.Column, n)}
+	for i := range t.Columns {
+		c := &t.Columns[i]
+		c.Name = string(r.bytes())
+		c.Type, c.Elem, c.Nullable, c.Key = pipeline.Type(r.byte()), pipeline.Type(r.byte()), r.byte() == 1, r.byte() == 1
+		c.Precision, c.Scale = int(r.varint()), int(r.varint())
+		ne := r.uvarint()
+		if ne > uint64(len(r.b)) {
+			return nil, errCorrupt
+		}
+		for range ne {
+			c.Enum = append(c.Enum, string(r.bytes()))
+		}
+		c.SourceType = string(r.bytes())
+		c.Missing = r.value()
+	}
+	nk := r.uvarint()
+	if nk > n {
+		return nil, errCorrupt
+	}
+	for range nk {
+		k := r.uvarint()
+		if k >= n {
+			return nil, errCorrupt
+		}
+		t.KeyIdx = append(t.KeyIdx, int(k))
+	}
+	return t, r.err
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
