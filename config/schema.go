@@ -9,14 +9,16 @@ package config
 type Config struct {
 	// Pipeline names the pipeline; it is part of replication slot and
 	// publication names, so it is restricted to lower-case identifiers.
-	Pipeline string  `yaml:"pipeline" required:"true" pattern:"^[a-z][a-z0-9_]{0,62}$" doc:"a name such as shop"`
-	Source   Source  `yaml:"source" required:"true" doc:"a generate or postgres block"`
-	Sinks    []Sink  `yaml:"sinks" required:"true" min:"1" doc:"a list with at least one sink, e.g. - duckdb: {path: ./sluice.duckdb}"`
-	Offsets  Offsets `yaml:"offsets"`
-	DLQ      DLQ     `yaml:"dlq"`
-	Runtime  Runtime `yaml:"runtime"`
-	HTTP     HTTP    `yaml:"http"`
-	Log      Log     `yaml:"log"`
+	Pipeline string `yaml:"pipeline" required:"true" pattern:"^[a-z][a-z0-9_]{0,62}$" doc:"a name such as shop"`
+	Source   Source `yaml:"source" required:"true" doc:"a generate or postgres block"`
+	Sinks    []Sink `yaml:"sinks" required:"true" min:"1" doc:"a list with at least one sink, e.g. - duckdb: {path: ./sluice.duckdb}"`
+	// Transforms run in order between the source and the sinks.
+	Transforms []Transform `yaml:"transforms"`
+	Offsets    Offsets     `yaml:"offsets"`
+	DLQ        DLQ         `yaml:"dlq"`
+	Runtime    Runtime     `yaml:"runtime"`
+	HTTP       HTTP        `yaml:"http"`
+	Log        Log         `yaml:"log"`
 
 	// File is the config file name as given to Load or Parse.
 	File string `yaml:"-"`

@@ -53,6 +53,7 @@ func (d *decoder) validate(c *Config) {
 			}
 		}
 	}
+	d.validateTransforms(c)
 	d.validateKafkaDLQ("dlq.kafka", c.DLQ.Kafka)
 	d.checkOrder("source.postgres.reconnect_backoff", c.Source.Postgres != nil, func() (a, b Duration) {
 		return c.Source.Postgres.ReconnectBackoff.Initial, c.Source.Postgres.ReconnectBackoff.Max
@@ -450,6 +451,7 @@ func resolvePaths(c *Config, dir string) {
 		}
 	}
 	kafkaDLQ(c.DLQ.Kafka)
+	resolveTransformPaths(c, abs)
 	for _, s := range c.Sinks {
 		if cm := s.Common(); cm != nil {
 			kafkaDLQ(cm.DLQ.Kafka)

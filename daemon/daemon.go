@@ -152,8 +152,13 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 	if err != nil {
 		return err
 	}
+	ops, closeOps, err := buildTransforms(cfg, flags.ResetOffsets, log)
+	defer closeOps()
+	if err != nil {
+		return err
+	}
 	rt, err := pipeline.New(runtimeConfig(cfg), src, sinks, st, pipeline.Options{
-		DLQ: deadLetters, Observer: metricsObserver{metrics}, Log: log.Named("runtime"),
+		Operators: ops, DLQ: deadLetters, Observer: metricsObserver{metrics}, Log: log.Named("runtime"),
 	})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package search
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -84,6 +85,22 @@ func fieldMapping(c *pipeline.Column, key, unsignedLong bool) string {
 	case pipeline.TypeDate, pipeline.TypeTimestamp, pipeline.TypeTimestampTZ:
 		return `{"type":"date","ignore_malformed":true}`
 	case pipeline.TypeJSON:
+		if c.Fields != nil && c.Type == pipeline.TypeJSON {
+			// A join's looked-up row: searchable by its members, the known
+			// ones mapped like columns, members not known yet mapped
+			// dynamically by the engine.
+			fields := slices.Clone(c.Fields)
+			slices.SortFunc(fields, func(a, b pipeline.Column) int { return strings.Compare(a.Name, b.Name) })
+			b := []byte(`{"type":"object","properties":{`)
+			for i := range fields {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = append(jsontext.AppendString(b, fields[i].Name), ':')
+				b = append(b, fieldMapping(&fields[i], false, unsignedLong)...)
+			}
+			return string(append(b, "}}"...))
+		}
 		return `{"type":"object","enabled":false}`
 	case pipeline.TypeBytes, pipeline.TypeBit, pipeline.TypeGeometry:
 		return `{"type":"binary"}`

@@ -309,7 +309,8 @@ func (j *Join) rebuildOut() {
 	}
 	cols := slices.Clone(j.from.Columns)
 	for _, l := range j.opts.With {
-		c := pipeline.Column{Name: l.As, Type: pipeline.TypeJSON, Nullable: true, SourceType: "join " + l.Table}
+		c := pipeline.Column{Name: l.As, Type: pipeline.TypeJSON, Nullable: true, SourceType: "join " + l.Table,
+			Fields: []pipeline.Column{}}
 		if t := j.lookups[l.Table]; t != nil {
 			c.Fields = lookupColumns(t, l)
 		}

@@ -17,7 +17,7 @@ import (
 //	                               the from-table rows that refer to a row of
 //	                               lookup n (empty value; a prefix scan lists them)
 //	meta/barrier:<schema.table>    the version of the table's latest truncate
-//	meta/shape:<schema.table>      the table's latest shape (columns)
+//	meta/shape:<schema.table>      the table's latest shape (database, columns, key)
 //	meta/definition                what the index was built for (from, lookups, on)
 //
 // Every row write is guarded by the row's version, like a sink's
@@ -193,7 +193,8 @@ func (s state) referrers(n int, lk []byte) ([][]byte, error) {
 // putShape stores a table's columns, so a restarted join knows the shapes
 // before the source sends a row of every table again.
 func (s state) putShape(t *pipeline.Table) error {
-	b := binary.AppendUvarint(nil, uint64(len(t.Columns)))
+	b := appendBytes(nil, t.ID.Database)
+	b = binary.AppendUvarint(b, uint64(len(t.Columns)))
 	for i := range t.Columns {
 		c := &t.Columns[i]
 		b = appendBytes(b, c.Name)
@@ -203,7 +204,7 @@ func (s state) putShape(t *pipeline.Table) error {
 		for _, l := range c.Enum {
 			b = appendBytes(b, l)
 		}
-		b = appendBytes(b, c.SourceType)
+		b = appendBytes(appendBytes(b, c.SourceType), c.Comment)
 		var err error
 		if b, err = appendValue(b, c.Missing); err != nil {
 			return fmt.Errorf("shape of %s, column %s: %w", t.ID, c.Name, err)
@@ -222,8 +223,9 @@ func (s state) shape(id pipeline.TableID) (*pipeline.Table, error) {
 		return nil, nil
 	}
 	r := &reader{b: v}
+	id.Database = string(r.bytes())
 	n := r.uvarint()
-	if n > uint64(len(r.b)) {
+	if r.err != nil || n > uint64(len(r.b)) {
 		return nil, errCorrupt
 	}
 	t := &pipeline.Table{ID: id, Columns: make([]pipeline.Column, n)}
@@ -240,6 +242,7 @@ func (s state) shape(id pipeline.TableID) (*pipeline.Table, error) {
 			c.Enum = append(c.Enum, string(r.bytes()))
 		}
 		c.SourceType = string(r.bytes())
+		c.Comment = string(r.bytes())
 		c.Missing = r.value()
 	}
 	nk := r.uvarint()

@@ -1,0 +1,110 @@
+package config
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Transform is one list item of transforms: exactly one field (the kind)
+// is set. Transforms run in list order between the source and the sinks.
+type Transform struct {
+	Join *JoinTransform `yaml:"join"`
+}
+
+func (*Transform) exclusive() {}
+
+// JoinTransform denormalises: each row of From becomes a row of Output
+// with, per lookup, the row it refers to embedded as an object.
+type JoinTransform struct {
+	// Output names the joined rows' table, "schema.table"; sinks route it
+	// like a captured table.
+	Output string `yaml:"output" required:"true" pattern:"^[^.\\s]+\\.[^.\\s]+$" doc:"schema.table, e.g. public.order_docs"`
+	// From is the captured table whose rows the output rows are; the
+	// output has its primary key.
+	From string `yaml:"from" required:"true" pattern:"^[^.\\s]+\\.[^.\\s]+$" doc:"a captured table, e.g. public.orders"`
+	// With lists the looked-up tables.
+	With []JoinLookup `yaml:"with" required:"true" min:"1" doc:"a list of lookups, e.g. - {table: public.customers, on: [customer_id], as: customer}"`
+	// StateDir holds the join's state; default <offsets.dir>/join/<output>.
+	StateDir string `yaml:"state_dir"`
+}
+
+// JoinLookup is one looked-up table of a join (many-to-one: each from row
+// refers to at most one row of it, by that row's primary key).
+type JoinLookup struct {
+	Table string `yaml:"table" required:"true" pattern:"^[^.\\s]+\\.[^.\\s]+$" doc:"a captured table, e.g. public.customers"`
+	// On lists the from table's columns holding the looked-up row's
+	// primary key, in key order.
+	On []string `yaml:"on" required:"true" min:"1" doc:"columns of the from table, e.g. [customer_id]"`
+	// As names the output column holding the looked-up row.
+	As string `yaml:"as" required:"true" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$" doc:"a column name, e.g. customer"`
+	// Columns selects the looked-up row's columns; empty: all.
+	Columns []string `yaml:"columns"`
+}
+
+// capturedTables returns the source's captured tables ("schema.table"),
+// nil when the source does not list them.
+func capturedTables(c *Config) []string {
+	switch {
+	case c.Source.Postgres != nil:
+		return c.Source.Postgres.Tables
+	case c.Source.MySQL != nil:
+		return c.Source.MySQL.Tables
+	case c.Source.Generate != nil:
+		return []string{"demo.customers", "demo.orders", "demo.events"}
+	}
+	return nil
+}
+
+// validateTransforms checks that joins read captured tables and that
+// their outputs and column names do not collide.
+func (d *decoder) validateTransforms(c *Config) {
+	captured := capturedTables(c)
+	outputs := map[string]int{}
+	for i, t := range c.Transforms {
+		j := t.Join
+		base := index("transforms", i) + ".join"
+		if j == nil || d.failed(base) {
+			continue
+		}
+		hint := "capture it: add it to the source's tables"
+		if captured != nil && !slices.Contains(captured, j.From) {
+			d.errAt(base+".from", "table "+j.From+" is not captured by the source", hint)
+		}
+		if slices.Contains(captured, j.Output) {
+			d.errAt(base+".output", "output "+j.Output+" is a captured table", "name the joined rows' table differently, e.g. "+j.Output+"_docs")
+		} else if k, dup := outputs[j.Output]; dup {
+			d.errAt(base+".output", "output "+j.Output+" is also the output of "+index("transforms", k), "give every join its own output")
+		}
+		outputs[j.Output] = i
+		as := map[string]bool{}
+		for k, l := range j.With {
+			p := index(base+".with", k)
+			if captured != nil && !slices.Contains(captured, l.Table) {
+				d.errAt(p+".table", "table "+l.Table+" is not captured by the source", hint)
+			}
+			if as[l.As] {
+				d.errAt(p+".as", "column "+l.As+" is used by another lookup of this join", "give every lookup its own as")
+			}
+			as[l.As] = true
+			for n, col := range l.On {
+				if strings.TrimSpace(col) == "" {
+					d.errAt(index(p+".on", n), "empty column name", "list the columns of "+j.From+" that hold the key of "+l.Table)
+				}
+			}
+		}
+	}
+}
+
+// resolveTransformPaths fills and resolves the joins' state directories.
+func resolveTransformPaths(c *Config, abs func(string) string) {
+	for _, t := range c.Transforms {
+		if j := t.Join; j != nil {
+			if j.StateDir == "" {
+				j.StateDir = filepath.Join(c.Offsets.Dir, "join", j.Output)
+			} else {
+				j.StateDir = abs(j.StateDir)
+			}
+		}
+	}
+}
