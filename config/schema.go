@@ -309,7 +309,7 @@ type RedisSink struct {
 	Password     string   `yaml:"password" secret:"true"`
 	DB           int      `yaml:"db" default:"0" min:"0" max:"1000"`
 	KeyTemplate  string   `yaml:"key_template" default:"'{schema}.{table}:{pk}'"`
-	Format       string   `yaml:"format" default:"hash" enum:"hash|json"`
+	Format       string   `yaml:"format" default:"json" enum:"json|hash"`
 	TTL          Duration `yaml:"ttl" default:"0s" min:"0s"`
 	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"1s"`
 	TLS          bool     `yaml:"tls" default:"false"`

@@ -38,8 +38,8 @@ type Options struct {
 	// escaped by a '\'). It must end with a separator and {pk}, the
 	// separator not being '#'. Default "{schema}.{table}:{pk}".
 	KeyTemplate string
-	// Format is "hash" (default: a hash, one field per column) or "json" (a
-	// string: the row as a JSON object, its version first).
+	// Format is "json" (default: a string, the row as a JSON object, its
+	// version first) or "hash" (a hash, one field per column).
 	Format string
 	// TTL, when positive, expires live keys that long after their last
 	// write.
@@ -88,7 +88,7 @@ func New(opts Options, log *zap.Logger) *Sink {
 		opts.KeyTemplate = defaultTemplate
 	}
 	if opts.Format == "" {
-		opts.Format = "hash"
+		opts.Format = "json"
 	}
 	if opts.TombstoneTTL <= 0 {
 		opts.TombstoneTTL = defaultTombstoneTTL

@@ -207,6 +207,27 @@ func TestMappingsBody(t *testing.T) {
 	}
 }
 
+// A JSON column with Fields (a join's embedded row) is an object whose
+// members are mapped like columns; without Fields it stays unindexed; with
+// empty Fields (members not known yet) the engine maps them dynamically.
+func TestObjectMapping(t *testing.T) {
+	members := []pipeline.Column{{Name: "since", Type: pipeline.TypeTimestampTZ}, {Name: "name", Type: pipeline.TypeString, Key: true}}
+	for _, c := range []struct {
+		col  pipeline.Column
+		want string
+	}{
+		{pipeline.Column{Name: "customer", Type: pipeline.TypeJSON, Fields: members},
+			`{"type":"object","properties":{"name":{"type":"text","fields":{"keyword":{"type":"keyword","ignore_above":256}}},"since":{"type":"date","ignore_malformed":true}}}`},
+		{pipeline.Column{Name: "customer", Type: pipeline.TypeJSON, Fields: []pipeline.Column{}}, `{"type":"object","properties":{}}`},
+		{pipeline.Column{Name: "doc", Type: pipeline.TypeJSON}, `{"type":"object","enabled":false}`},
+	} {
+		got := fieldMapping(&c.col, false, true)
+		if got != c.want || !json.Valid([]byte(got)) {
+			t.Errorf("%+v:\ngot  %s\nwant %s", c.col, got, c.want)
+		}
+	}
+}
+
 // cannedEngine answers every bulk request with one item status per
 // document.
 type cannedEngine struct{ statuses []int }

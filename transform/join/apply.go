@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"go.uber.org/zap"
+
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -257,9 +259,19 @@ func fromKeyOf(k []byte) []byte {
 	return append([]byte{}, r.b[n:]...)
 }
 
+// fanOutWarn is the number of output rows one input may cause before the
+// join logs it: they all travel in the input's batch (Invariant 9).
+const fanOutWarn = 100_000
+
 // emitReferrers emits the joined rows that refer to the looked-up rows keys.
 func (j *Join) emitReferrers(st state, r *pipeline.Record, lookupN []int, keys [][]byte, out []pipeline.Record) ([]pipeline.Record, error) {
 	seen := map[string]bool{}
+	defer func() {
+		if len(seen) >= fanOutWarn {
+			j.log.Warn("one change fans out to many joined rows, all in one batch past the in-flight cap",
+				zap.String("join", j.opts.Output), zap.String("table", r.Table.ID.String()), zap.Int("rows", len(seen)))
+		}
+	}()
 	for _, n := range lookupN {
 		for _, lk := range keys {
 			fks, err := st.referrers(n, lk)

@@ -1,0 +1,29 @@
+// Package join is the join transform: every row of a from table becomes a
+// row of an output table that embeds, per lookup, the row of another table
+// it refers to (many-to-one, by that table's primary key) as a JSON object
+// whose members the output column's Fields describe.
+//
+// State. The latest row of every joined table, a tombstone per deleted
+// row, each table's truncate barrier, and a reverse index (looked-up key →
+// from keys) live in a bbolt file in Options.Dir. Process applies a
+// batch in one transaction that commits (fsync) before it returns, so the
+// state is durable before any output reaches a sink. Every row write is
+// guarded by the row's version (Invariant 4 applied to the state), which
+// makes a state that ran ahead of the checkpoint harmless: the inputs
+// replayed after a crash change nothing in it (Invariant 5).
+//
+// Outputs. After each input record of a joined table (passed through
+// unchanged), Process appends the output rows that record touches, built
+// from the state as it now is, whether the record changed the state or was
+// a replay: a replayed input's outputs may never have reached the sinks.
+// An output's version is its input's, raised to just above the last
+// version emitted for the same output row when it would not be newer
+// (snapshot rows share one version; replays repeat versions), so every
+// output row is newer than the one before it and no sink drops it as
+// stale. A truncate of the from table becomes a truncate of the output; a
+// truncate of a looked-up table writes again every output row that refers
+// to that lookup.
+//
+// Text that is not UTF-8 (which sources convert away) is embedded with
+// U+FFFD in place of the invalid bytes: JSON cannot hold it.
+package join
