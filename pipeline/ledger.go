@@ -61,6 +61,39 @@ func (l *ledger) acquire(ctx context.Context, n int, bytes int64, pos Position) 
 	}
 }
 
+// grow adds n records and bytes to batch seq, which has not been handed to
+// the sinks yet: what its operators added (a join's fan-out). Like acquire
+// it blocks while the caps are reached, until the batch is alone in flight
+// (earlier batches drain through the sinks meanwhile), so operator output
+// counts against the cap too (Invariant 6).
+func (l *ledger) grow(ctx context.Context, seq uint64, n int, bytes int64) error {
+	for {
+		l.mu.Lock()
+		i := int(seq - l.firstSeq)
+		if i < 0 || i >= len(l.entries) {
+			l.mu.Unlock()
+			return nil
+		}
+		e := &l.entries[i]
+		alone := l.records == e.records && l.bytes == e.bytes
+		if alone || (l.records+n <= l.maxRecords && l.bytes+bytes <= l.maxBytes) {
+			e.records += n
+			e.bytes += bytes
+			l.records += n
+			l.bytes += bytes
+			l.mu.Unlock()
+			return nil
+		}
+		wait := l.cond
+		l.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // done marks batch seq durable in every sink and releases its weight.
 func (l *ledger) done(seq uint64) {
 	l.mu.Lock()

@@ -52,6 +52,9 @@ func (r *Runtime) read(ctx context.Context, items chan<- item) error {
 			t0 := time.Now()
 			out, err := op.Operator.Process(ctx, recs)
 			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
 				// A transform failure on a batch is not attributable to one
 				// record: stop rather than skip (nothing is acknowledged).
 				return Fatal(fmt.Errorf("transform %s: %w", op.Name, err))
@@ -59,6 +62,15 @@ func (r *Runtime) read(ctx context.Context, items chan<- item) error {
 			recs = out
 			r.obs.BatchDuration("transform", time.Since(t0))
 			r.obs.Records("transform", len(recs))
+		}
+		if len(recs) > len(b.Records) {
+			// Operators added records (a join's fan-out): they count
+			// against the in-flight cap too (Invariant 6).
+			total := int64((&Batch{Records: recs}).Weight())
+			if err := r.ledger.grow(ctx, seq, len(recs)-len(b.Records), max(total-weight, 0)); err != nil {
+				return err
+			}
+			weight = max(total, weight)
 		}
 		recsN, bytesN := r.ledger.inFlight()
 		r.obs.InFlight(recsN, bytesN)
