@@ -180,11 +180,16 @@ func (j *Join) lookupKey(e *entry, n int) ([]byte, error) {
 
 // truncate clears the table's rows older than the truncate. On the from
 // table it emits a truncate of the output; on a looked-up table it emits
-// again every joined row that refers to that lookup, whether or not this
-// truncate is a replay (the rows it cleared are no longer known).
+// again every joined row that refers to that lookup, unless the truncate
+// is new and cleared nothing. A replayed truncate cleared its rows before
+// the crash and they are no longer known, so its outputs are all sent
+// again.
 func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int, out []pipeline.Record) ([]pipeline.Record, error) {
 	name := r.Table.ID.String()
-	if !r.Version.Less(st.barrier(name)) {
+	barrier := st.barrier(name)
+	fresh := barrier.Less(r.Version) // not seen before: not a replay
+	cleared := 0
+	if !r.Version.Less(barrier) {
 		b, err := st.table(name)
 		if err != nil {
 			return out, err
@@ -205,6 +210,7 @@ func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int
 		if err != nil {
 			return out, err
 		}
+		cleared = len(drop)
 		for i, k := range drop {
 			if isFrom {
 				if err := j.relink(st, k, dropped[i], nil); err != nil {
@@ -222,6 +228,10 @@ func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int
 	if isFrom && j.out != nil {
 		out = append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: j.out, Version: r.Version,
 			EventTime: r.EventTime, TxID: r.TxID, Snapshot: r.Snapshot, Pos: r.Pos, Size: 64})
+	}
+	if fresh && cleared == 0 {
+		// Nothing was cleared (a first load's barrier): no output changes.
+		return out, nil
 	}
 	seen := map[string]bool{}
 	for _, n := range lookupN {
