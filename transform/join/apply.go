@@ -190,6 +190,9 @@ func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int
 	fresh := barrier.Less(r.Version) // not seen before: not a replay
 	cleared := 0
 	if !r.Version.Less(barrier) {
+		if err := st.flush(); err != nil {
+			return out, err
+		}
 		b, err := st.table(name)
 		if err != nil {
 			return out, err

@@ -107,7 +107,7 @@ func (j *Join) load(tx *bbolt.Tx) error {
 			return err
 		}
 	}
-	st := state{tx}
+	st := newState(tx)
 	var err error
 	if j.from, err = st.shape(j.fromID()); err != nil {
 		return err
@@ -183,7 +183,7 @@ func (j *Join) Restore(b []byte) error {
 func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
 	out := make([]pipeline.Record, 0, len(in)+len(in)/2)
 	err := j.db.Update(func(tx *bbolt.Tx) error {
-		st := state{tx}
+		st := newState(tx)
 		for i := range in {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -198,7 +198,7 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 				return fmt.Errorf("join %s: %s %s at version %s: %w", j.opts.Output, r.Table.ID, r.Op, r.Version, err)
 			}
 		}
-		return nil
+		return st.flush()
 	})
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/bbolt"
 
@@ -106,41 +107,80 @@ func decodeEntry(b []byte) (*entry, error) {
 	return e, r.err
 }
 
-// state is the store seen through one write transaction.
+// state is the store seen through one write transaction, with the rows
+// it reads and writes cached: a row is decoded once and written once per
+// transaction however often the batch touches it (flush writes them).
 type state struct {
-	tx *bbolt.Tx
+	tx    *bbolt.Tx
+	cache map[string]*cachedRow
 }
+
+type cachedRow struct {
+	table string
+	key   []byte
+	e     *entry // nil: not in the store
+	dirty bool
+}
+
+func newState(tx *bbolt.Tx) state { return state{tx: tx, cache: map[string]*cachedRow{}} }
+
+func cacheKey(table string, key []byte) string { return table + "\x00" + string(key) }
 
 func (s state) table(name string) (*bbolt.Bucket, error) {
 	return s.tx.Bucket(bucketRows).CreateBucketIfNotExists([]byte(name))
 }
 
+// get returns the row, nil when the store has none. The entry is shared
+// with the cache: change it only to put it back.
 func (s state) get(table string, key []byte) (*entry, error) {
-	b := s.tx.Bucket(bucketRows).Bucket([]byte(table))
-	if b == nil {
-		return nil, nil
+	ck := cacheKey(table, key)
+	if c, ok := s.cache[ck]; ok {
+		return c.e, nil
 	}
-	v := b.Get(key)
-	if v == nil {
-		return nil, nil
+	var e *entry
+	if b := s.tx.Bucket(bucketRows).Bucket([]byte(table)); b != nil {
+		if v := b.Get(key); v != nil {
+			var err error
+			if e, err = decodeEntry(v); err != nil {
+				return nil, fmt.Errorf("row of %s: %w", table, err)
+			}
+		}
 	}
-	e, err := decodeEntry(v)
-	if err != nil {
-		return nil, fmt.Errorf("row of %s: %w", table, err)
-	}
+	s.cache[ck] = &cachedRow{table: table, key: key, e: e}
 	return e, nil
 }
 
 func (s state) put(table string, key []byte, e *entry) error {
-	b, err := s.table(table)
-	if err != nil {
-		return err
+	s.cache[cacheKey(table, key)] = &cachedRow{table: table, key: key, e: e, dirty: true}
+	return nil
+}
+
+// flush writes the rows put since the last flush, in key order, and
+// empties the cache (a truncate then reads the bucket directly).
+func (s state) flush() error {
+	keys := make([]string, 0, len(s.cache))
+	for k, c := range s.cache {
+		if c.dirty {
+			keys = append(keys, k)
+		}
 	}
-	v, err := e.encode()
-	if err != nil {
-		return fmt.Errorf("row of %s: %w", table, err)
+	slices.Sort(keys)
+	for _, k := range keys {
+		c := s.cache[k]
+		b, err := s.table(c.table)
+		if err != nil {
+			return err
+		}
+		v, err := c.e.encode()
+		if err != nil {
+			return fmt.Errorf("row of %s: %w", c.table, err)
+		}
+		if err := b.Put(c.key, v); err != nil {
+			return err
+		}
 	}
-	return b.Put(key, v)
+	clear(s.cache)
+	return nil
 }
 
 func (s state) barrier(table string) pipeline.Version {
