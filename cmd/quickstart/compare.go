@@ -22,6 +22,10 @@ var checks = []struct {
 	{"orders",
 		`SELECT count(*), coalesce(sum(id), 0)::text || '/' || coalesce(sum(amount), 0)::text || '/' || count(*) FILTER (WHERE status = 'paid')::text || '/' || coalesce(sum(customer_id), 0)::text FROM orders`,
 		`SELECT count(*), coalesce(sum(id), 0)::VARCHAR || '/' || coalesce(sum(amount), 0)::VARCHAR || '/' || count(*) FILTER (WHERE status = 'paid')::VARCHAR || '/' || coalesce(sum(customer_id), 0)::VARCHAR FROM "public_orders" WHERE NOT _sluice_deleted`},
+	// The join's output: every order with its customer embedded.
+	{"order_docs",
+		`SELECT count(*), coalesce(sum(o.id), 0)::text || '/' || count(*) FILTER (WHERE c.vip)::text || '/' || count(c.id)::text FROM orders o LEFT JOIN customers c ON c.id = o.customer_id`,
+		`SELECT count(*), coalesce(sum(id), 0)::VARCHAR || '/' || count(*) FILTER (WHERE CAST(customer AS VARCHAR) LIKE '%"vip":true%')::VARCHAR || '/' || count(customer)::VARCHAR FROM "public_order_docs" WHERE NOT _sluice_deleted`},
 }
 
 func compare(ctx context.Context, dsn, duckPath string) (result, error) {
@@ -63,6 +67,7 @@ var searches = []struct {
 	{"public.customers", "*", `SELECT count(*) FROM customers`},
 	{"public.orders", "status:shipped", `SELECT count(*) FROM orders WHERE status = 'shipped'`},
 	{"public.customers", "vip:true", `SELECT count(*) FROM customers WHERE vip`},
+	{"public.order_docs", `customer:"customer 10"`, `SELECT count(*) FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.name = 'customer 10'`},
 }
 
 // compareSearch runs the searches on the bleve index and counts the same

@@ -24,10 +24,10 @@ func TestQuickstartCopiesPostgresIntoDuckDBAndTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(res.summary())
-	if !res.Equal || len(res.Tables) != 2 {
+	if !res.Equal || len(res.Tables) != 3 {
 		t.Fatalf("copy differs:\n%s", res.summary())
 	}
-	if len(res.Searches) != 3 {
+	if len(res.Searches) != 4 {
 		t.Fatalf("searches: %+v", res.Searches)
 	}
 	for _, q := range res.Searches {

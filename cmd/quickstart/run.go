@@ -59,7 +59,7 @@ func (r result) summary() string {
 		if t.Source != t.Sink {
 			mark = "DIFFERENT"
 		}
-		fmt.Fprintf(&b, "  %-16s postgres %-40s duckdb %-40s %s\n", t.Name, t.Source, t.Sink, mark)
+		fmt.Fprintf(&b, "  %-18s postgres %-40s duckdb %-40s %s\n", t.Name, t.Source, t.Sink, mark)
 	}
 	if r.Index != "" {
 		fmt.Fprintf(&b, "\nsearch index: %s (try: go run ./cmd/sluice search -c %s 'status:paid')\n", r.Index,
@@ -70,7 +70,7 @@ func (r result) summary() string {
 		if q.SourceN != q.IndexN {
 			mark = "DIFFERENT"
 		}
-		fmt.Fprintf(&b, "  %-34s %6d hits   postgres %6d rows   %s\n", q.Query, q.IndexN, q.SourceN, mark)
+		fmt.Fprintf(&b, "  %-42s %6d hits   postgres %6d rows   %s\n", q.Query, q.IndexN, q.SourceN, mark)
 	}
 	if r.Equal {
 		b.WriteString("every table in DuckDB and every search of the index agree with PostgreSQL\n")
@@ -167,6 +167,14 @@ source:
     dsn: %s
     tables: [public.customers, public.orders]
     heartbeat_interval: 2s
+# Every order with its customer embedded, for the search index:
+#   sluice search -c CONFIG 'customer:"customer 10"'
+transforms:
+  - join:
+      output: public.order_docs
+      from: public.orders
+      with:
+        - {table: public.customers, on: [customer_id], as: customer, columns: [name, email, vip]}
 sinks:
   - duckdb:
       path: ./quickstart.duckdb
@@ -195,7 +203,7 @@ log:
 	go func() {
 		daemonErr <- daemon.Run(runCtx, cfg, daemon.RunFlags{DropSlotOnExit: true, OnListen: o.OnListen}, log)
 	}()
-	log.Info("sluice is capturing public.customers and public.orders into DuckDB and a search index; "+
+	log.Info("sluice is capturing public.customers and public.orders (and, joined, public.order_docs) into DuckDB and a search index; "+
 		"watch it with `go run ./cmd/sluice status`, search it with `go run ./cmd/sluice search -c CONFIG QUERY`",
 		zap.String("config", cfgPath))
 
