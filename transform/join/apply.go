@@ -344,7 +344,7 @@ func (j *Join) emit(st state, r *pipeline.Record, fk []byte, out []pipeline.Reco
 			return out, err
 		}
 	}
-	rec.Size = size(rec.Before) + size(rec.After)
+	rec.Size = pipeline.EstimateSize(&rec)
 	return append(out, rec), nil
 }
 
@@ -387,21 +387,4 @@ func next(v pipeline.Version) pipeline.Version {
 		v[i] = 0
 	}
 	return v
-}
-
-// size estimates an image's memory for the in-flight cap.
-func size(img []any) int {
-	n := 16
-	for _, v := range img {
-		n += 16
-		switch x := v.(type) {
-		case string:
-			n += len(x)
-		case []byte:
-			n += len(x)
-		case pipeline.JSON:
-			n += len(x)
-		}
-	}
-	return n
 }
