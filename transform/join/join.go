@@ -246,11 +246,7 @@ func (j *Join) apply(st state, r *pipeline.Record, out []pipeline.Record) ([]pip
 // output shape.
 func (j *Join) observeShape(st state, t *pipeline.Table, isFrom bool, lookupN []int) error {
 	name := t.ID.String()
-	known := j.lookups[name]
-	if isFrom {
-		known = j.from
-	}
-	if known == t {
+	if (!isFrom || j.from == t) && (len(lookupN) == 0 || j.lookups[name] == t) {
 		return nil
 	}
 	for _, n := range lookupN {

@@ -442,3 +442,45 @@ func TestLookupBarrierOfFirstLoad(t *testing.T) {
 		t.Fatalf("replayed barrier: %+v", js)
 	}
 }
+
+// A table joined with itself: employees with their manager embedded. A
+// manager's change reaches the employees who report to them, and the
+// manager's own row is joined too.
+func TestSelfJoin(t *testing.T) {
+	emp := &pipeline.Table{ID: pipeline.TableID{Database: "hr", Schema: "public", Table: "employees"},
+		Columns: []pipeline.Column{{Name: "id", Type: pipeline.TypeInt64, Key: true},
+			{Name: "manager_id", Type: pipeline.TypeInt64, Nullable: true}, {Name: "name", Type: pipeline.TypeString}},
+		KeyIdx: []int{0}}
+	j, err := Open(Options{Output: "public.employee_docs", From: "public.employees", Dir: t.TempDir(),
+		With: []Lookup{{Table: "public.employees", On: []string{"manager_id"}, As: "manager", Columns: []string{"name"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	docs := func(out []pipeline.Record) map[int64]string {
+		m := map[int64]string{}
+		for _, r := range out {
+			if r.Table.ID.Table != "employee_docs" {
+				continue
+			}
+			name := "-"
+			if r.After[3] != nil {
+				var x map[string]any
+				_ = json.Unmarshal([]byte(r.After[3].(pipeline.JSON)), &x)
+				name = x["name"].(string)
+			}
+			m[r.After[0].(int64)] = name
+		}
+		return m
+	}
+	got := docs(process(t, j,
+		rec(pipeline.OpInsert, emp, ver(1), nil, []any{int64(1), nil, "boss"}),
+		rec(pipeline.OpInsert, emp, ver(2), nil, []any{int64(2), int64(1), "dev"})))
+	if got[1] != "-" || got[2] != "boss" {
+		t.Fatalf("first: %v", got)
+	}
+	got = docs(process(t, j, rec(pipeline.OpUpdate, emp, ver(3), nil, []any{int64(1), nil, "chief"})))
+	if len(got) != 2 || got[1] != "-" || got[2] != "chief" {
+		t.Fatalf("after the manager's rename: %v", got)
+	}
+}
