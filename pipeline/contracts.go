@@ -70,6 +70,25 @@ type Operator interface {
 	Restore([]byte) error
 }
 
+// StateOwner is implemented by operators that keep their own durable
+// state beside the checkpoint (transform/join). The runtime calls Begin
+// once, after loading the checkpoint and before the source opens, so
+// before the first Process; an error stops the run before anything is
+// read.
+type StateOwner interface {
+	// Begin tells the operator whether the run resumes from a stored
+	// checkpoint. Without one (resumed false) nothing was ever
+	// acknowledged, so the source delivers again every input the
+	// operator's state could have been built from (an interrupted initial
+	// load is redone from a new snapshot): the operator must start from
+	// empty state, or rows deleted since the earlier attempt would live on
+	// in it (Invariant 5). With one (resumed true) the state must cover
+	// every input at or before the checkpoint; an operator whose state
+	// cannot (created after the checkpoint, or built for another
+	// definition) must fail with the way to rebuild it.
+	Begin(ctx context.Context, resumed bool) error
+}
+
 // Checkpoint is what the offset store keeps for a pipeline.
 type Checkpoint struct {
 	Pipeline  string                     `json:"pipeline"`

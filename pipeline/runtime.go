@@ -198,6 +198,14 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		}
 		r.log.Info("resuming from checkpoint", zap.Uint64("seq", cp.Seq), zap.ByteString("position", cp.Position))
 	}
+	for _, op := range r.ops {
+		if so, ok := op.Operator.(StateOwner); ok {
+			if err := so.Begin(ctx, found); err != nil {
+				r.state.Store("failed")
+				return &OpenError{What: "transform " + op.Name, Err: err}
+			}
+		}
+	}
 	// Work contexts outlive ctx so that a graceful stop can drain.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
