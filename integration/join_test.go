@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -277,4 +278,99 @@ func diffRows(want, got map[string][]string) string {
 		}
 	}
 	return b.String()
+}
+
+// An initial load killed (kill -9) before its first checkpoint is redone
+// from a new snapshot; in between an order was deleted, another moved and
+// a customer renamed. The looked-up table is loaded first, so its barrier
+// would re-send every order the first attempt left in the join's state:
+// the state starts over instead, and the replica equals the SQL join (no
+// deleted order lives on, no reloaded order is dropped as stale).
+func TestJoinInterruptedLoadRedone(t *testing.T) {
+	pg := harness.PostgresT(t)
+	ctx := context.Background()
+	for _, db := range []string{"app", "replica"} {
+		if err := pg.CreateDatabase(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pg.Exec(ctx, "app",
+		`CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL)`,
+		`CREATE TABLE orders (id int PRIMARY KEY, customer_id int, item text)`,
+		`INSERT INTO customers SELECT g, 'customer' || g FROM generate_series(1, 5) g`,
+		`INSERT INTO orders SELECT g, 1 + g % 5, 'item' || g FROM generate_series(1, 40) g`,
+	); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	config := func(interval string) string {
+		return writeConfig(t, dir, fmt.Sprintf(`pipeline: reload
+source:
+  postgres:
+    dsn: %s
+    tables: [public.customers, public.orders]
+transforms:
+  - join:
+      output: public.order_docs
+      from: public.orders
+      with:
+        - {table: public.customers, on: [customer_id], as: customer, columns: [name]}
+sinks:
+  - postgres: {dsn: "%s", tables: [public.order_docs]}
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: %s}
+`, pg.DSN("app"), pg.DSN("replica"), interval))
+	}
+	// The first attempt never checkpoints: the kill lands before any.
+	d := startDaemon(t, config("1h"))
+	d.waitAddr(t, time.Minute)
+	waitUntil(t, d, 2*time.Minute, "the first load's joined rows in the replica", func() bool {
+		return countRows(ctx, pg.DSN("replica"), `SELECT count(*) FROM public_order_docs`) == 40
+	})
+	d.kill()
+	if _, err := os.Stat(filepath.Join(dir, "offsets", "checkpoint.json")); !os.IsNotExist(err) {
+		t.Fatalf("a checkpoint exists after the first attempt (%v): the test needs a load without one", err)
+	}
+	if err := pg.Exec(ctx, "app",
+		`DELETE FROM orders WHERE id = 7`,
+		`UPDATE orders SET customer_id = 1 WHERE id = 8`,
+		`UPDATE customers SET name = 'renamed' WHERE id = 2`,
+	); err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemon(t, config("50ms"))
+	d.waitAddr(t, time.Minute)
+	// The first checkpoint follows the redone load; the mark comes after.
+	waitFile(t, filepath.Join(dir, "offsets", "checkpoint.json"), d)
+	mark := commitMarkOn(t, ctx, pg.DSN("app"), `UPDATE orders SET item = 'marked' WHERE id = 1`)
+	waitSlotConfirmed(t, ctx, pg.DSN("app"), "sluice_reload", mark, d)
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, d.logs())
+	}
+	want := joinRows(t, ctx, pg.DSN("app"), `SELECT o.id, o.customer_id, o.item, c.name
+		FROM orders o LEFT JOIN customers c ON c.id = o.customer_id`)
+	got := joinRows(t, ctx, pg.DSN("replica"), `SELECT id, customer_id, item, customer->>'name'
+		FROM public_order_docs WHERE NOT _sluice_deleted`)
+	if diff := diffRows(want, got); diff != "" {
+		t.Fatalf("replica differs from the join after the redone load:\n%s", diff)
+	}
+	if !strings.Contains(d.logs(), "join state started over") {
+		t.Fatalf("the restarted daemon did not start the join's state over:\n%s", d.logs())
+	}
+}
+
+// countRows returns the count query's result, -1 while it fails (the
+// table may not exist yet).
+func countRows(ctx context.Context, dsn, query string) int {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return -1
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, query).Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }

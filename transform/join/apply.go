@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"go.uber.org/zap"
-
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -184,7 +182,7 @@ func (j *Join) lookupKey(e *entry, n int) ([]byte, error) {
 // is new and cleared nothing. A replayed truncate cleared its rows before
 // the crash and they are no longer known, so its outputs are all sent
 // again.
-func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int, seen map[string]bool, out []pipeline.Record) ([]pipeline.Record, error) {
 	name := r.Table.ID.String()
 	barrier := st.barrier(name)
 	fresh := barrier.Less(r.Version) // not seen before: not a replay
@@ -236,8 +234,12 @@ func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int
 		// Nothing was cleared (a first load's barrier): no output changes.
 		return out, nil
 	}
-	seen := map[string]bool{}
-	for _, n := range lookupN {
+	return j.emitAll(st, r, lookupN, seen, out)
+}
+
+// emitAll emits every joined row that refers to a row of the lookups ns.
+func (j *Join) emitAll(st state, r *pipeline.Record, ns []int, seen map[string]bool, out []pipeline.Record) ([]pipeline.Record, error) {
+	for _, n := range ns {
 		b, err := st.index(n)
 		if err != nil {
 			return out, err
@@ -272,19 +274,9 @@ func fromKeyOf(k []byte) []byte {
 	return append([]byte{}, r.b[n:]...)
 }
 
-// fanOutWarn is the number of output rows one input may cause before the
-// join logs it: they all travel in the input's batch (Invariant 9).
-const fanOutWarn = 100_000
-
-// emitReferrers emits the joined rows that refer to the looked-up rows keys.
-func (j *Join) emitReferrers(st state, r *pipeline.Record, lookupN []int, keys [][]byte, out []pipeline.Record) ([]pipeline.Record, error) {
-	seen := map[string]bool{}
-	defer func() {
-		if len(seen) >= fanOutWarn {
-			j.log.Warn("one change fans out to many joined rows, all in one batch past the in-flight cap",
-				zap.String("join", j.opts.Output), zap.String("table", r.Table.ID.String()), zap.Int("rows", len(seen)))
-		}
-	}()
+// emitReferrers emits the joined rows that refer to the looked-up rows
+// keys and are not in seen.
+func (j *Join) emitReferrers(st state, r *pipeline.Record, lookupN []int, keys [][]byte, seen map[string]bool, out []pipeline.Record) ([]pipeline.Record, error) {
 	for _, n := range lookupN {
 		for _, lk := range keys {
 			fks, err := st.referrers(n, lk)
@@ -362,7 +354,10 @@ func (j *Join) row(st state, e *entry) ([]any, error) {
 	}
 	for n, l := range j.opts.With {
 		lk, err := j.lookupKey(e, n)
-		if err != nil || lk == nil {
+		if err != nil {
+			return nil, err
+		}
+		if lk == nil {
 			continue
 		}
 		le, err := st.get(l.Table, lk)

@@ -36,6 +36,9 @@ func BenchmarkJoin(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		if err := j.Begin(context.Background(), false); err != nil {
+			b.Fatal(err)
+		}
 		cs := make([]pipeline.Record, custs)
 		for i := range cs {
 			cs[i] = rec(pipeline.OpInsert, customers, ver(1), nil, customer(int64(i+1), fmt.Sprint("customer ", i)))

@@ -12,6 +12,16 @@
 // makes a state that ran ahead of the checkpoint harmless: the inputs
 // replayed after a crash change nothing in it (Invariant 5).
 //
+// Start and resume (pipeline.StateOwner). A run without a checkpoint
+// starts the state over: nothing was acknowledged, so the source sends
+// every input again (an interrupted initial load is redone from a new
+// snapshot, and state left by the first attempt would keep rows deleted
+// in between alive). A run that resumes from a checkpoint needs state
+// built for the same definition (from, and per lookup table, on, as and
+// columns) since the pipeline started; without it (a join added to a
+// running pipeline, a moved state_dir, a changed definition) the join
+// refuses to start and names `sluice run --reset-offsets`.
+//
 // Outputs. After each input record of a joined table (passed through
 // unchanged), Process appends the output rows that record touches, built
 // from the state as it now is, whether the record changed the state or was
@@ -22,7 +32,13 @@
 // output row is newer than the one before it and no sink drops it as
 // stale. A truncate of the from table becomes a truncate of the output; a
 // truncate of a looked-up table writes again every output row that refers
-// to that lookup.
+// to that lookup, and so does a new shape of a looked-up table that
+// changes the embedded columns (a column added, dropped or retyped).
+//
+// Keys. A foreign key finds a primary key when their values are equal as
+// SQL compares numbers (5 = 5.00, signed = unsigned); text and bytes are
+// compared exactly, so case- or pad-insensitive collations are not
+// followed.
 //
 // Text that is not UTF-8 (which sources convert away) is embedded with
 // U+FFFD in place of the invalid bytes: JSON cannot hold it.

@@ -3,6 +3,7 @@ package join
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -54,9 +55,17 @@ type Join struct {
 	lookups map[string]*pipeline.Table // the looked-up tables' latest shapes
 	out     *pipeline.Table            // the output shape, rebuilt when an input shape changes
 	gen     int
+
+	storedDef []byte // the definition the state was built for; nil: none
+	begun     bool   // Begin was called
 }
 
-// Open opens (or creates) the join's state in opts.Dir.
+// maxLookups bounds a join's lookups: each has an index bucket named by
+// its number in one byte.
+const maxLookups = 255
+
+// Open opens (or creates) the join's state in opts.Dir. Begin must be
+// called before the first Process.
 func Open(opts Options) (*Join, error) {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
@@ -67,6 +76,9 @@ func Open(opts Options) (*Join, error) {
 	}
 	if len(opts.With) == 0 {
 		return nil, fmt.Errorf("join %s: no lookups", opts.Output)
+	}
+	if len(opts.With) > maxLookups {
+		return nil, fmt.Errorf("join %s: %d lookups; at most %d", opts.Output, len(opts.With), maxLookups)
 	}
 	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("join %s: state directory: %w", opts.Output, err)
@@ -87,26 +99,36 @@ func Open(opts Options) (*Join, error) {
 	return j, nil
 }
 
-// definition is what the index depends on: when it changes the index is
-// rebuilt from the stored rows.
+// definition is what the state and the outputs already written were
+// built for: the from table and, per lookup, the table, the on columns,
+// the output column and the selected columns. Begin refuses to resume
+// with state built for another definition.
 func (j *Join) definition() []byte {
-	var b []byte
-	b = appendBytes(b, j.opts.From)
-	for _, l := range j.opts.With {
-		b = appendBytes(b, l.Table)
-		b = appendBytes(b, strings.Join(l.On, "\x00"))
+	type lookup struct {
+		Table   string   `json:"table"`
+		On      []string `json:"on"`
+		As      string   `json:"as"`
+		Columns []string `json:"columns,omitempty"`
 	}
+	def := struct {
+		From string   `json:"from"`
+		With []lookup `json:"with"`
+	}{From: j.opts.From}
+	for _, l := range j.opts.With {
+		def.With = append(def.With, lookup{l.Table, l.On, l.As, l.Columns})
+	}
+	b, _ := json.Marshal(def) // strings and slices of strings always marshal
 	return b
 }
 
-// load creates the buckets, reads the stored shapes and rebuilds the
-// index when the join's definition changed since it was built.
+// load creates the buckets and reads the stored definition and shapes.
 func (j *Join) load(tx *bbolt.Tx) error {
 	for _, name := range [][]byte{bucketRows, bucketIndex, bucketMeta} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
 	}
+	j.storedDef = bytes.Clone(tx.Bucket(bucketMeta).Get(keyDef))
 	st := newState(tx)
 	var err error
 	if j.from, err = st.shape(j.fromID()); err != nil {
@@ -122,36 +144,66 @@ func (j *Join) load(tx *bbolt.Tx) error {
 		}
 	}
 	j.rebuildOut()
+	return nil
+}
+
+// Begin implements pipeline.StateOwner. Without a checkpoint the source
+// delivers every input again, so the state starts over: state left by an
+// initial load that was interrupted and is now redone from a new snapshot
+// would keep rows deleted in between alive in the outputs. With one, the
+// state must have been built for this definition from the start of the
+// pipeline: a join added to a running pipeline, or whose state was
+// removed or built for other tables, columns or names, has no way to
+// produce (or correct) the outputs of rows that do not change again, so
+// it refuses to run and says how to rebuild.
+func (j *Join) Begin(_ context.Context, resumed bool) error {
 	def := j.definition()
-	if bytes.Equal(tx.Bucket(bucketMeta).Get(keyDef), def) {
+	if resumed {
+		switch {
+		case j.storedDef == nil:
+			return fmt.Errorf("join %s: no join state in %s, but the pipeline resumes from a checkpoint (the join was added to a running pipeline, or its state_dir moved or was removed): its rows need every row of %s; rebuild them with `sluice run --reset-offsets`, which loads every table again",
+				j.opts.Output, j.opts.Dir, j.tableList())
+		case !bytes.Equal(j.storedDef, def):
+			return fmt.Errorf("join %s: the join's definition changed since its state and outputs were built (was %s, now %s); rows already written keep the old form: rebuild them with `sluice run --reset-offsets`, which loads every table again",
+				j.opts.Output, j.storedDef, def)
+		}
+		j.begun = true
 		return nil
 	}
-	if err := tx.DeleteBucket(bucketIndex); err != nil {
-		return err
-	}
-	if _, err := tx.CreateBucket(bucketIndex); err != nil {
-		return err
-	}
-	rows := tx.Bucket(bucketRows).Bucket([]byte(j.opts.From))
-	n := 0
-	if rows != nil {
-		err := rows.ForEach(func(k, v []byte) error {
-			e, err := decodeEntry(v)
-			if err != nil {
+	err := j.db.Update(func(tx *bbolt.Tx) error {
+		for _, name := range [][]byte{bucketRows, bucketIndex, bucketMeta} {
+			if err := tx.DeleteBucket(name); err != nil {
 				return err
 			}
-			n++
-			return j.relink(st, k, nil, e)
-		})
-		if err != nil {
-			return err
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keyDef, def)
+	})
+	if err != nil {
+		return fmt.Errorf("join %s: start the state over: %w", j.opts.Output, err)
+	}
+	if j.storedDef != nil {
+		j.log.Info("join state started over: the pipeline has no checkpoint, so every table is read again",
+			zap.String("join", j.opts.Output))
+	}
+	j.storedDef = def
+	j.from, j.out = nil, nil
+	clear(j.lookups)
+	j.begun = true
+	return nil
+}
+
+// tableList names the joined tables.
+func (j *Join) tableList() string {
+	names := []string{j.opts.From}
+	for _, l := range j.opts.With {
+		if !slices.Contains(names, l.Table) {
+			names = append(names, l.Table)
 		}
 	}
-	if n > 0 {
-		j.log.Warn("join definition changed: index rebuilt from the stored rows; rows of a newly added lookup table join once they change or the pipeline is re-snapshotted",
-			zap.String("join", j.opts.Output), zap.Int("rows", n))
-	}
-	return tx.Bucket(bucketMeta).Put(keyDef, def)
+	return strings.Join(names, ", ")
 }
 
 func tableID(name string) pipeline.TableID {
@@ -179,8 +231,15 @@ func (j *Join) Restore(b []byte) error {
 // Process passes every input record through and appends, after each
 // record of the from table or a looked-up table, the joined rows it
 // changes. The state transaction commits (fsync) before Process returns,
-// so the state is durable before any output can be (Invariant 5).
+// so the state is durable before any output can be (Invariant 5); a
+// batch without a record of a joined table opens no transaction.
 func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
+	if !j.begun {
+		return nil, fmt.Errorf("join %s: Process before Begin", j.opts.Output)
+	}
+	if !slices.ContainsFunc(in, j.joins) {
+		return in, nil
+	}
 	out := make([]pipeline.Record, 0, len(in)+len(in)/2)
 	err := j.db.Update(func(tx *bbolt.Tx) error {
 		st := newState(tx)
@@ -190,7 +249,7 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 			}
 			r := &in[i]
 			out = append(out, *r)
-			if r.Table == nil || !r.Op.IsData() {
+			if !j.joins(*r) {
 				continue
 			}
 			var err error
@@ -206,7 +265,24 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 	return out, nil
 }
 
-// apply updates the state with r and appends the output records it causes.
+// joins reports whether r is a data record of a joined table.
+func (j *Join) joins(r pipeline.Record) bool {
+	if r.Table == nil || !r.Op.IsData() {
+		return false
+	}
+	name := r.Table.ID.String()
+	return name == j.opts.From || slices.ContainsFunc(j.opts.With, func(l Lookup) bool { return l.Table == name })
+}
+
+// fanOutWarn is the number of output rows one input may cause before the
+// join logs it: they all travel in the input's batch (Invariant 9).
+const fanOutWarn = 100_000
+
+// apply updates the state with r and appends the output records it causes:
+// the row itself when r is a from-table row, the rows that refer to it
+// when r is a looked-up row, and every row that refers to a lookup whose
+// embedded columns r's new shape changed. Each output row is emitted once
+// per input (seen).
 func (j *Join) apply(st state, r *pipeline.Record, out []pipeline.Record) ([]pipeline.Record, error) {
 	name := r.Table.ID.String()
 	isFrom := name == j.opts.From
@@ -216,68 +292,93 @@ func (j *Join) apply(st state, r *pipeline.Record, out []pipeline.Record) ([]pip
 			lookupN = append(lookupN, n)
 		}
 	}
-	if !isFrom && len(lookupN) == 0 {
-		return out, nil
-	}
-	if err := j.observeShape(st, r.Table, isFrom, lookupN); err != nil {
-		return out, err
-	}
-	if r.Op == pipeline.OpTruncate {
-		return j.truncate(st, r, isFrom, lookupN, out)
-	}
-	keys, err := j.applyRow(st, r, isFrom)
+	refresh, err := j.observeShape(st, r.Table, isFrom, lookupN)
 	if err != nil {
 		return out, err
 	}
-	if isFrom {
-		for _, k := range keys {
-			if out, err = j.emit(st, r, k, out); err != nil {
+	seen := map[string]bool{}
+	defer func() {
+		if len(seen) >= fanOutWarn {
+			j.log.Warn("one change fans out to many joined rows, all in one batch past the in-flight cap",
+				zap.String("join", j.opts.Output), zap.String("table", name), zap.Stringer("op", r.Op), zap.Int("rows", len(seen)))
+		}
+	}()
+	if r.Op == pipeline.OpTruncate {
+		if out, err = j.truncate(st, r, isFrom, lookupN, seen, out); err != nil {
+			return out, err
+		}
+	} else {
+		keys, err := j.applyRow(st, r, isFrom)
+		if err != nil {
+			return out, err
+		}
+		if isFrom {
+			for _, k := range keys {
+				seen[string(k)] = true
+				if out, err = j.emit(st, r, k, out); err != nil {
+					return out, err
+				}
+			}
+		}
+		if len(lookupN) > 0 {
+			if out, err = j.emitReferrers(st, r, lookupN, keys, seen, out); err != nil {
 				return out, err
 			}
 		}
 	}
-	if len(lookupN) > 0 {
-		return j.emitReferrers(st, r, lookupN, keys, out)
+	if len(refresh) > 0 {
+		// The embedded columns changed (a column added, dropped or
+		// retyped): every row that embeds this lookup is written again.
+		return j.emitAll(st, r, refresh, seen, out)
 	}
 	return out, nil
 }
 
 // observeShape records a new shape of an input table and rebuilds the
-// output shape.
-func (j *Join) observeShape(st state, t *pipeline.Table, isFrom bool, lookupN []int) error {
+// output shape. It returns the lookups whose embedded columns differ from
+// the previous shape's (none for a table seen for the first time).
+func (j *Join) observeShape(st state, t *pipeline.Table, isFrom bool, lookupN []int) ([]int, error) {
 	name := t.ID.String()
 	if (!isFrom || j.from == t) && (len(lookupN) == 0 || j.lookups[name] == t) {
-		return nil
+		return nil, nil
 	}
 	for _, n := range lookupN {
 		l := j.opts.With[n]
 		if len(t.KeyIdx) != len(l.On) {
-			return fmt.Errorf("lookup %s: on lists %d column(s) but %s has a %d-column primary key (%s); list the columns of %s that hold it, in key order",
+			return nil, fmt.Errorf("lookup %s: on lists %d column(s) but %s has a %d-column primary key (%s); list the columns of %s that hold it, in key order",
 				l.As, len(l.On), name, len(t.KeyIdx), keyNames(t), j.opts.From)
 		}
 		for _, c := range l.Columns {
 			if !slices.ContainsFunc(t.Columns, func(x pipeline.Column) bool { return x.Name == c }) {
-				return fmt.Errorf("lookup %s: %s has no column %q (listed in columns)", l.As, name, c)
+				return nil, fmt.Errorf("lookup %s: %s has no column %q (listed in columns)", l.As, name, c)
 			}
 		}
 	}
 	if isFrom {
 		if len(t.KeyIdx) == 0 {
-			return fmt.Errorf("%s has no primary key: joined rows need one", name)
+			return nil, fmt.Errorf("%s has no primary key: joined rows need one", name)
 		}
 		for _, l := range j.opts.With {
 			if slices.ContainsFunc(t.Columns, func(x pipeline.Column) bool { return x.Name == l.As }) {
-				return fmt.Errorf("lookup %s: %s already has a column %q; choose another name for as", l.As, name, l.As)
+				return nil, fmt.Errorf("lookup %s: %s already has a column %q; choose another name for as", l.As, name, l.As)
 			}
 			for _, c := range l.On {
 				if !slices.ContainsFunc(t.Columns, func(x pipeline.Column) bool { return x.Name == c }) {
-					return fmt.Errorf("lookup %s: %s has no column %q (listed in on)", l.As, name, c)
+					return nil, fmt.Errorf("lookup %s: %s has no column %q (listed in on)", l.As, name, c)
 				}
 			}
 		}
 	}
 	if err := st.putShape(t); err != nil {
-		return err
+		return nil, err
+	}
+	var refresh []int
+	if prev := j.lookups[name]; prev != nil {
+		for _, n := range lookupN {
+			if !sameMembers(lookupColumns(prev, j.opts.With[n]), lookupColumns(t, j.opts.With[n])) {
+				refresh = append(refresh, n)
+			}
+		}
 	}
 	if isFrom {
 		j.from = t
@@ -286,7 +387,20 @@ func (j *Join) observeShape(st state, t *pipeline.Table, isFrom bool, lookupN []
 		j.lookups[name] = t
 	}
 	j.rebuildOut()
-	return nil
+	return refresh, nil
+}
+
+// sameMembers reports whether two lookups' embedded columns render the
+// same objects: the same names, types and missing values, in order.
+func sameMembers(a, b []pipeline.Column) bool {
+	return slices.EqualFunc(a, b, func(x, y pipeline.Column) bool {
+		if x.Name != y.Name || x.Type != y.Type || x.Elem != y.Elem {
+			return false
+		}
+		mx, errX := appendValue(nil, x.Missing)
+		my, errY := appendValue(nil, y.Missing)
+		return errX == nil && errY == nil && bytes.Equal(mx, my)
+	})
 }
 
 func keyNames(t *pipeline.Table) string {

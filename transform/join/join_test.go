@@ -47,11 +47,24 @@ func order(id, cust int64, note string) []any {
 	return []any{id, c, note}
 }
 
-func open(t *testing.T, dir string) *Join {
+var orderDocs = Options{Output: "public.order_docs", From: "public.orders",
+	With: []Lookup{{Table: "public.customers", On: []string{"customer_id"}, As: "customer", Columns: []string{"name", "since"}}}}
+
+// open opens the order_docs join in dir for a run without a checkpoint.
+func open(t *testing.T, dir string) *Join { return openRun(t, orderDocs, dir, false) }
+
+// reopen opens it for a run that resumes from a checkpoint.
+func reopen(t *testing.T, dir string) *Join { return openRun(t, orderDocs, dir, true) }
+
+func openRun(t *testing.T, o Options, dir string, resumed bool) *Join {
 	t.Helper()
-	j, err := Open(Options{Output: "public.order_docs", From: "public.orders", Dir: dir,
-		With: []Lookup{{Table: "public.customers", On: []string{"customer_id"}, As: "customer", Columns: []string{"name", "since"}}}})
+	o.Dir = dir
+	j, err := Open(o)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Begin(context.Background(), resumed); err != nil {
+		_ = j.Close()
 		t.Fatal(err)
 	}
 	return j
@@ -199,13 +212,10 @@ func TestTruncates(t *testing.T) {
 }
 
 func TestShapeErrors(t *testing.T) {
-	j, err := Open(Options{Output: "public.order_docs", From: "public.orders", Dir: t.TempDir(),
-		With: []Lookup{{Table: "public.customers", On: []string{"customer_id", "note"}, As: "customer"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := openRun(t, Options{Output: "public.order_docs", From: "public.orders",
+		With: []Lookup{{Table: "public.customers", On: []string{"customer_id", "note"}, As: "customer"}}}, t.TempDir(), false)
 	defer j.Close()
-	_, err = j.Process(context.Background(), []pipeline.Record{rec(pipeline.OpInsert, customers, ver(1), nil, customer(1, "A"))})
+	_, err := j.Process(context.Background(), []pipeline.Record{rec(pipeline.OpInsert, customers, ver(1), nil, customer(1, "A"))})
 	if err == nil || !strings.Contains(err.Error(), "on lists 2 column(s) but public.customers has a 1-column primary key (id)") {
 		t.Fatalf("got %v", err)
 	}
@@ -355,7 +365,9 @@ func replayConverges(t *testing.T, seed uint64) {
 			if err := j.Close(); err != nil {
 				t.Fatal(err)
 			}
-			j = open(t, dir)
+			// No checkpoint yet: the runtime starts the state over and the
+			// source replays from the start.
+			j = openRun(t, orderDocs, dir, checkpoint > 0)
 			pos = checkpoint
 			continue
 		}
@@ -411,7 +423,7 @@ func TestRestartKnowsShapes(t *testing.T) {
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	j = open(t, dir)
+	j = reopen(t, dir)
 	defer j.Close()
 	again := joined(process(t, j, rec(pipeline.OpUpdate, customers, ver(3), nil, customer(1, "Ada L."))))
 	if len(first) != 1 || len(again) != 1 {
@@ -451,17 +463,17 @@ func TestSelfJoin(t *testing.T) {
 		Columns: []pipeline.Column{{Name: "id", Type: pipeline.TypeInt64, Key: true},
 			{Name: "manager_id", Type: pipeline.TypeInt64, Nullable: true}, {Name: "name", Type: pipeline.TypeString}},
 		KeyIdx: []int{0}}
-	j, err := Open(Options{Output: "public.employee_docs", From: "public.employees", Dir: t.TempDir(),
-		With: []Lookup{{Table: "public.employees", On: []string{"manager_id"}, As: "manager", Columns: []string{"name"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := openRun(t, Options{Output: "public.employee_docs", From: "public.employees",
+		With: []Lookup{{Table: "public.employees", On: []string{"manager_id"}, As: "manager", Columns: []string{"name"}}}}, t.TempDir(), false)
 	defer j.Close()
 	docs := func(out []pipeline.Record) map[int64]string {
 		m := map[int64]string{}
 		for _, r := range out {
 			if r.Table.ID.Table != "employee_docs" {
 				continue
+			}
+			if _, twice := m[r.After[0].(int64)]; twice {
+				t.Fatalf("employee %v emitted twice for one input: %+v", r.After[0], out)
 			}
 			name := "-"
 			if r.After[3] != nil {
@@ -482,5 +494,11 @@ func TestSelfJoin(t *testing.T) {
 	got = docs(process(t, j, rec(pipeline.OpUpdate, emp, ver(3), nil, []any{int64(1), nil, "chief"})))
 	if len(got) != 2 || got[1] != "-" || got[2] != "chief" {
 		t.Fatalf("after the manager's rename: %v", got)
+	}
+	// A row that refers to itself is its own manager: one output, which
+	// embeds the row's new values.
+	got = docs(process(t, j, rec(pipeline.OpUpdate, emp, ver(4), nil, []any{int64(1), int64(1), "founder"})))
+	if len(got) != 2 || got[1] != "founder" || got[2] != "founder" {
+		t.Fatalf("after the manager became their own: %v", got)
 	}
 }
