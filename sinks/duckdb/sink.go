@@ -39,6 +39,9 @@ type Options struct {
 
 const (
 	barrierTable = "_sluice_barriers"
+	// snapshotTable keeps when each target last received a snapshot
+	// record (HardDelete mode: tombstones outlive the snapshot).
+	snapshotTable = "_sluice_snapshots"
 	colVersion   = "_sluice_version"
 	colDeleted   = "_sluice_deleted"
 	colUpdatedAt = "_sluice_updated_at"
@@ -124,6 +127,7 @@ func (s *Sink) Open(ctx context.Context) error {
 		"CREATE SCHEMA IF NOT EXISTS " + quote(s.opts.Schema),
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(barrierTable) +
 			` ("table" VARCHAR PRIMARY KEY, version BLOB NOT NULL, updated_at TIMESTAMPTZ)`,
+		"CREATE TABLE IF NOT EXISTS " + s.qualified(snapshotTable) + ` ("table" VARCHAR PRIMARY KEY, snapshot_at TIMESTAMPTZ NOT NULL)`,
 	}
 	for _, q := range setup {
 		if _, err = conn.ExecContext(ctx, q); err != nil {
@@ -172,7 +176,7 @@ func (s *Sink) load(ctx context.Context) error {
 			return err
 		}
 		t = strings.ToLower(t)
-		if t == barrierTable {
+		if t == barrierTable || t == snapshotTable {
 			continue
 		}
 		if tables[t] == nil {
@@ -205,7 +209,40 @@ func (s *Sink) load(ctx context.Context) error {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
+	stamps := map[string]time.Time{}
+	rows, err = s.conn.QueryContext(ctx, `SELECT "table", snapshot_at FROM `+s.qualified(snapshotTable))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var t string
+		var at time.Time
+		if err := rows.Scan(&t, &at); err != nil {
+			rows.Close()
+			return err
+		}
+		stamps[strings.ToLower(t)] = at
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
 	s.tables, s.barriers = tables, barriers
+	s.purger.Load(stamps)
+	return nil
+}
+
+// stampSnapshots stores when records' tables last received a snapshot
+// record, before the records are written (see upsert.Purge).
+func (s *Sink) stampSnapshots(ctx context.Context, records []pipeline.Record) error {
+	now := s.now()
+	targets := s.purger.Stamps(records, func(id pipeline.TableID) string { return strings.ToLower(targetName(id)) }, now)
+	for _, t := range targets {
+		if _, err := s.conn.ExecContext(ctx, "INSERT OR REPLACE INTO "+s.qualified(snapshotTable)+` ("table", snapshot_at) VALUES (?, ?)`,
+			t, now); err != nil {
+			return fmt.Errorf("duckdb sink: snapshot time of %s: %w", t, err)
+		}
+	}
+	s.purger.Stamped(targets, now)
 	return nil
 }
 
@@ -220,6 +257,12 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	defer s.mu.Unlock()
 	if s.conn == nil {
 		return errors.New("duckdb sink: write before open")
+	}
+	if err := s.stampSnapshots(ctx, records); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return err
 	}
 	if done, err := s.appendNew(ctx, records); err != nil || done {
 		if err == nil {
@@ -257,6 +300,9 @@ func (s *Sink) purge(ctx context.Context) {
 		return
 	}
 	for t := range s.tables {
+		if !s.purger.Allowed(t, cutoff) {
+			continue // its snapshot is not over: a late row must meet the tombstone
+		}
 		res, err := s.conn.ExecContext(ctx, "DELETE FROM "+s.qualified(t)+" WHERE "+quote(colDeleted)+
 			" AND "+quote(colUpdatedAt)+" < ?", cutoff)
 		if err != nil {

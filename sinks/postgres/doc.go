@@ -37,7 +37,10 @@
 //     nothing, so replays and duplicates are harmless;
 //   - a delete leaves a tombstone (_sluice_deleted = true with the delete's
 //     version), so a late snapshot row cannot resurrect the key; in
-//     HardDelete mode tombstones are purged once older than TombstoneTTL;
+//     HardDelete mode tombstones are purged once older than TombstoneTTL
+//     and once no snapshot record of their table was written for
+//     TombstoneTTL either (the time is kept in _sluice_snapshots), so they
+//     live at least until the table's snapshot is over, then TombstoneTTL;
 //   - a truncate turns every older row into a tombstone and stores a
 //     barrier in _sluice_barriers(target, version); records older than it
 //     are ignored.

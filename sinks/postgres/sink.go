@@ -42,6 +42,9 @@ type Options struct {
 
 const (
 	barrierTable = "_sluice_barriers"
+	// snapshotTable keeps when each target last received a snapshot
+	// record (HardDelete mode: tombstones outlive the snapshot).
+	snapshotTable = "_sluice_snapshots"
 	colVersion   = "_sluice_version"
 	colDeleted   = "_sluice_deleted"
 	colUpdatedAt = "_sluice_updated_at"
@@ -127,6 +130,7 @@ func (s *Sink) connect(ctx context.Context) error {
 	setup := []string{
 		"CREATE SCHEMA IF NOT EXISTS " + quote(s.opts.Schema),
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(barrierTable) + " (target text PRIMARY KEY, version bytea NOT NULL)",
+		"CREATE TABLE IF NOT EXISTS " + s.qualified(snapshotTable) + " (target text PRIMARY KEY, snapshot_at timestamptz NOT NULL)",
 	}
 	for _, q := range setup {
 		if _, err = conn.Exec(ctx, q); err != nil {
@@ -185,7 +189,7 @@ func (s *Sink) load(ctx context.Context) error {
 			rows.Close()
 			return err
 		}
-		if t == barrierTable {
+		if t == barrierTable || t == snapshotTable {
 			continue
 		}
 		if tables[t] == nil {
@@ -220,7 +224,41 @@ func (s *Sink) load(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	stamps := map[string]time.Time{}
+	rows, err = s.conn.Query(ctx, "SELECT target, snapshot_at FROM "+s.qualified(snapshotTable))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var t string
+		var at time.Time
+		if err := rows.Scan(&t, &at); err != nil {
+			rows.Close()
+			return err
+		}
+		stamps[t] = at
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
 	s.tables, s.barriers = tables, barriers
+	s.purger.Load(stamps)
+	return nil
+}
+
+// stampSnapshots stores when records' tables last received a snapshot
+// record, before the records are written (see upsert.Purge).
+func (s *Sink) stampSnapshots(ctx context.Context, records []pipeline.Record) error {
+	now := s.now()
+	targets := s.purger.Stamps(records, s.targetName, now)
+	for _, t := range targets {
+		if _, err := s.conn.Exec(ctx, "INSERT INTO "+s.qualified(snapshotTable)+" (target, snapshot_at) VALUES ($1, $2)"+
+			" ON CONFLICT (target) DO UPDATE SET snapshot_at = EXCLUDED.snapshot_at", t, now); err != nil {
+			return fmt.Errorf("snapshot time of %s: %w", t, err)
+		}
+	}
+	s.purger.Stamped(targets, now)
 	return nil
 }
 
@@ -238,6 +276,13 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			return cerr
 		}
 		return err
+	}
+	if err := s.stampSnapshots(ctx, records); err != nil {
+		s.afterFailure()
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("postgres sink: %w", err)
 	}
 	if done, err := s.streamNew(ctx, records); err != nil || done {
 		if err != nil {
@@ -287,6 +332,9 @@ func (s *Sink) purge(ctx context.Context) {
 		return
 	}
 	for t := range s.tables {
+		if !s.purger.Allowed(t, cutoff) {
+			continue // its snapshot is not over: a late row must meet the tombstone
+		}
 		tag, err := s.conn.Exec(ctx, "DELETE FROM "+s.qualified(t)+" WHERE "+quote(colDeleted)+
 			" AND "+quote(colUpdatedAt)+" < $1", cutoff)
 		if err != nil {

@@ -223,6 +223,45 @@ func TestHardDeletePurgesExpiredTombstones(t *testing.T) {
 	expectRows(t, s, people, []any{int64(4), "d2", nil})
 }
 
+// In HardDelete mode a tombstone outlives its table's snapshot: none is
+// purged while a snapshot record of the table was written within the TTL,
+// across a restart (the snapshot time is stored); an hour after the last
+// one, expired tombstones go and live rows stay.
+func TestTombstonePurgeWaitsForSnapshot(t *testing.T) {
+	opts := Options{HardDelete: true, TombstoneTTL: time.Hour}
+	opts.Schema = freshSchema()
+	s := openSink(t, opts)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return now }
+	snap := func(id int64) pipeline.Record {
+		r := change(pipeline.OpRead, 1, id, "snap", nil)
+		r.Snapshot = true
+		return r
+	}
+	mustWrite(t, s, snap(1), snap(2), snap(3))
+	mustWrite(t, s, del(2, 1))
+	now = now.Add(50 * time.Minute)
+	mustWrite(t, s, snap(4)) // the snapshot is still running
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = openSink(t, opts)
+	s.now = func() time.Time { return now }
+	now = now.Add(20 * time.Minute)
+	mustWrite(t, s, del(3, 2))
+	if _, deleted, ok := stored(t, s, 1); !ok || !deleted {
+		t.Fatal("tombstone purged while its table's snapshot ran within the TTL")
+	}
+	now = now.Add(62 * time.Minute) // past an hour after the last snapshot record
+	mustWrite(t, s, change(pipeline.OpUpdate, 4, int64(3), "c", nil))
+	for _, id := range []int64{1, 2} {
+		if _, _, ok := stored(t, s, id); ok {
+			t.Fatalf("expired tombstone %d not purged", id)
+		}
+	}
+	expectRows(t, s, people, []any{int64(3), "c", nil}, []any{int64(4), "snap", nil})
+}
+
 func TestWriteHonoursCancellation(t *testing.T) {
 	s := openSink(t, Options{})
 	c, cancel := context.WithCancel(ctx)
