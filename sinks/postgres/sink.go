@@ -45,9 +45,9 @@ const (
 	// snapshotTable keeps when each target last received a snapshot
 	// record (HardDelete mode: tombstones outlive the snapshot).
 	snapshotTable = "_sluice_snapshots"
-	colVersion   = "_sluice_version"
-	colDeleted   = "_sluice_deleted"
-	colUpdatedAt = "_sluice_updated_at"
+	colVersion    = "_sluice_version"
+	colDeleted    = "_sluice_deleted"
+	colUpdatedAt  = "_sluice_updated_at"
 )
 
 // Sink writes change records into a Postgres database, one target table
