@@ -167,6 +167,12 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	if s.opts.ExactlyOnce {
 		return s.writeTxn(ctx, records)
 	}
+	// Each record is produced as soon as it is encoded, so the broker
+	// acknowledges the batch's first records while later ones are still
+	// being encoded. A transient failure (the registry, a cancelled
+	// context) returns with earlier records already sent: the retry
+	// only duplicates them.
+	f := newFlight()
 	var work []pending
 	var bad []pipeline.RecordError
 	for i := range records {
@@ -185,7 +191,9 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			}
 			return err
 		default:
-			work = append(work, pending{i, recs})
+			p := pending{i, recs}
+			work = append(work, p)
+			f.produce(ctx, s.client, p)
 		}
 	}
 	for _, f := range bad {
@@ -197,12 +205,14 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	// Invariant 7: an unencodable record is never dropped: it goes to the
 	// DLQ topic, or back to the runtime as a permanent failure.
 	if s.opts.DLQTopic != "" {
-		for _, f := range bad {
-			work = append(work, pending{f.Index, []*kgo.Record{s.deadLetter(&records[f.Index], f.Err)}})
+		for _, b := range bad {
+			p := pending{b.Index, []*kgo.Record{s.deadLetter(&records[b.Index], b.Err)}}
+			work = append(work, p)
+			f.produce(ctx, s.client, p)
 		}
 		bad = nil
 	}
-	errs, err := s.produce(ctx, work)
+	errs, err := f.wait(ctx)
 	if err != nil {
 		return err
 	}
@@ -240,37 +250,55 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 // produce sends every record and waits for all promises (or ctx). errs maps
 // an input index to the first error of its records.
 func (s *Sink) produce(ctx context.Context, work []pending) (map[int]error, error) {
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs = map[int]error{}
-	)
+	f := newFlight()
 	for _, p := range work {
-		for _, rec := range p.recs {
-			wg.Add(1)
-			idx := p.idx
-			s.client.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-				if err != nil {
-					mu.Lock()
-					if errs[idx] == nil {
-						errs[idx] = err
-					}
-					mu.Unlock()
-				}
-				wg.Done()
-			})
-		}
+		f.produce(ctx, s.client, p)
 	}
+	return f.wait(ctx)
+}
+
+// flight collects the produce promises of one batch: per record index,
+// the first error any of its Kafka records met.
+type flight struct {
+	mu   sync.Mutex
+	wg   sync.WaitGroup
+	errs map[int]error
+}
+
+func newFlight() *flight { return &flight{errs: map[int]error{}} }
+
+// produce hands p's records to the client (blocking only while the
+// client's buffer is full).
+func (f *flight) produce(ctx context.Context, c *kgo.Client, p pending) {
+	for _, rec := range p.recs {
+		f.wg.Add(1)
+		c.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			if err != nil {
+				f.mu.Lock()
+				if f.errs[p.idx] == nil {
+					f.errs[p.idx] = err
+				}
+				f.mu.Unlock()
+			}
+			f.wg.Done()
+		})
+	}
+}
+
+// wait returns once every promise fired, with the errors by record index,
+// or ctx's error: records still buffered then fail with it, and those
+// already sent may land, which a retry only duplicates.
+func (f *flight) wait(ctx context.Context) (map[int]error, error) {
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { f.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
-		// Records still buffered fail with ctx's error; those already sent
-		// may land, which a retry after restart only duplicates.
 		return nil, ctx.Err()
 	}
-	return errs, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.errs, nil
 }
 
 // prepare encodes one data record into its Kafka records: the event (a
