@@ -32,8 +32,16 @@
 //     HSET inside the script, where json reads and writes a whole call's
 //     keys with one MGET and one MSET.
 //
-// Tombstones expire after TombstoneTTL (default 168h). With TTL set, live
-// keys expire that long after their last write.
+// Tombstones expire after TombstoneTTL (default 168h), but never before
+// their table's snapshot is over: while a snapshot record of the table
+// was written within TombstoneTTL (the time is kept in <base>#snapshot,
+// base being the barrier key without "#barrier"), tombstones are written
+// without expiry and listed in the sorted set <base>#held; once the
+// snapshot is over, a sweep (at most every min(TombstoneTTL, 10m)) gives
+// each the rest of its TombstoneTTL. The set sluice#<sink name>#snapshots
+// lists the tables with a snapshot time, so a restarted sink still sweeps
+// them (hold.go). With TTL set, live keys expire that long after their
+// last write.
 //
 // Values are stored as text, the same text in hash fields and in the JSON
 // document's string members (JSON numbers are avoided because the script's

@@ -10,7 +10,10 @@ package redis
 //
 //	KEYS[1]       the table's barrier key
 //	KEYS[1+i]     record i's row key
-//	ARGV[3], [4]  TTL in milliseconds of live keys and of tombstones (0: none)
+//	ARGV[3], [4]  TTL in milliseconds of live keys and of tombstones (0: none;
+//	              a negative tombstone TTL -t holds tombstones: no expiry,
+//	              and the key joins the table's held set <base>#held with
+//	              score t, the write time in milliseconds)
 //	ARGV[5…]      per record one of
 //	                d, version            a delete
 //	                nd, data              an upsert without Unchanged columns
@@ -31,6 +34,12 @@ package redis
 // records in order to that state in the script, and writes the keys that
 // changed with one MSET (SET … PX for keys with a TTL).
 //
+// Operation x (KEYS[1] the barrier key, KEYS[2…] held keys, ARGV[3] now
+// and ARGV[4] the tombstone TTL in milliseconds, ARGV[5…] the held keys'
+// scores) releases held tombstones: each key still a tombstone without
+// expiry expires TTL after its score (or is deleted when that is past);
+// every key leaves the held set.
+//
 // Operation t (KEYS[1] the barrier key, ARGV[3] the version) raises the
 // table's barrier; operation p (KEYS[1] the barrier key, KEYS[2…] row keys
 // found by SCAN) deletes those of them older than the barrier.
@@ -43,6 +52,28 @@ local op, fmt = ARGV[1], ARGV[2]
 if op == 't' then
   local b = redis.call('GET', KEYS[1])
   if (not b) or ARGV[3] > b then redis.call('SET', KEYS[1], ARGV[3]) end
+  return 1
+end
+if op == 'x' then
+  -- Release tombstones held while their table's snapshot ran: each still
+  -- held (a tombstone without expiry) expires TTL after it was written.
+  local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local hk = string.sub(KEYS[1], 1, -9) .. '#held'
+  for i = 2, #KEYS do
+    local k = KEYS[i]
+    local dead = false
+    local ty = redis.call('TYPE', k).ok
+    if fmt == 'h' and ty == 'hash' then
+      dead = redis.call('HGET', k, '_deleted') == '1'
+    elseif fmt == 'j' and ty == 'string' then
+      dead = string.sub(redis.call('GET', k), -17) == ',"_deleted":true}'
+    end
+    if dead and redis.call('PTTL', k) == -1 then
+      local left = tonumber(ARGV[3 + i]) + ttl - now
+      if left > 0 then redis.call('PEXPIRE', k, left) else redis.call('DEL', k) end
+    end
+    redis.call('ZREM', hk, k)
+  end
   return 1
 end
 if op == 'p' then
@@ -66,6 +97,13 @@ if op == 'p' then
 end
 local barrier = redis.call('GET', KEYS[1])
 local live, tomb = tonumber(ARGV[3]), tonumber(ARGV[4])
+-- A negative tomb holds tombstones: no expiry, and the key goes into the
+-- table's held set scored by the write time -tomb (the table's snapshot
+-- is running; a later 'x' call expires them).
+local held = string.sub(KEYS[1], 1, -9) .. '#held'
+local function hold(key)
+  if tomb < 0 then redis.call('ZADD', held, -tomb, key) end
+end
 local failed = {}
 -- records calls fn(r, version, nk, first, last) for each record in order,
 -- r being its position in KEYS (first and last bound its data arguments;
@@ -169,6 +207,7 @@ if fmt == 'j' then
       else
         mset[nm + 1], mset[nm + 2] = KEYS[i], d
         nm = nm + 2
+        if ttl[i] < 0 then hold(KEYS[i]) end
       end
     end
   end
@@ -186,7 +225,7 @@ local function apply(r, v, nk, first, last)
   if not first then
     if cur then redis.call('DEL', key) end
     redis.call('HSET', key, '_v', v, '_deleted', '1')
-    if tomb > 0 then redis.call('PEXPIRE', key, tomb) end
+    if tomb > 0 then redis.call('PEXPIRE', key, tomb) else hold(key) end
     return
   end
   local names = first - nk

@@ -72,9 +72,15 @@ type Sink struct {
 	// as script arguments.
 	liveTTL, tombTTL string
 
+	now func() time.Time
+
 	mu     sync.Mutex
 	client *goredis.Client
 	tables map[*pipeline.Table]*tableInfo
+	// snapshots holds, by table base, the stored time (ms) of the last
+	// snapshot record (see hold.go); lastSweep is the last sweep's time.
+	snapshots map[string]int64
+	lastSweep time.Time
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -100,7 +106,7 @@ func New(opts Options, log *zap.Logger) *Sink {
 	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), sha: hex.EncodeToString(sum[:]),
 		liveTTL: strconv.FormatInt(max(opts.TTL.Milliseconds(), 0), 10),
 		tombTTL: strconv.FormatInt(opts.TombstoneTTL.Milliseconds(), 10),
-		tables:  map[*pipeline.Table]*tableInfo{}}
+		tables:  map[*pipeline.Table]*tableInfo{}, now: time.Now}
 }
 
 func (s *Sink) validate() error {
@@ -155,6 +161,10 @@ func (s *Sink) Open(ctx context.Context) error {
 		c.Close()
 		return pipeline.Fatal(fmt.Errorf("redis sink: server hashed the script as %s, want %s", sha, s.sha))
 	}
+	if err := s.loadSnapshots(ctx, c); err != nil {
+		c.Close()
+		return err
+	}
 	s.client = c
 	s.log.Info("redis sink open", zap.String("addr", s.opts.Addr), zap.String("format", s.opts.Format))
 	return nil
@@ -175,7 +185,9 @@ func (s *Sink) Close(ctx context.Context) error {
 // tableInfo is what a table shape needs for its keys.
 type tableInfo struct {
 	prefix  string // every row key of the table starts with it
+	base    string // the barrier key without "#barrier": names the table's other keys
 	barrier string // the barrier key
+	tomb    string // this Write's tombstone TTL argument (hold.go)
 	pattern string // SCAN MATCH pattern of the row keys
 	badCol  string // a column whose name collides with a reserved field
 	names   []any  // the column names, boxed once for the script arguments
@@ -187,7 +199,8 @@ func (s *Sink) info(t *pipeline.Table) *tableInfo {
 	}
 	tmpl := strings.TrimSuffix(s.opts.KeyTemplate, "{pk}")
 	prefix := strings.NewReplacer("{database}", t.ID.Database, "{schema}", t.ID.Schema, "{table}", t.ID.Table).Replace(tmpl)
-	ti := &tableInfo{prefix: prefix, barrier: prefix[:len(prefix)-1] + "#barrier", pattern: globEscape(prefix) + "*"}
+	base := prefix[:len(prefix)-1]
+	ti := &tableInfo{prefix: prefix, base: base, barrier: base + "#barrier", pattern: globEscape(prefix) + "*", tomb: s.tombTTL}
 	for _, c := range t.Columns {
 		ti.names = append(ti.names, c.Name)
 		if c.Name == fieldVersion || c.Name == fieldDeleted || (s.opts.Format == "hash" && c.Name == "") {
@@ -353,6 +366,15 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	fail := func(i int, err error) {
 		failed = append(failed, pipeline.RecordError{Index: i, Err: err, Permanent: true})
 	}
+	for i := range records {
+		if r := &records[i]; isRow(r) {
+			s.info(r.Table) // fill the cache before the encoders read it
+		}
+	}
+	now := s.now()
+	if err := s.stampSnapshots(ctx, records, now); err != nil {
+		return s.wrap(ctx, err)
+	}
 	// A truncate's barrier makes the batch's older records no-ops and its
 	// purge deletes only older keys: running truncates first gives the
 	// state the records in order give.
@@ -374,11 +396,6 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	// its own goroutine, so every key's changes reach Redis in order
 	// (Invariant 4), while the next segment is encoded and the other
 	// partitions go on without waiting for the slowest one.
-	for i := range records {
-		if r := &records[i]; isRow(r) {
-			s.info(r.Table) // fill the cache before the encoders read it
-		}
-	}
 	results := make([]partResult, partitions)
 	work := make([]chan []*chunk, partitions)
 	var stop atomic.Bool // a partition failed: the batch will be retried
@@ -423,6 +440,7 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			fail(f.Index, f.Err)
 		}
 	}
+	s.sweep(ctx, now)
 	if len(failed) > 0 {
 		sort.Slice(failed, func(a, b int) bool { return failed[a].Index < failed[b].Index })
 		return &pipeline.BatchError{Failed: failed}
@@ -489,7 +507,7 @@ func (s *Sink) encodeSegment(recs []pipeline.Record, base int, fail func(int, er
 		o := open{partitionOf(e.key), s.tables[r.Table]}
 		c := last[o]
 		if c == nil || len(c.idx) == chunkSize {
-			c = &chunk{keys: []string{o.table.barrier}, argv: []any{"w", s.opts.Format[:1], s.liveTTL, s.tombTTL}}
+			c = &chunk{keys: []string{o.table.barrier}, argv: []any{"w", s.opts.Format[:1], s.liveTTL, o.table.tomb}}
 			parts[o.part] = append(parts[o.part], c)
 			last[o] = c
 		}
