@@ -255,7 +255,9 @@ type backoff struct {
 
 func newBackoff(initial, max time.Duration) *backoff { return &backoff{cur: initial, max: max} }
 
-func (b *backoff) wait(ctx context.Context) error {
+// next returns the next delay, uniformly in [cur/2, cur] (jitter, so
+// retrying lanes and processes spread out), and doubles cur up to max.
+func (b *backoff) next() time.Duration {
 	d := b.cur/2 + time.Duration(rand.Int64N(int64(b.cur/2)+1))
 	if b.cur < b.max {
 		b.cur *= 2
@@ -263,7 +265,12 @@ func (b *backoff) wait(ctx context.Context) error {
 			b.cur = b.max
 		}
 	}
-	t := time.NewTimer(d)
+	return d
+}
+
+// wait sleeps the next delay; it returns ctx's error when cancelled first.
+func (b *backoff) wait(ctx context.Context) error {
+	t := time.NewTimer(b.next())
 	defer t.Stop()
 	select {
 	case <-t.C:
