@@ -11,13 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-cdc/sluice/sinks/bleve"
 	"github.com/sluice-cdc/sluice/sinks/duckdb"
 	"github.com/sluice-cdc/sluice/sinks/sinktest"
 	"github.com/sluice-cdc/sluice/sources/generate"
 )
 
 // The real binary, killed with SIGKILL at random moments and restarted,
-// leaves the embedded sink equal to the source feed: no gaps (the
+// leaves both embedded sinks (DuckDB and the Bleve index) equal to the
+// source feed: no gaps (the
 // checkpoint never passes a record that is not durable) and no corruption
 // from the replays (the version guard absorbs them).
 func TestKill9DuringGenerateRunLeavesSinkEqualToFeed(t *testing.T) {
@@ -36,6 +38,7 @@ source:
     mix: {insert: %d, update: %d, delete: %d}
 sinks:
   - duckdb: {path: ./sink.duckdb}
+  - bleve: {path: ./index}
 offsets: {dir: ./offsets}
 runtime:
   checkpoint_interval: 50ms
@@ -73,29 +76,35 @@ runtime:
 		t.Fatalf("only %d kills landed mid-run; the test proved nothing", kills)
 	}
 
-	sink := duckdb.New(duckdb.Options{Name: "check", Path: filepath.Join(dir, "sink.duckdb")}, nil)
 	ctx := context.Background()
-	if err := sink.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close(ctx)
 	expected := generate.Expected(opts, math.MaxInt64)
-	for _, table := range generate.Tables(opts) {
-		want := map[string][]any{}
-		for _, row := range expected[table.ID] {
-			want[sinktest.RowKey(table, row)] = row
-		}
-		rows, err := sink.Rows(ctx, table)
-		if err != nil {
+	for _, sink := range []rowReader{
+		duckdb.New(duckdb.Options{Name: "check", Path: filepath.Join(dir, "sink.duckdb")}, nil),
+		bleve.New(bleve.Options{Name: "check", Path: filepath.Join(dir, "index")}, nil),
+	} {
+		if err := sink.Open(ctx); err != nil {
 			t.Fatal(err)
 		}
-		got := map[string][]any{}
-		for _, row := range rows {
-			got[sinktest.RowKey(table, row)] = row
+		for _, table := range generate.Tables(opts) {
+			want := map[string][]any{}
+			for _, row := range expected[table.ID] {
+				want[sinktest.RowKey(table, row)] = row
+			}
+			rows, err := sink.Rows(ctx, table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string][]any{}
+			for _, row := range rows {
+				got[sinktest.RowKey(table, row)] = row
+			}
+			if diff := sinktest.Diff(table, want, got); diff != "" {
+				t.Fatalf("%T: %s differs from the feed after %d kills:\n%s", sink, table.ID, kills, diff)
+			}
+			t.Logf("%T: %s: %d rows equal to the feed", sink, table.ID, len(got))
 		}
-		if diff := sinktest.Diff(table, want, got); diff != "" {
-			t.Fatalf("%s differs from the feed after %d kills:\n%s", table.ID, kills, diff)
+		if err := sink.Close(ctx); err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("%s: %d rows equal to the feed", table.ID, len(got))
 	}
 }
