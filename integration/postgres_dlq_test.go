@@ -116,3 +116,82 @@ func waitFile(t *testing.T, path string, d *daemonProc) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A document the search index refuses (a value its mapping cannot parse)
+// fails only its record: it goes to the dead-letter queue with the raw
+// record and the engine's reason, the records after it are indexed, and
+// the pipeline keeps going.
+func TestSearchIndexRefusalGoesToDLQ(t *testing.T) {
+	pg := harness.PostgresT(t)
+	node := harness.StartOpenSearch(t)
+	ctx := context.Background()
+	if err := pg.CreateDatabase(ctx, "sdlq"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Exec(ctx, "sdlq",
+		`CREATE TABLE t (id int PRIMARY KEY, note text)`,
+		`INSERT INTO t SELECT g, g::text FROM generate_series(1, 50) g`,
+	); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: sdlq
+source:
+  postgres:
+    dsn: %s
+    tables: [public.t]
+sinks:
+  - opensearch:
+      urls: ["%s"]
+      refresh: true
+      mappings:
+        - {table: public.t, json: '{"properties": {"note": {"type": "integer"}}}'}
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: 50ms}
+`, pg.DSN("sdlq"), node.URL))
+	d := startDaemon(t, cfg)
+	d.waitAddr(t, time.Minute)
+	waitFile(t, filepath.Join(dir, "offsets", "checkpoint.json"), d)
+	if err := pg.Exec(ctx, "sdlq",
+		`INSERT INTO t SELECT g, g::text FROM generate_series(51, 60) g`,
+		`INSERT INTO t VALUES (61, 'not a number')`,
+		`INSERT INTO t SELECT g, g::text FROM generate_series(62, 70) g`,
+	); err != nil {
+		t.Fatal(err)
+	}
+	mark := commitMarkOn(t, ctx, pg.DSN("sdlq"), `UPDATE t SET note = '1000' WHERE id = 1`)
+	waitSlotConfirmed(t, ctx, pg.DSN("sdlq"), "sluice_sdlq", mark, d)
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, d.logs())
+	}
+
+	b, err := os.ReadFile(filepath.Join(dir, "offsets", "dlq", "sdlq.dlq.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("%d dead letters, want 1:\n%s", len(lines), b)
+	}
+	var l pipeline.DeadLetter
+	if err := json.Unmarshal([]byte(lines[0]), &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Stage != "sink:opensearch" || l.Table != "public.t" || l.Op != "c" || !strings.Contains(string(l.Raw), "not a number") ||
+		!strings.Contains(l.Error, "failed to parse field [note]") {
+		t.Fatalf("dead letter: %+v raw=%s", l, l.Raw)
+	}
+	var count struct{ Count int }
+	searchGet(t, node.URL+"/public.t-live/_count", nil, &count)
+	if count.Count != 69 {
+		t.Fatalf("the live index holds %d documents, want the 69 rows other than the refused one", count.Count)
+	}
+	var doc struct {
+		Source struct{ Note json.Number } `json:"_source"`
+	}
+	searchGet(t, node.URL+"/public.t/_doc/1", nil, &doc)
+	if doc.Source.Note != "1000" {
+		t.Fatalf("row 1 after the refusal: note %q, want 1000", doc.Source.Note)
+	}
+}
