@@ -167,11 +167,29 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	if s.opts.ExactlyOnce {
 		return s.writeTxn(ctx, records)
 	}
-	// Each record is produced as soon as it is encoded, so the broker
-	// acknowledges the batch's first records while later ones are still
-	// being encoded. A transient failure (the registry, a cancelled
-	// context) returns with earlier records already sent: the retry
-	// only duplicates them.
+	// Every table shape of the batch is resolved (registered, checked
+	// for compatibility) before anything is produced, so a refused shape
+	// stops the pipeline with nothing of the batch sent.
+	var last *pipeline.Table
+	for i := range records {
+		r := &records[i]
+		if !r.Op.IsData() || r.Table == nil || r.Table == last {
+			continue
+		}
+		last = r.Table
+		var ue unencodable
+		if _, err := s.shapeOf(ctx, r.Table); err != nil && !errors.As(err, &ue) {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return err
+		}
+	}
+	// Then each record is produced as soon as it is encoded, so the
+	// broker acknowledges the batch's first records while later ones are
+	// still being encoded. A transient failure after that (a cancelled
+	// context) returns with earlier records already sent: the retry only
+	// duplicates them.
 	f := newFlight()
 	var work []pending
 	var bad []pipeline.RecordError
