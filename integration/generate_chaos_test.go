@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/sluice-cdc/sluice/sinks/bleve"
 	"github.com/sluice-cdc/sluice/sinks/duckdb"
-	"github.com/sluice-cdc/sluice/sinks/sinktest"
 	"github.com/sluice-cdc/sluice/sources/generate"
 )
 
@@ -76,35 +73,8 @@ runtime:
 		t.Fatalf("only %d kills landed mid-run; the test proved nothing", kills)
 	}
 
-	ctx := context.Background()
-	expected := generate.Expected(opts, math.MaxInt64)
-	for _, sink := range []rowReader{
-		duckdb.New(duckdb.Options{Name: "check", Path: filepath.Join(dir, "sink.duckdb")}, nil),
-		bleve.New(bleve.Options{Name: "check", Path: filepath.Join(dir, "index")}, nil),
-	} {
-		if err := sink.Open(ctx); err != nil {
-			t.Fatal(err)
-		}
-		for _, table := range generate.Tables(opts) {
-			want := map[string][]any{}
-			for _, row := range expected[table.ID] {
-				want[sinktest.RowKey(table, row)] = row
-			}
-			rows, err := sink.Rows(ctx, table)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := map[string][]any{}
-			for _, row := range rows {
-				got[sinktest.RowKey(table, row)] = row
-			}
-			if diff := sinktest.Diff(table, want, got); diff != "" {
-				t.Fatalf("%T: %s differs from the feed after %d kills:\n%s", sink, table.ID, kills, diff)
-			}
-			t.Logf("%T: %s: %d rows equal to the feed", sink, table.ID, len(got))
-		}
-		if err := sink.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	expectFeed(t, duckdb.New(duckdb.Options{Name: "check", Path: filepath.Join(dir, "sink.duckdb")}, nil), opts,
+		fmt.Sprintf("after %d kills", kills))
+	expectFeed(t, bleve.New(bleve.Options{Name: "check", Path: filepath.Join(dir, "index")}, nil), opts,
+		fmt.Sprintf("after %d kills", kills))
 }

@@ -121,6 +121,13 @@ runtime: {checkpoint_interval: 50ms, write_timeout: 3s, retry: {initial: 50ms, m
 		t.Fatalf("no checkpoint after the outage (still %d)", final)
 	}
 
+	expectFeed(t, reader, opts, "after the outage")
+}
+
+// expectFeed opens reader and asserts it holds exactly the rows the
+// bounded generate feed opts ends with, table by table.
+func expectFeed(t *testing.T, reader rowReader, opts generate.Options, when string) {
+	t.Helper()
 	ctx := context.Background()
 	if err := reader.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -141,8 +148,9 @@ runtime: {checkpoint_interval: 50ms, write_timeout: 3s, retry: {initial: 50ms, m
 			got[sinktest.RowKey(table, row)] = row
 		}
 		if diff := sinktest.Diff(table, want, got); diff != "" {
-			t.Fatalf("%s differs from the feed after the outage:\n%s", table.ID, diff)
+			t.Fatalf("%T: %s differs from the feed %s:\n%s", reader, table.ID, when, diff)
 		}
+		t.Logf("%T: %s: %d rows equal to the feed %s", reader, table.ID, len(got), when)
 	}
 }
 
