@@ -115,6 +115,7 @@ func TestDefaults(t *testing.T) {
 			BatchMaxBytes: 16 * MiB, BatchLinger: Duration(100 * time.Millisecond), CheckpointInterval: Duration(time.Second),
 			ShutdownTimeout: Duration(30 * time.Second),
 			WriteTimeout:    Duration(2 * time.Minute),
+			PipelinedWrites: 3,
 			Retry:           Retry{Initial: Duration(100 * time.Millisecond), Max: Duration(30 * time.Second)}},
 		HTTP: HTTP{Listen: "127.0.0.1:9090"},
 		Log:  Log{Level: "info", Format: "json"},

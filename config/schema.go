@@ -421,6 +421,7 @@ type Runtime struct {
 	CheckpointInterval Duration `yaml:"checkpoint_interval" default:"1s" min:"1ms"`
 	ShutdownTimeout    Duration `yaml:"shutdown_timeout" default:"30s" min:"1ms"`
 	WriteTimeout       Duration `yaml:"write_timeout" default:"2m" min:"100ms"`
+	PipelinedWrites    int      `yaml:"pipelined_writes" default:"3" min:"1"`
 	Retry              Retry    `yaml:"retry"`
 }
 

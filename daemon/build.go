@@ -220,6 +220,7 @@ func runtimeConfig(cfg *config.Config) pipeline.Config {
 		CheckpointInterval: r.CheckpointInterval.Std(),
 		ShutdownTimeout:    r.ShutdownTimeout.Std(),
 		WriteTimeout:       r.WriteTimeout.Std(),
+		PipelinedWrites:    r.PipelinedWrites,
 		RetryInitial:       r.Retry.Initial.Std(),
 		RetryMax:           r.Retry.Max.Std(),
 		RetryMaxAttempts:   r.Retry.MaxAttempts,

@@ -52,6 +52,39 @@ type Sink interface {
 	Close(ctx context.Context) error
 }
 
+// Pipeliner is implemented by sinks that can have several batches in
+// flight and keep their order (the Kafka producer: idempotent, ordered per
+// partition). The lane then starts the next batch while earlier ones are
+// still being acknowledged, up to Config.PipelinedWrites, and marks
+// batches durable in the order it started them.
+type Pipeliner interface {
+	// Start begins writing records and returns once they are handed over
+	// (encoded and queued, so batches started later land after them). An
+	// error means none of the batch may be taken as durable, as from
+	// Write. ctx bounds the write and must stay live until the Pending is
+	// done; records must not be modified until then. Start is called by
+	// one goroutine at a time.
+	Start(ctx context.Context, records []Record) (Pending, error)
+}
+
+// Pending is a started write.
+type Pending interface {
+	// Done is closed when every record of the batch is settled.
+	Done() <-chan struct{}
+	// Err, once Done is closed, returns what Write would have returned.
+	Err() error
+}
+
+// Settled returns a Pending that is already done with err.
+func Settled(err error) Pending { return settled{err} }
+
+type settled struct{ err error }
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (settled) Done() <-chan struct{} { return closedChan }
+func (s settled) Err() error          { return s.err }
+
 // Operator transforms records between source and sinks. Stateless
 // operators return nil from Snapshot. Outputs derived from inputs inherit
 // their acks because the runtime acknowledges per source batch, after the

@@ -2,9 +2,14 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Each sink has its own lane: a queue, its own batching (count, bytes,
@@ -101,7 +106,8 @@ func queue(ctx context.Context, in <-chan *tracked, out chan<- *tracked) {
 }
 
 // lane coalesces one sink's items into batches, writes them through the
-// sink's route and marks each item durable for this sink.
+// sink's route and marks each item durable for this sink. To a Pipeliner
+// it keeps up to PipelinedWrites batches in flight (see inflight).
 func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, durable chan<- struct{}) error {
 	var (
 		batch   []*tracked
@@ -109,7 +115,11 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 		bytes   int64
 		linger  *time.Timer
 		lingerC <-chan time.Time
+		fl      = &inflight{r: r, s: s, durable: durable}
 	)
+	if p, ok := s.Sink.(Pipeliner); ok && r.cfg.PipelinedWrites > 1 {
+		fl.p = p
+	}
 	flush := func() error {
 		if linger != nil {
 			linger.Stop()
@@ -125,17 +135,10 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 				all = append(all, it.records...)
 			}
 		}
-		if sent := s.Route.Apply(all); len(sent) > 0 {
-			if err := r.writeSink(ctx, s, sent); err != nil {
-				return err
-			}
-		}
-		for _, it := range batch {
-			r.finish(it, durable)
-		}
+		items := slices.Clone(batch)
 		clear(batch)
 		batch, recs, bytes = batch[:0], 0, 0
-		return nil
+		return fl.write(ctx, s.Route.Apply(all), items)
 	}
 	for {
 		select {
@@ -144,7 +147,10 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				return flush()
+				if err := flush(); err != nil {
+					return err
+				}
+				return fl.settleAll(ctx)
 			}
 			batch = append(batch, it)
 			recs += len(it.records)
@@ -162,9 +168,155 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 			if err := flush(); err != nil {
 				return err
 			}
+		case <-fl.headDone():
+			if err := fl.settleHead(ctx); err != nil {
+				return err
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+}
+
+// inflight is a lane's writes to its sink. To a plain Sink each batch is
+// written (with retries) before the next; to a Pipeliner, batches are
+// started in order and settled in that order: a batch's items are marked
+// durable only once it and every batch started before it are (Invariant
+// 1). When a started batch fails (a transient error, a lost connection),
+// every later started batch may have landed or not, so the lane waits for
+// them all and writes them again one at a time, in order, through the
+// retrying path: later changes of a key are never left behind an earlier
+// one, and the rewrite only duplicates what had landed.
+type inflight struct {
+	r       *Runtime
+	s       NamedSink
+	p       Pipeliner // nil: write one batch at a time
+	durable chan<- struct{}
+	queue   []*started
+}
+
+type started struct {
+	items  []*tracked
+	recs   []Record
+	p      Pending
+	cancel context.CancelFunc
+	t0     time.Time
+}
+
+// write writes (or starts) one batch: recs, the route's share of items.
+func (f *inflight) write(ctx context.Context, recs []Record, items []*tracked) error {
+	if len(recs) == 0 {
+		if len(f.queue) == 0 {
+			f.finish(items)
+			return nil
+		}
+		// Nothing for this sink: durable once what was started before is.
+		f.queue = append(f.queue, &started{items: items, p: Settled(nil), cancel: func() {}, t0: time.Now()})
+		return nil
+	}
+	if f.p == nil {
+		if err := f.r.writeSink(ctx, f.s, recs); err != nil {
+			return err
+		}
+		f.finish(items)
+		return nil
+	}
+	for len(f.queue) >= f.r.cfg.PipelinedWrites {
+		if err := f.settleHead(ctx); err != nil {
+			return err
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, f.r.cfg.WriteTimeout)
+	st := &started{items: items, recs: recs, cancel: cancel, t0: time.Now()}
+	p, err := f.p.Start(actx, recs)
+	if err != nil {
+		p = Settled(err) // settled like a failed write, in order
+	}
+	st.p = p
+	f.queue = append(f.queue, st)
+	return nil
+}
+
+// headDone is the oldest started batch's Done; nil (never ready) when
+// none is in flight.
+func (f *inflight) headDone() <-chan struct{} {
+	if len(f.queue) == 0 {
+		return nil
+	}
+	return f.queue[0].p.Done()
+}
+
+// settleHead waits for the oldest started batch and marks it durable; on
+// a failure it rewrites it and every later one, in order.
+func (f *inflight) settleHead(ctx context.Context) error {
+	h := f.queue[0]
+	select {
+	case <-h.p.Done():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	err := h.p.Err()
+	h.cancel()
+	stage := "sink:" + f.s.Name
+	var be *BatchError
+	if errors.As(err, &be) && !slices.ContainsFunc(be.Failed, func(e RecordError) bool { return !e.Permanent }) {
+		// Only permanent per-record failures: the rest is durable.
+		if err := f.r.deadLetterFailed(ctx, f.s, h.recs, be); err != nil {
+			return err
+		}
+		err = nil
+	} else if err == nil && h.recs != nil {
+		f.r.wrote(f.s.Name, stage, len(h.recs), time.Since(h.t0))
+	}
+	if err == nil {
+		f.queue[0] = nil
+		f.queue = f.queue[1:]
+		f.finish(h.items)
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if IsFatal(err) {
+		return fmt.Errorf("sink %s: %w", f.s.Name, err)
+	}
+	f.r.obs.SinkRetry(f.s.Name)
+	f.r.log.Warn("pipelined sink write failed; writing it and the batches started after it again, in order",
+		zap.String("sink", f.s.Name), zap.Int("batches", len(f.queue)), zap.Error(err))
+	rest := f.queue
+	f.queue = nil
+	for _, st := range rest[1:] {
+		select {
+		case <-st.p.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		st.cancel()
+	}
+	for _, st := range rest {
+		if len(st.recs) > 0 {
+			if err := f.r.writeSink(ctx, f.s, st.recs); err != nil {
+				return err
+			}
+		}
+		f.finish(st.items)
+	}
+	return nil
+}
+
+// settleAll settles every started batch.
+func (f *inflight) settleAll(ctx context.Context) error {
+	for len(f.queue) > 0 {
+		if err := f.settleHead(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *inflight) finish(items []*tracked) {
+	for _, it := range items {
+		f.r.finish(it, f.durable)
 	}
 }
 

@@ -30,6 +30,9 @@ type Config struct {
 	// hung server) fails the attempt, which is retried, instead of
 	// stalling the pipeline forever.
 	WriteTimeout time.Duration
+	// PipelinedWrites is how many batches a lane keeps in flight to a sink
+	// that is a Pipeliner (default 3; 1 writes one batch at a time).
+	PipelinedWrites int
 }
 
 func (c *Config) defaults() {
@@ -62,6 +65,9 @@ func (c *Config) defaults() {
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 2 * time.Minute
+	}
+	if c.PipelinedWrites <= 0 {
+		c.PipelinedWrites = 3
 	}
 }
 

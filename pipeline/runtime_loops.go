@@ -93,14 +93,11 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, recs []Record) err
 		actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 		err := s.Sink.Write(actx, todo)
 		cancel()
-		r.obs.BatchDuration(stage, time.Since(t0))
 		if err == nil {
-			r.obs.Records(stage, len(todo))
-			r.mu.Lock()
-			r.written[s.Name] += int64(len(todo))
-			r.mu.Unlock()
+			r.wrote(s.Name, stage, len(todo), time.Since(t0))
 			return nil
 		}
+		r.obs.BatchDuration(stage, time.Since(t0))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -110,27 +107,14 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, recs []Record) err
 		var be *BatchError
 		if errors.As(err, &be) {
 			var retry []Record
-			var letters []DeadLetter
 			for _, f := range be.Failed {
-				if f.Index < 0 || f.Index >= len(todo) {
-					return Fatal(fmt.Errorf("sink %s: reported failure for record %d of %d", s.Name, f.Index, len(todo)))
-				}
-				if f.Permanent {
-					letters = append(letters, r.deadLetter(stage, &todo[f.Index], f.Err))
-				} else {
+				if f.Index >= 0 && f.Index < len(todo) && !f.Permanent {
 					retry = append(retry, todo[f.Index])
 				}
 			}
-			if len(letters) > 0 {
-				if err := r.putDLQTo(ctx, s.DLQ, stage, letters); err != nil {
-					return err
-				}
+			if err := r.deadLetterFailed(ctx, s, todo, be); err != nil {
+				return err
 			}
-			ok := len(todo) - len(be.Failed)
-			r.obs.Records(stage, ok)
-			r.mu.Lock()
-			r.written[s.Name] += int64(ok)
-			r.mu.Unlock()
 			if len(retry) == 0 {
 				return nil
 			}
@@ -147,6 +131,42 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, recs []Record) err
 			return err
 		}
 	}
+}
+
+// wrote counts n records a sink made durable in one write that took d.
+func (r *Runtime) wrote(sink, stage string, n int, d time.Duration) {
+	r.obs.BatchDuration(stage, d)
+	r.obs.Records(stage, n)
+	r.mu.Lock()
+	r.written[sink] += int64(n)
+	r.mu.Unlock()
+}
+
+// deadLetterFailed stores the permanent failures be reports for todo in
+// the sink's DLQ (Invariant 7) and counts the records that were written;
+// the caller retries the others.
+func (r *Runtime) deadLetterFailed(ctx context.Context, s NamedSink, todo []Record, be *BatchError) error {
+	stage := "sink:" + s.Name
+	var letters []DeadLetter
+	for _, f := range be.Failed {
+		if f.Index < 0 || f.Index >= len(todo) {
+			return Fatal(fmt.Errorf("sink %s: reported failure for record %d of %d", s.Name, f.Index, len(todo)))
+		}
+		if f.Permanent {
+			letters = append(letters, r.deadLetter(stage, &todo[f.Index], f.Err))
+		}
+	}
+	if len(letters) > 0 {
+		if err := r.putDLQTo(ctx, s.DLQ, stage, letters); err != nil {
+			return err
+		}
+	}
+	ok := len(todo) - len(be.Failed)
+	r.obs.Records(stage, ok)
+	r.mu.Lock()
+	r.written[s.Name] += int64(ok)
+	r.mu.Unlock()
+	return nil
 }
 
 // deadLetter describes a record for the DLQ.

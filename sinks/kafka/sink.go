@@ -146,9 +146,10 @@ type pending struct {
 // acknowledged every record (acks=all, idempotent producer), which is what
 // lets the runtime's ack ledger advance (Invariant 1).
 //
-// It first prepares every record — shapes registered (compatibility checked
-// first), key and value encoded — and only then produces, asynchronously,
-// waiting for every promise. Records that cannot be encoded go to DLQTopic
+// It first resolves every table shape of the batch (registered,
+// compatibility checked), then encodes and produces each record in turn,
+// asynchronously, and waits for every promise. Records that cannot be
+// encoded go to DLQTopic
 // or come back as permanent failures in a *pipeline.BatchError (Invariant
 // 7). A record the broker refuses for good (too large, invalid) is a
 // permanent failure too; any other produce error fails the whole batch with
@@ -156,16 +157,37 @@ type pending struct {
 // which consumers absorb because they upsert by key and every record
 // carries its version (Invariant 4).
 func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
-	if err := ctx.Err(); err != nil {
+	p, err := s.Start(ctx, records)
+	if err != nil {
 		return err
+	}
+	select {
+	case <-p.Done():
+		return p.Err()
+	case <-ctx.Done():
+		// Records still buffered fail with ctx's error; those already
+		// sent may land, which a retry only duplicates.
+		return ctx.Err()
+	}
+}
+
+// Start implements pipeline.Pipeliner: it does what Write does up to the
+// produce promises and returns once every record is handed to the
+// producer, which keeps the order of successive batches per partition
+// (idempotent, acks=all). The Pending's Err is what Write would return.
+// ctx must stay live until the Pending is done. With ExactlyOnce the
+// batch is one transaction, written whole before Start returns.
+func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.Pending, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.client == nil {
-		return errors.New("kafka sink: write before open")
+		return nil, errors.New("kafka sink: write before open")
 	}
 	if s.opts.ExactlyOnce {
-		return s.writeTxn(ctx, records)
+		return pipeline.Settled(s.writeTxn(ctx, records)), nil
 	}
 	// Every table shape of the batch is resolved (registered, checked
 	// for compatibility) before anything is produced, so a refused shape
@@ -180,9 +202,9 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		var ue unencodable
 		if _, err := s.shapeOf(ctx, r.Table); err != nil && !errors.As(err, &ue) {
 			if cerr := ctx.Err(); cerr != nil {
-				return cerr
+				return nil, cerr
 			}
-			return err
+			return nil, err
 		}
 	}
 	// Then each record is produced as soon as it is encoded, so the
@@ -190,9 +212,7 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	// still being encoded. A transient failure after that (a cancelled
 	// context) returns with earlier records already sent: the retry only
 	// duplicates them.
-	f := newFlight()
-	var work []pending
-	var bad []pipeline.RecordError
+	b := &batch{s: s, f: newFlight()}
 	for i := range records {
 		r := &records[i]
 		if !r.Op.IsData() {
@@ -202,19 +222,19 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		var ue unencodable
 		switch {
 		case errors.As(err, &ue):
-			bad = append(bad, pipeline.RecordError{Index: i, Err: ue.err, Permanent: true})
+			b.bad = append(b.bad, pipeline.RecordError{Index: i, Err: ue.err, Permanent: true})
 		case err != nil:
 			if cerr := ctx.Err(); cerr != nil {
-				return cerr
+				return nil, cerr
 			}
-			return err
+			return nil, err
 		default:
 			p := pending{i, recs}
-			work = append(work, p)
-			f.produce(ctx, s.client, p)
+			b.work = append(b.work, p)
+			b.f.produce(ctx, s.client, p)
 		}
 	}
-	for _, f := range bad {
+	for _, f := range b.bad {
 		r := &records[f.Index]
 		// Invariant 9: every record that is dead-lettered is logged.
 		s.log.Warn("record cannot be encoded", zap.Int("index", f.Index), zap.String("table", tableName(r)),
@@ -223,19 +243,33 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	// Invariant 7: an unencodable record is never dropped: it goes to the
 	// DLQ topic, or back to the runtime as a permanent failure.
 	if s.opts.DLQTopic != "" {
-		for _, b := range bad {
-			p := pending{b.Index, []*kgo.Record{s.deadLetter(&records[b.Index], b.Err)}}
-			work = append(work, p)
-			f.produce(ctx, s.client, p)
+		for _, f := range b.bad {
+			p := pending{f.Index, []*kgo.Record{s.deadLetter(&records[f.Index], f.Err)}}
+			b.work = append(b.work, p)
+			b.f.produce(ctx, s.client, p)
 		}
-		bad = nil
+		b.bad = nil
 	}
-	errs, err := f.wait(ctx)
-	if err != nil {
-		return err
-	}
+	b.f.seal()
+	return b, nil
+}
+
+// batch is a started non-transactional write (pipeline.Pending).
+type batch struct {
+	s    *Sink
+	f    *flight
+	work []pending
+	bad  []pipeline.RecordError // permanent failures found while encoding
+}
+
+func (b *batch) Done() <-chan struct{} { return b.f.done }
+
+// Err classifies the promises' errors once Done is closed.
+func (b *batch) Err() error {
+	errs := b.f.result()
+	bad := b.bad
 	var transient, fatal error
-	for _, p := range work {
+	for _, p := range b.work {
 		e := errs[p.idx]
 		if e == nil {
 			continue
@@ -251,12 +285,9 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	}
 	switch {
 	case fatal != nil:
-		return pipeline.Fatal(fmt.Errorf("kafka sink %s: %w", s.opts.Name, fatal))
+		return pipeline.Fatal(fmt.Errorf("kafka sink %s: %w", b.s.opts.Name, fatal))
 	case transient != nil:
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		return fmt.Errorf("kafka sink %s: not every record was acknowledged: %w", s.opts.Name, transient)
+		return fmt.Errorf("kafka sink %s: not every record was acknowledged: %w", b.s.opts.Name, transient)
 	case len(bad) > 0:
 		return &pipeline.BatchError{Failed: bad}
 	}
@@ -265,25 +296,33 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	return nil
 }
 
-// produce sends every record and waits for all promises (or ctx). errs maps
-// an input index to the first error of its records.
 func (s *Sink) produce(ctx context.Context, work []pending) (map[int]error, error) {
 	f := newFlight()
 	for _, p := range work {
 		f.produce(ctx, s.client, p)
 	}
-	return f.wait(ctx)
+	f.seal()
+	select {
+	case <-f.done:
+		return f.result(), nil
+	case <-ctx.Done():
+		// Records still buffered fail with ctx's error; those already sent
+		// may land, which a retry after restart only duplicates.
+		return nil, ctx.Err()
+	}
 }
 
 // flight collects the produce promises of one batch: per record index,
-// the first error any of its Kafka records met.
+// the first error any of its Kafka records met. After seal, done is
+// closed once every promise fired.
 type flight struct {
 	mu   sync.Mutex
 	wg   sync.WaitGroup
 	errs map[int]error
+	done chan struct{}
 }
 
-func newFlight() *flight { return &flight{errs: map[int]error{}} }
+func newFlight() *flight { return &flight{errs: map[int]error{}, done: make(chan struct{})} }
 
 // produce hands p's records to the client (blocking only while the
 // client's buffer is full).
@@ -303,20 +342,17 @@ func (f *flight) produce(ctx context.Context, c *kgo.Client, p pending) {
 	}
 }
 
-// wait returns once every promise fired, with the errors by record index,
-// or ctx's error: records still buffered then fail with it, and those
-// already sent may land, which a retry only duplicates.
-func (f *flight) wait(ctx context.Context) (map[int]error, error) {
-	done := make(chan struct{})
-	go func() { f.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+// seal ends the batch: done closes once every promise produced so far
+// fired.
+func (f *flight) seal() {
+	go func() { f.wg.Wait(); close(f.done) }()
+}
+
+// result returns the errors by record index; call it after done closed.
+func (f *flight) result() map[int]error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.errs, nil
+	return f.errs
 }
 
 // prepare encodes one data record into its Kafka records: the event (a
