@@ -58,6 +58,10 @@ type Sink interface {
 // still being acknowledged, up to Config.PipelinedWrites, and marks
 // batches durable in the order it started them.
 type Pipeliner interface {
+	// Pipelines reports whether Start may keep several batches in flight;
+	// false (a sink whose writes must each be settled before the next
+	// begins, such as a transactional one) writes one batch at a time.
+	Pipelines() bool
 	// Start begins writing records and returns once they are handed over
 	// (encoded and queued, so batches started later land after them). An
 	// error means none of the batch may be taken as durable, as from

@@ -117,7 +117,7 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 		lingerC <-chan time.Time
 		fl      = &inflight{r: r, s: s, durable: durable}
 	)
-	if p, ok := s.Sink.(Pipeliner); ok && r.cfg.PipelinedWrites > 1 {
+	if p, ok := s.Sink.(Pipeliner); ok && p.Pipelines() && r.cfg.PipelinedWrites > 1 {
 		fl.p = p
 	}
 	flush := func() error {
@@ -221,7 +221,9 @@ func (f *inflight) write(ctx context.Context, recs []Record, items []*tracked) e
 		f.finish(items)
 		return nil
 	}
-	for len(f.queue) >= f.r.cfg.PipelinedWrites {
+	// Settle what is done first, so a failure is handled before more is
+	// started, then wait for room.
+	for len(f.queue) > 0 && (len(f.queue) >= f.r.cfg.PipelinedWrites || isDone(f.queue[0].p)) {
 		if err := f.settleHead(ctx); err != nil {
 			return err
 		}
@@ -235,6 +237,15 @@ func (f *inflight) write(ctx context.Context, recs []Record, items []*tracked) e
 	st.p = p
 	f.queue = append(f.queue, st)
 	return nil
+}
+
+func isDone(p Pending) bool {
+	select {
+	case <-p.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // headDone is the oldest started batch's Done; nil (never ready) when

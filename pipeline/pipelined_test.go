@@ -46,6 +46,8 @@ func newPipeSink(name string, ev *eventLog, failOne int) *pipeSink {
 	return p
 }
 
+func (p *pipeSink) Pipelines() bool { return true }
+
 func (p *pipeSink) Start(_ context.Context, recs []Record) (Pending, error) {
 	n := p.inFlight.Add(1)
 	for m := p.maxIn.Load(); n > m && !p.maxIn.CompareAndSwap(m, n); m = p.maxIn.Load() {
@@ -190,6 +192,8 @@ func (p *refusingPipe) Write(context.Context, []Record) error {
 	p.writes++
 	return errors.New("unexpected rewrite")
 }
+
+func (p *refusingPipe) Pipelines() bool { return true }
 
 func (p *refusingPipe) Start(_ context.Context, recs []Record) (Pending, error) {
 	var failed []RecordError

@@ -171,6 +171,13 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	}
 }
 
+// Pipelines implements pipeline.Pipeliner: without ExactlyOnce batches
+// may be in flight together. A transactional batch must be committed
+// before the next begins: the high-water mark skips what a later
+// committed batch covers, so an earlier batch retried after it would be
+// lost.
+func (s *Sink) Pipelines() bool { return !s.opts.ExactlyOnce }
+
 // Start implements pipeline.Pipeliner: it does what Write does up to the
 // produce promises and returns once every record is handed to the
 // producer, which keeps the order of successive batches per partition

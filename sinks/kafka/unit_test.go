@@ -187,6 +187,15 @@ func TestOptions(t *testing.T) {
 	if err := s.Write(t.Context(), nil); err == nil {
 		t.Error("write before open accepted")
 	}
+	// Batches may be in flight together, except transactional ones: a
+	// batch retried after a later one committed would be skipped.
+	if !s.Pipelines() {
+		t.Error("a plain Kafka sink does not pipeline its writes")
+	}
+	o.ExactlyOnce = true
+	if eos, err := New(o, reg, nil); err != nil || eos.Pipelines() {
+		t.Errorf("an exactly-once sink pipelines its writes (%v)", err)
+	}
 }
 
 func TestErrorClasses(t *testing.T) {
