@@ -114,19 +114,7 @@ func TestPipelinedSinkCheckpointNeverPassesUndurableRecord(t *testing.T) {
 		}
 		return nil
 	}
-	cfg := fastConfig()
-	rt, err := New(cfg, src, []NamedSink{{Name: "pipe", Sink: pipe}, {Name: "plain", Sink: plain}}, store, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := rt.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := store.position(); got != total-1 {
-		t.Fatalf("final checkpoint at %d, want %d", got, total-1)
-	}
+	rt := runFeed(t, src, []NamedSink{{Name: "pipe", Sink: pipe}, {Name: "plain", Sink: plain}}, store, Options{})
 	if m := pipe.maxIn.Load(); m < 2 || m > int64(rt.cfg.PipelinedWrites) {
 		t.Fatalf("at most %d batches were in flight at once, want 2..%d", m, rt.cfg.PipelinedWrites)
 	}
@@ -156,18 +144,7 @@ func TestPipelinedSinkPermanentFailuresGoToDLQ(t *testing.T) {
 	sink := &refusingPipe{memSink: newMemSink("refusing", ev)}
 	dlq := &memDLQ{}
 	store := &memStore{events: ev}
-	rt, err := New(fastConfig(), src, []NamedSink{{Name: "refusing", Sink: sink}}, store, Options{DLQ: dlq})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := rt.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := store.position(); got != 199 {
-		t.Fatalf("final checkpoint at %d, want 199", got)
-	}
+	runFeed(t, src, []NamedSink{{Name: "refusing", Sink: sink}}, store, Options{DLQ: dlq})
 	if sink.writes != 0 {
 		t.Fatalf("%d plain rewrites; permanent refusals need none", sink.writes)
 	}
@@ -179,6 +156,25 @@ func TestPipelinedSinkPermanentFailuresGoToDLQ(t *testing.T) {
 			t.Fatalf("record %d stored %v, want %v", i, !want, want)
 		}
 	}
+}
+
+// runFeed runs the bounded feed src to its end with fastConfig and checks
+// that the final checkpoint names its last record.
+func runFeed(t *testing.T, src *feedSource, sinks []NamedSink, store *memStore, opts Options) *Runtime {
+	t.Helper()
+	rt, err := New(fastConfig(), src, sinks, store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rt.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.position(); got != src.total-1 {
+		t.Fatalf("final checkpoint at %d, want %d", got, src.total-1)
+	}
+	return rt
 }
 
 // refusingPipe refuses, permanently, every record whose feed number ends
