@@ -165,17 +165,11 @@ func typeText(t, elem pipeline.Type) string {
 // snapshotTables returns the tables (by prefix) with snapshot records.
 func snapshotTables(records []pipeline.Record) map[string]bool {
 	var out map[string]bool
-	var last *pipeline.Table
-	for i := range records {
-		r := &records[i]
-		if r.Table == nil || r.Table == last || !(r.Snapshot || r.Op == pipeline.OpRead) {
-			continue
-		}
-		last = r.Table
+	for _, t := range upsert.SnapshotTables(records) {
 		if out == nil {
 			out = map[string]bool{}
 		}
-		out[tablePrefix(r.Table.ID)] = true
+		out[tablePrefix(t.ID)] = true
 	}
 	return out
 }

@@ -68,14 +68,8 @@ func (s *Sink) loadSnapshots(ctx context.Context, c *goredis.Client) error {
 func (s *Sink) stampSnapshots(ctx context.Context, records []pipeline.Record, now time.Time) error {
 	ms := now.UnixMilli()
 	var stamp []string
-	var last *pipeline.Table
-	for i := range records {
-		r := &records[i]
-		if !isRow(r) || r.Table == last || !(r.Snapshot || r.Op == pipeline.OpRead) {
-			continue
-		}
-		last = r.Table
-		base := s.info(r.Table).base
+	for _, t := range upsert.SnapshotTables(records) {
+		base := s.info(t).base
 		if at, ok := s.snapshots[base]; (!ok || ms-at >= upsert.StampEvery.Milliseconds()) && !slices.Contains(stamp, base) {
 			stamp = append(stamp, base)
 		}

@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -52,33 +53,36 @@ func (p *Purge) Due(now time.Time) (cutoff time.Time, ok bool) {
 // Load sets the stored snapshot times, by target.
 func (p *Purge) Load(stamps map[string]time.Time) { p.snapshots = stamps }
 
-// Stamps returns the targets of records' snapshot records (OpRead, or
-// marked Snapshot) whose stored snapshot time is absent or older than
-// StampEvery at now: the sink stores now for each, durably, before it
-// writes records, then calls Stamped. Nil when the sink never purges.
+// SnapshotTables returns the distinct shapes of records' snapshot records
+// (OpRead, or marked Snapshot: an initial load's barriers too), in order.
+func SnapshotTables(records []pipeline.Record) []*pipeline.Table {
+	var out []*pipeline.Table
+	for i := range records {
+		r := &records[i]
+		if r.Table == nil || !(r.Snapshot || r.Op == pipeline.OpRead) ||
+			(len(out) > 0 && out[len(out)-1] == r.Table) || slices.Contains(out, r.Table) {
+			continue
+		}
+		out = append(out, r.Table)
+	}
+	return out
+}
+
+// Stamps returns the targets of records' snapshot records whose stored
+// snapshot time is absent or older than StampEvery at now: the sink
+// stores now for each, durably, before it writes records, then calls
+// Stamped. Nil when the sink never purges.
 func (p *Purge) Stamps(records []pipeline.Record, target func(pipeline.TableID) string, now time.Time) []string {
 	if !p.On() {
 		return nil
 	}
 	var out []string
-	var last *pipeline.Table
-	for i := range records {
-		r := &records[i]
-		if r.Table == nil || r.Table == last || !(r.Snapshot || r.Op == pipeline.OpRead) {
+	for _, tb := range SnapshotTables(records) {
+		t := target(tb.ID)
+		if at, ok := p.snapshots[t]; (ok && now.Sub(at) < StampEvery) || slices.Contains(out, t) {
 			continue
 		}
-		last = r.Table
-		t := target(r.Table.ID)
-		if at, ok := p.snapshots[t]; ok && now.Sub(at) < StampEvery {
-			continue
-		}
-		dup := false
-		for _, o := range out {
-			dup = dup || o == t
-		}
-		if !dup {
-			out = append(out, t)
-		}
+		out = append(out, t)
 	}
 	return out
 }

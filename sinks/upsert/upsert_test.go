@@ -190,3 +190,22 @@ func TestPermanentFailures(t *testing.T) {
 		t.Fatalf("type change: %v", failed[2].Err)
 	}
 }
+
+// SnapshotTables lists each shape with a snapshot record once, in order:
+// reads and records marked Snapshot (a load's barrier) count, stream
+// changes and tableless records do not.
+func TestSnapshotTables(t *testing.T) {
+	a := &pipeline.Table{ID: pipeline.TableID{Schema: "s", Table: "a"}}
+	b := &pipeline.Table{ID: pipeline.TableID{Schema: "s", Table: "b"}}
+	c := &pipeline.Table{ID: pipeline.TableID{Schema: "s", Table: "c"}}
+	got := SnapshotTables([]pipeline.Record{
+		{Op: pipeline.OpInsert, Table: c},
+		{Op: pipeline.OpTruncate, Table: b, Snapshot: true},
+		{Op: pipeline.OpRead, Table: a}, {Op: pipeline.OpRead, Table: a},
+		{Op: pipeline.OpRead, Table: b}, {Op: pipeline.OpRead, Table: a},
+		{Op: pipeline.OpHeartbeat},
+	})
+	if len(got) != 2 || got[0] != b || got[1] != a {
+		t.Fatalf("snapshot tables %v", got)
+	}
+}
