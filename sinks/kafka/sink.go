@@ -163,7 +163,13 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	}
 	select {
 	case <-p.Done():
-		return p.Err()
+		if err := p.Err(); err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr // the records failed because ctx ended
+			}
+			return err
+		}
+		return nil
 	case <-ctx.Done():
 		// Records still buffered fail with ctx's error; those already
 		// sent may land, which a retry only duplicates.
