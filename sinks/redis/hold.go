@@ -33,6 +33,8 @@ const maxSweepEvery = 10 * time.Minute
 
 func (s *Sink) registryKey() string { return "sluice#" + s.opts.Name + "#snapshots" }
 
+func barrierKey(base string) string { return base + "#barrier" }
+
 func snapshotKey(base string) string { return base + "#snapshot" }
 
 func heldKey(base string) string { return base + "#held" }
@@ -141,7 +143,7 @@ func (s *Sink) release(ctx context.Context, base string, ms int64) (int, error) 
 		if len(zs) == 0 {
 			break
 		}
-		keys := []string{base + "#barrier"}
+		keys := []string{barrierKey(base)}
 		argv := []any{"x", s.opts.Format[:1], ms, s.opts.TombstoneTTL.Milliseconds()}
 		for _, z := range zs {
 			keys = append(keys, z.Member.(string))

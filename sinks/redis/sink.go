@@ -200,7 +200,7 @@ func (s *Sink) info(t *pipeline.Table) *tableInfo {
 	tmpl := strings.TrimSuffix(s.opts.KeyTemplate, "{pk}")
 	prefix := strings.NewReplacer("{database}", t.ID.Database, "{schema}", t.ID.Schema, "{table}", t.ID.Table).Replace(tmpl)
 	base := prefix[:len(prefix)-1]
-	ti := &tableInfo{prefix: prefix, base: base, barrier: base + "#barrier", pattern: globEscape(prefix) + "*", tomb: s.tombTTL}
+	ti := &tableInfo{prefix: prefix, base: base, barrier: barrierKey(base), pattern: globEscape(prefix) + "*", tomb: s.tombTTL}
 	for _, c := range t.Columns {
 		ti.names = append(ti.names, c.Name)
 		if c.Name == fieldVersion || c.Name == fieldDeleted || (s.opts.Format == "hash" && c.Name == "") {
