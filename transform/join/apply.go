@@ -182,7 +182,7 @@ func (j *Join) lookupKey(e *entry, n int) ([]byte, error) {
 // is new and cleared nothing. A replayed truncate cleared its rows before
 // the crash and they are no longer known, so its outputs are all sent
 // again.
-func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int, seen map[string]bool, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	name := r.Table.ID.String()
 	barrier := st.barrier(name)
 	fresh := barrier.Less(r.Version) // not seen before: not a replay
@@ -238,7 +238,7 @@ func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int
 }
 
 // emitAll emits every joined row that refers to a row of the lookups ns.
-func (j *Join) emitAll(st state, r *pipeline.Record, ns []int, seen map[string]bool, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) emitAll(st state, r *pipeline.Record, ns []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	for _, n := range ns {
 		b, err := st.index(n)
 		if err != nil {
@@ -246,8 +246,7 @@ func (j *Join) emitAll(st state, r *pipeline.Record, ns []int, seen map[string]b
 		}
 		var keys [][]byte
 		err = b.ForEach(func(k, _ []byte) error {
-			if fk := fromKeyOf(k); fk != nil && !seen[string(fk)] {
-				seen[string(fk)] = true
+			if fk := fromKeyOf(k); fk != nil && seen.add(fk) {
 				keys = append(keys, fk)
 			}
 			return nil
@@ -276,7 +275,7 @@ func fromKeyOf(k []byte) []byte {
 
 // emitReferrers emits the joined rows that refer to the looked-up rows
 // keys and are not in seen.
-func (j *Join) emitReferrers(st state, r *pipeline.Record, lookupN []int, keys [][]byte, seen map[string]bool, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) emitReferrers(st state, r *pipeline.Record, lookupN []int, keys [][]byte, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	for _, n := range lookupN {
 		for _, lk := range keys {
 			fks, err := st.referrers(n, lk)
@@ -284,10 +283,9 @@ func (j *Join) emitReferrers(st state, r *pipeline.Record, lookupN []int, keys [
 				return out, err
 			}
 			for _, fk := range fks {
-				if seen[string(fk)] {
+				if !seen.add(fk) {
 					continue
 				}
-				seen[string(fk)] = true
 				if out, err = j.emit(st, r, fk, out); err != nil {
 					return out, err
 				}

@@ -58,6 +58,9 @@ type Join struct {
 
 	storedDef []byte // the definition the state was built for; nil: none
 	begun     bool   // Begin was called
+	// inputs holds the joined tables' (schema, table), so Process tells
+	// joined records apart without building names.
+	inputs map[[2]string]bool
 }
 
 // maxLookups bounds a join's lookups: each has an index bucket named by
@@ -91,7 +94,12 @@ func Open(opts Options) (*Join, error) {
 		}
 		return nil, fmt.Errorf("join %s: open state %s: %w", opts.Output, path, err)
 	}
-	j := &Join{opts: opts, log: opts.Log, db: db, outName: [2]string{schema, table}, lookups: map[string]*pipeline.Table{}}
+	j := &Join{opts: opts, log: opts.Log, db: db, outName: [2]string{schema, table}, lookups: map[string]*pipeline.Table{},
+		inputs: map[[2]string]bool{}}
+	for _, name := range append([]string{opts.From}, lookupTables(opts.With)...) {
+		id := tableID(name)
+		j.inputs[[2]string{id.Schema, id.Table}] = true
+	}
 	if err := db.Update(j.load); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("join %s: %w", opts.Output, err)
@@ -197,10 +205,10 @@ func (j *Join) Begin(_ context.Context, resumed bool) error {
 
 // tableList names the joined tables.
 func (j *Join) tableList() string {
-	names := []string{j.opts.From}
-	for _, l := range j.opts.With {
-		if !slices.Contains(names, l.Table) {
-			names = append(names, l.Table)
+	var names []string
+	for _, n := range append([]string{j.opts.From}, lookupTables(j.opts.With)...) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
 		}
 	}
 	return strings.Join(names, ", ")
@@ -267,11 +275,15 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 
 // joins reports whether r is a data record of a joined table.
 func (j *Join) joins(r pipeline.Record) bool {
-	if r.Table == nil || !r.Op.IsData() {
-		return false
+	return r.Table != nil && r.Op.IsData() && j.inputs[[2]string{r.Table.ID.Schema, r.Table.ID.Table}]
+}
+
+func lookupTables(with []Lookup) []string {
+	out := make([]string, len(with))
+	for i, l := range with {
+		out[i] = l.Table
 	}
-	name := r.Table.ID.String()
-	return name == j.opts.From || slices.ContainsFunc(j.opts.With, func(l Lookup) bool { return l.Table == name })
+	return out
 }
 
 // fanOutWarn is the number of output rows one input may cause before the
@@ -296,13 +308,35 @@ func (j *Join) apply(st state, r *pipeline.Record, out []pipeline.Record) ([]pip
 	if err != nil {
 		return out, err
 	}
-	seen := map[string]bool{}
-	defer func() {
-		if len(seen) >= fanOutWarn {
-			j.log.Warn("one change fans out to many joined rows, all in one batch past the in-flight cap",
-				zap.String("join", j.opts.Output), zap.String("table", name), zap.Stringer("op", r.Op), zap.Int("rows", len(seen)))
-		}
-	}()
+	var seen emitted
+	if out, err = j.applyAndEmit(st, r, isFrom, lookupN, refresh, &seen, out); err != nil {
+		return out, err
+	}
+	if len(seen) >= fanOutWarn {
+		j.log.Warn("one change fans out to many joined rows, all in one batch past the in-flight cap",
+			zap.String("join", j.opts.Output), zap.String("table", name), zap.Stringer("op", r.Op), zap.Int("rows", len(seen)))
+	}
+	return out, nil
+}
+
+// emitted is the set of from-table keys emitted for one input, allocated
+// only when an input emits through more than one path.
+type emitted map[string]bool
+
+// add records k and reports whether it was new.
+func (e *emitted) add(k []byte) bool {
+	if (*e)[string(k)] {
+		return false
+	}
+	if *e == nil {
+		*e = emitted{}
+	}
+	(*e)[string(k)] = true
+	return true
+}
+
+func (j *Join) applyAndEmit(st state, r *pipeline.Record, isFrom bool, lookupN, refresh []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+	var err error
 	if r.Op == pipeline.OpTruncate {
 		if out, err = j.truncate(st, r, isFrom, lookupN, seen, out); err != nil {
 			return out, err
@@ -313,8 +347,13 @@ func (j *Join) apply(st state, r *pipeline.Record, out []pipeline.Record) ([]pip
 			return out, err
 		}
 		if isFrom {
+			// A from-table row joins itself; the set is needed only when
+			// a lookup path may reach it again (a self-join, a refresh).
+			track := len(lookupN) > 0 || len(refresh) > 0
 			for _, k := range keys {
-				seen[string(k)] = true
+				if track {
+					seen.add(k)
+				}
 				if out, err = j.emit(st, r, k, out); err != nil {
 					return out, err
 				}
