@@ -135,10 +135,10 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 				all = append(all, it.records...)
 			}
 		}
-		items := slices.Clone(batch)
+		err := fl.write(ctx, s.Route.Apply(all), batch)
 		clear(batch)
 		batch, recs, bytes = batch[:0], 0, 0
-		return fl.write(ctx, s.Route.Apply(all), items)
+		return err
 	}
 	for {
 		select {
@@ -186,7 +186,8 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 // every later started batch may have landed or not, so the lane waits for
 // them all and writes them again one at a time, in order, through the
 // retrying path: later changes of a key are never left behind an earlier
-// one, and the rewrite only duplicates what had landed.
+// one (Invariant 4 for consumers that read the topic in order), and the
+// rewrite only duplicates what had landed.
 type inflight struct {
 	r       *Runtime
 	s       NamedSink
@@ -204,6 +205,7 @@ type started struct {
 }
 
 // write writes (or starts) one batch: recs, the route's share of items.
+// items is the lane's buffer: it is copied when kept.
 func (f *inflight) write(ctx context.Context, recs []Record, items []*tracked) error {
 	if len(recs) == 0 {
 		if len(f.queue) == 0 {
@@ -211,7 +213,7 @@ func (f *inflight) write(ctx context.Context, recs []Record, items []*tracked) e
 			return nil
 		}
 		// Nothing for this sink: durable once what was started before is.
-		f.queue = append(f.queue, &started{items: items, p: Settled(nil), cancel: func() {}, t0: time.Now()})
+		f.queue = append(f.queue, &started{items: slices.Clone(items), p: Settled(nil), cancel: func() {}, t0: time.Now()})
 		return nil
 	}
 	if f.p == nil {
@@ -229,7 +231,7 @@ func (f *inflight) write(ctx context.Context, recs []Record, items []*tracked) e
 		}
 	}
 	actx, cancel := context.WithTimeout(ctx, f.r.cfg.WriteTimeout)
-	st := &started{items: items, recs: recs, cancel: cancel, t0: time.Now()}
+	st := &started{items: slices.Clone(items), recs: recs, cancel: cancel, t0: time.Now()}
 	p, err := f.p.Start(actx, recs)
 	if err != nil {
 		p = Settled(err) // settled like a failed write, in order
