@@ -62,20 +62,7 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatalf("exit %d:\n%s", code, d.logs())
 	}
 
-	f, err := os.Open(filepath.Join(dir, "offsets", "dlq", "poison.dlq.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var letters []pipeline.DeadLetter
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var l pipeline.DeadLetter
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
-		}
-		letters = append(letters, l)
-	}
+	letters := readDeadLetters(t, filepath.Join(dir, "offsets", "dlq", "poison.dlq.jsonl"))
 	if len(letters) != 2 {
 		t.Fatalf("%d dead letters, want 2: %+v\n%s", len(letters), letters, d.logs())
 	}
@@ -166,18 +153,11 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatalf("exit %d:\n%s", code, d.logs())
 	}
 
-	b, err := os.ReadFile(filepath.Join(dir, "offsets", "dlq", "sdlq.dlq.jsonl"))
-	if err != nil {
-		t.Fatal(err)
+	letters := readDeadLetters(t, filepath.Join(dir, "offsets", "dlq", "sdlq.dlq.jsonl"))
+	if len(letters) != 1 {
+		t.Fatalf("%d dead letters, want 1: %+v", len(letters), letters)
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 1 {
-		t.Fatalf("%d dead letters, want 1:\n%s", len(lines), b)
-	}
-	var l pipeline.DeadLetter
-	if err := json.Unmarshal([]byte(lines[0]), &l); err != nil {
-		t.Fatal(err)
-	}
+	l := letters[0]
 	if l.Stage != "sink:opensearch" || l.Table != "public.t" || l.Op != "c" || !strings.Contains(string(l.Raw), "not a number") ||
 		!strings.Contains(l.Error, "failed to parse field [note]") {
 		t.Fatalf("dead letter: %+v raw=%s", l, l.Raw)
@@ -194,4 +174,28 @@ runtime: {checkpoint_interval: 50ms}
 	if doc.Source.Note != "1000" {
 		t.Fatalf("row 1 after the refusal: note %q, want 1000", doc.Source.Note)
 	}
+}
+
+// readDeadLetters reads a JSON-lines DLQ file.
+func readDeadLetters(t *testing.T, path string) []pipeline.DeadLetter {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var letters []pipeline.DeadLetter
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var l pipeline.DeadLetter
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		letters = append(letters, l)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return letters
 }
