@@ -422,6 +422,8 @@ type Runtime struct {
 	ShutdownTimeout    Duration `yaml:"shutdown_timeout" default:"30s" min:"1ms"`
 	WriteTimeout       Duration `yaml:"write_timeout" default:"2m" min:"100ms"`
 	PipelinedWrites    int      `yaml:"pipelined_writes" default:"3" min:"1"`
+	WriteTargetLatency Duration `yaml:"write_target_latency" default:"2s" min:"1ms"`
+	DegradedAfter      Duration `yaml:"degraded_after" default:"30s" min:"1ms"`
 	Retry              Retry    `yaml:"retry"`
 }
 

@@ -221,6 +221,8 @@ func runtimeConfig(cfg *config.Config) pipeline.Config {
 		ShutdownTimeout:    r.ShutdownTimeout.Std(),
 		WriteTimeout:       r.WriteTimeout.Std(),
 		PipelinedWrites:    r.PipelinedWrites,
+		WriteTargetLatency: r.WriteTargetLatency.Std(),
+		DegradedAfter:      r.DegradedAfter.Std(),
 		RetryInitial:       r.Retry.Initial.Std(),
 		RetryMax:           r.Retry.Max.Std(),
 		RetryMaxAttempts:   r.Retry.MaxAttempts,

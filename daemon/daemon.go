@@ -42,6 +42,7 @@ const (
 	ExitConfig      = 2   // the config (or a flag) is invalid
 	ExitSetup       = 3   // a source or sink refused to start (preflight, privileges, lost slot)
 	ExitCheckpoint  = 4   // the stored checkpoint is corrupt, foreign or from a newer sluice
+	ExitUndrained   = 5   // stopped before every record read was durable (the drain deadline passed)
 	ExitInterrupted = 130 // a second signal stopped sluice without draining
 )
 
@@ -55,7 +56,10 @@ func ExitCode(err error) int {
 	var format *offsets.FormatError
 	var foreign *offsets.ForeignError
 	var open *pipeline.OpenError
+	var undrained *pipeline.UndrainedError
 	switch {
+	case errors.As(err, &undrained):
+		return ExitUndrained
 	case errors.As(err, &ce):
 		return ExitConfig
 	case errors.As(err, &corrupt), errors.As(err, &format), errors.As(err, &foreign):
@@ -228,8 +232,9 @@ func Report(name string, started time.Time, rt *pipeline.Runtime, src pipeline.S
 		DLQDepth:            q.Depth(),
 		DLQOldestAgeSeconds: q.OldestAge().Seconds(),
 	}
-	for _, n := range sortedKeys(s.Written) {
-		r.Sinks = append(r.Sinks, obs.SinkStatus{Name: n, RecordsWritten: s.Written[n]})
+	for _, h := range s.Sinks {
+		r.Sinks = append(r.Sinks, obs.SinkStatus{Name: h.Name, RecordsWritten: s.Written[h.Name],
+			FailingSince: h.FailingSince, LastError: h.LastError, BatchLimit: h.BatchLimit, Undrained: h.Undrained})
 	}
 	if !s.LastCheckpoint.CommittedAt.IsZero() {
 		r.LastCheckpoint = s.LastCheckpoint.CommittedAt
@@ -248,6 +253,9 @@ func Report(name string, started time.Time, rt *pipeline.Runtime, src pipeline.S
 		}
 	} else if r.State == "running" {
 		r.State = obs.StateStreaming
+	}
+	if s.Degraded && (r.State == obs.StateStreaming || r.State == obs.StateSnapshot) {
+		r.State = obs.StateDegraded
 	}
 	if s.Err != nil {
 		r.Error = obs.Redact(s.Err.Error())

@@ -28,6 +28,12 @@ func (o metricsObserver) CheckpointCommitted(took time.Duration, _ time.Time, _ 
 
 func (o metricsObserver) SinkRetry(sink string) { o.m.SinkRetries.WithLabelValues(sink).Inc() }
 
+func (o metricsObserver) SinkBatchLimit(sink string, n int) {
+	o.m.SinkBatchLimit.WithLabelValues(sink).Set(float64(n))
+}
+
+func (o metricsObserver) SinkSplit(sink string) { o.m.SinkSplits.WithLabelValues(sink).Inc() }
+
 func (o metricsObserver) DeadLetters(stage string, n int) {
 	o.m.DeadLetters.WithLabelValues(stage).Add(float64(n))
 }

@@ -47,6 +47,12 @@ type Metrics struct {
 	// SinkRetries counts retried sink writes, by sink name:
 	// sluice_sink_retries_total.
 	SinkRetries *prometheus.CounterVec
+	// SinkBatchLimit is how many records a sink's next write may hold,
+	// the lane's adaptive size, by sink: sluice_sink_batch_limit_records.
+	SinkBatchLimit *prometheus.GaugeVec
+	// SinkSplits counts writes split after a timeout, a too-large refusal
+	// or a panic, by sink: sluice_sink_write_splits_total.
+	SinkSplits *prometheus.CounterVec
 	// DeadLetters counts records sent to the DLQ, by stage (Invariant 7):
 	// sluice_dead_letters_total.
 	DeadLetters *prometheus.CounterVec
@@ -100,6 +106,12 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 		SinkRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_sink_retries_total", Help: "Sink writes retried after an error.", ConstLabels: cl,
 		}, []string{"sink"}),
+		SinkBatchLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_sink_batch_limit_records", Help: "Records a sink's next write may hold (adaptive).", ConstLabels: cl,
+		}, []string{"sink"}),
+		SinkSplits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_sink_write_splits_total", Help: "Sink writes split after a timeout, a too-large refusal or a panic.", ConstLabels: cl,
+		}, []string{"sink"}),
 		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_dead_letters_total", Help: "Records sent to the dead-letter queue.", ConstLabels: cl,
 		}, []string{"stage"}),
@@ -120,7 +132,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	}, func() float64 { return m.CheckpointAge().Seconds() })
 	if reg != nil {
 		reg.MustRegister(m.Records, m.BatchDuration, m.InFlightRecords, m.InFlightBytes,
-			m.CheckpointCommitDuration, m.CheckpointCommits, age, m.SinkRetries, m.DeadLetters,
+			m.CheckpointCommitDuration, m.CheckpointCommits, age, m.SinkRetries, m.SinkBatchLimit, m.SinkSplits, m.DeadLetters,
 			m.EndToEndLatency, m.SourceLagBytes, m.SourceLagSeconds)
 	}
 	return m

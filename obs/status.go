@@ -15,9 +15,12 @@ const (
 	StateStarting  = "starting"
 	StateSnapshot  = "snapshot"
 	StateStreaming = "streaming"
-	StateDraining  = "draining"
-	StateStopped   = "stopped"
-	StateFailed    = "failed"
+	// StateDegraded: a sink's writes have kept failing for longer than
+	// runtime.degraded_after; Sinks names it, since when and why.
+	StateDegraded = "degraded"
+	StateDraining = "draining"
+	StateStopped  = "stopped"
+	StateFailed   = "failed"
 )
 
 // StatusReport is the /status document: the daemon fills it, `sluice
@@ -50,6 +53,14 @@ type StatusReport struct {
 type SinkStatus struct {
 	Name           string `json:"name"`
 	RecordsWritten int64  `json:"records_written"`
+	// FailingSince is when the sink's current run of failed writes began
+	// (absent while it writes); LastError is the latest failure.
+	FailingSince time.Time `json:"failing_since,omitzero"`
+	LastError    string    `json:"last_error,omitempty"`
+	// BatchLimit is how many records its next write may hold (adaptive).
+	BatchLimit int `json:"batch_limit,omitempty"`
+	// Undrained counts records handed to it and not yet durable in it.
+	Undrained int64 `json:"undrained"`
 }
 
 // barWidth is the number of cells in a snapshot progress bar.
@@ -94,7 +105,14 @@ func RenderStatus(w io.Writer, r StatusReport) error {
 		row("dead letters", "%d (oldest %s ago)", r.DLQDepth, seconds(r.DLQOldestAgeSeconds))
 	}
 	for _, s := range r.Sinks {
-		row("sink "+s.Name, "%d records written", s.RecordsWritten)
+		line := fmt.Sprintf("%d records written, %d pending", s.RecordsWritten, s.Undrained)
+		if s.BatchLimit > 0 {
+			line += fmt.Sprintf(", writes of up to %d", s.BatchLimit)
+		}
+		if !s.FailingSince.IsZero() {
+			line += fmt.Sprintf("; FAILING since %s: %s", s.FailingSince.UTC().Format(time.RFC3339), Redact(s.LastError))
+		}
+		row("sink "+s.Name, "%s", line)
 	}
 	if r.Error != "" {
 		row("error", "%s", Redact(r.Error))

@@ -46,7 +46,7 @@ lag              2.5s behind, 3.0 MiB of log unread
 checkpoint       seq 42, 1m15s ago (2026-03-01T12:00:00Z)
 in flight        120 records, 64.0 KiB
 dead letters     3 (oldest 1h0m0s ago)
-sink clickhouse  12345 records written
+sink clickhouse  12345 records written, 0 pending
 error            retrying: postgres://u:xxxxx@db/app refused
 
 snapshot

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // RecordError is the failure of one record of a batch.
@@ -64,3 +65,31 @@ type OpenError struct {
 
 func (e *OpenError) Error() string { return "open " + e.What + ": " + e.Err.Error() }
 func (e *OpenError) Unwrap() error { return e.Err }
+
+// UndrainedError is a stop whose drain did not finish: records read from
+// the source were not yet durable in every sink when the drain deadline
+// passed. Nothing is lost — the final checkpoint covers only what is
+// durable (Invariant 1), so a restart reads them again — but the stop is
+// not clean and sluice exits with its own code.
+type UndrainedError struct {
+	Records  int           // records not durable in every sink
+	Deadline time.Duration // Config.ShutdownTimeout
+	Sinks    []SinkHealth  // the sinks still holding undrained records
+}
+
+func (e *UndrainedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "stopped with %d record(s) not durable in every sink after the %s drain deadline", e.Records, e.Deadline)
+	for i, s := range e.Sinks {
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		fmt.Fprintf(&b, "%ssink %s holds %d undrained", sep, s.Name, s.Undrained)
+		if s.LastError != "" {
+			fmt.Fprintf(&b, " (failing since %s: %s)", s.FailingSince.UTC().Format(time.RFC3339), s.LastError)
+		}
+	}
+	b.WriteString(" — nothing is lost: the checkpoint covers only durable records, a restart reads the rest again")
+	return b.String()
+}

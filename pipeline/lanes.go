@@ -41,7 +41,7 @@ func (r *Runtime) write(ctx context.Context, items <-chan item, durable chan<- s
 		go func() { defer wg.Done(); queue(ctx, in, out) }()
 		go func() {
 			defer wg.Done()
-			if err := r.lane(ctx, s, out, durable); err != nil {
+			if err := r.lane(ctx, s, r.lanes[i], out, durable); err != nil {
 				cancel(err) // the first cause is kept
 			}
 		}()
@@ -64,7 +64,8 @@ func (r *Runtime) write(ctx context.Context, items <-chan item, durable chan<- s
 			}
 			t := &tracked{item: it}
 			t.pending.Store(int32(len(lanes)))
-			for _, l := range lanes {
+			for i, l := range lanes {
+				r.lanes[i].undrained.Add(int64(len(it.records)))
 				select {
 				case l <- t:
 				case <-ctx.Done():
@@ -108,14 +109,14 @@ func queue(ctx context.Context, in <-chan *tracked, out chan<- *tracked) {
 // lane coalesces one sink's items into batches, writes them through the
 // sink's route and marks each item durable for this sink. To a Pipeliner
 // it keeps up to PipelinedWrites batches in flight (see inflight).
-func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, durable chan<- struct{}) error {
+func (r *Runtime) lane(ctx context.Context, s NamedSink, sl *sinkLane, in <-chan *tracked, durable chan<- struct{}) error {
 	var (
 		batch   []*tracked
 		recs    int
 		bytes   int64
 		linger  *time.Timer
 		lingerC <-chan time.Time
-		fl      = &inflight{r: r, s: s, durable: durable}
+		fl      = &inflight{r: r, s: s, sl: sl, durable: durable}
 	)
 	if p, ok := s.Sink.(Pipeliner); ok && p.Pipelines() && r.cfg.PipelinedWrites > 1 {
 		fl.p = p
@@ -155,7 +156,7 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 			batch = append(batch, it)
 			recs += len(it.records)
 			bytes += it.bytes
-			if recs >= r.cfg.BatchMaxRecords || bytes >= r.cfg.BatchMaxBytes {
+			if recs >= sl.ad.size() || bytes >= r.cfg.BatchMaxBytes {
 				if err := flush(); err != nil {
 					return err
 				}
@@ -191,6 +192,7 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, in <-chan *tracked, dur
 type inflight struct {
 	r       *Runtime
 	s       NamedSink
+	sl      *sinkLane
 	p       Pipeliner // nil: write one batch at a time
 	durable chan<- struct{}
 	queue   []*started
@@ -217,7 +219,7 @@ func (f *inflight) write(ctx context.Context, recs []Record, items []*tracked) e
 		return nil
 	}
 	if f.p == nil {
-		if err := f.r.writeSink(ctx, f.s, recs); err != nil {
+		if err := f.r.writeSink(ctx, f.s, f.sl, recs); err != nil {
 			return err
 		}
 		f.finish(items)
@@ -232,7 +234,8 @@ func (f *inflight) write(ctx context.Context, recs []Record, items []*tracked) e
 	}
 	actx, cancel := context.WithTimeout(ctx, f.r.cfg.WriteTimeout)
 	st := &started{items: slices.Clone(items), recs: recs, cancel: cancel, t0: time.Now()}
-	p, err := f.p.Start(actx, recs)
+	var p Pending
+	err := guard(func() (err error) { p, err = f.p.Start(actx, recs); return err })
 	if err != nil {
 		p = Settled(err) // settled like a failed write, in order
 	}
@@ -279,9 +282,13 @@ func (f *inflight) settleHead(ctx context.Context) error {
 		}
 		err = nil
 	} else if err == nil && h.recs != nil {
-		f.r.wrote(f.s.Name, stage, len(h.recs), time.Since(h.t0))
+		took := time.Since(h.t0)
+		f.sl.ad.succeeded(len(h.recs), took)
+		f.r.obs.SinkBatchLimit(f.s.Name, f.sl.ad.size())
+		f.r.wrote(f.s.Name, stage, len(h.recs), took)
 	}
 	if err == nil {
+		f.sl.healthy()
 		f.queue[0] = nil
 		f.queue = f.queue[1:]
 		f.finish(h.items)
@@ -293,6 +300,7 @@ func (f *inflight) settleHead(ctx context.Context) error {
 	if IsFatal(err) {
 		return fmt.Errorf("sink %s: %w", f.s.Name, err)
 	}
+	f.sl.failing(err)
 	f.r.obs.SinkRetry(f.s.Name)
 	f.r.log.Warn("pipelined sink write failed; writing it and the batches started after it again, in order",
 		zap.String("sink", f.s.Name), zap.Int("batches", len(f.queue)), zap.Error(err))
@@ -308,7 +316,7 @@ func (f *inflight) settleHead(ctx context.Context) error {
 	}
 	for _, st := range rest {
 		if len(st.recs) > 0 {
-			if err := f.r.writeSink(ctx, f.s, st.recs); err != nil {
+			if err := f.r.writeSink(ctx, f.s, f.sl, st.recs); err != nil {
 				return err
 			}
 		}
@@ -329,6 +337,7 @@ func (f *inflight) settleAll(ctx context.Context) error {
 
 func (f *inflight) finish(items []*tracked) {
 	for _, it := range items {
+		f.sl.undrained.Add(-int64(len(it.records)))
 		f.r.finish(it, f.durable)
 	}
 }

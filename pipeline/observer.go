@@ -20,6 +20,12 @@ type Observer interface {
 	DeadLetters(stage string, n int)
 	// EndToEnd observes source commit time → durable in every sink.
 	EndToEnd(d time.Duration)
+	// SinkBatchLimit reports how many records a sink's next write may
+	// hold (the lane's adaptive size).
+	SinkBatchLimit(sink string, n int)
+	// SinkSplit counts a write split after a timeout, a too-large refusal
+	// or a panic.
+	SinkSplit(sink string)
 }
 
 // NopObserver discards everything.
@@ -32,3 +38,5 @@ func (NopObserver) CheckpointCommitted(time.Duration, time.Time, uint64) {}
 func (NopObserver) SinkRetry(string)                                     {}
 func (NopObserver) DeadLetters(string, int)                              {}
 func (NopObserver) EndToEnd(time.Duration)                               {}
+func (NopObserver) SinkBatchLimit(string, int)                           {}
+func (NopObserver) SinkSplit(string)                                     {}

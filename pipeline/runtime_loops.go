@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -78,57 +77,6 @@ func (r *Runtime) read(ctx context.Context, items chan<- item) error {
 		case items <- item{seq: seq, records: recs, bytes: weight, read: now}:
 		case <-ctx.Done():
 			return ctx.Err()
-		}
-	}
-}
-
-// writeSink writes recs to one sink with retries; permanent per-record
-// failures go to the DLQ.
-func (r *Runtime) writeSink(ctx context.Context, s NamedSink, recs []Record) error {
-	stage := "sink:" + s.Name
-	b := newBackoff(r.cfg.RetryInitial, r.cfg.RetryMax)
-	todo := recs
-	for attempt := 1; ; attempt++ {
-		t0 := time.Now()
-		actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
-		err := s.Sink.Write(actx, todo)
-		cancel()
-		if err == nil {
-			r.wrote(s.Name, stage, len(todo), time.Since(t0))
-			return nil
-		}
-		r.obs.BatchDuration(stage, time.Since(t0))
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if IsFatal(err) {
-			return fmt.Errorf("sink %s: %w", s.Name, err)
-		}
-		var be *BatchError
-		if errors.As(err, &be) {
-			var retry []Record
-			for _, f := range be.Failed {
-				if f.Index >= 0 && f.Index < len(todo) && !f.Permanent {
-					retry = append(retry, todo[f.Index])
-				}
-			}
-			if err := r.deadLetterFailed(ctx, s, todo, be); err != nil {
-				return err
-			}
-			if len(retry) == 0 {
-				return nil
-			}
-			todo = retry
-			err = be
-		}
-		if r.cfg.RetryMaxAttempts > 0 && attempt >= r.cfg.RetryMaxAttempts {
-			return fmt.Errorf("sink %s: giving up after %d attempts: %w", s.Name, attempt, err)
-		}
-		r.obs.SinkRetry(s.Name)
-		r.log.Warn("sink write failed; retrying", zap.String("sink", s.Name), zap.Int("attempt", attempt),
-			zap.Int("records", len(todo)), zap.Error(err))
-		if err := b.wait(ctx); err != nil {
-			return err
 		}
 	}
 }

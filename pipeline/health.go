@@ -1,0 +1,71 @@
+package pipeline
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// SinkHealth is one sink's write health, for /status, `sluice status`
+// and /readyz (Invariant 9).
+type SinkHealth struct {
+	Name string
+	// FailingSince is when the sink's current run of failed writes began;
+	// zero while its writes succeed.
+	FailingSince time.Time
+	LastError    string
+	// BatchLimit is how many records the sink's next write may hold (see
+	// adaptive).
+	BatchLimit int
+	// Undrained counts records handed to the sink's lane and not yet
+	// durable in it.
+	Undrained int64
+}
+
+// sinkLane is the runtime's per-sink state: the lane's write sizing
+// (used by the lane's goroutine only) and its health (read by Stats).
+type sinkLane struct {
+	ad        *adaptive
+	undrained atomic.Int64
+	limit     atomic.Int64
+
+	mu           sync.Mutex
+	failingSince time.Time
+	lastErr      string
+}
+
+func newSinkLane(cfg Config) *sinkLane {
+	l := &sinkLane{ad: newAdaptive(cfg.BatchMaxRecords, cfg.WriteTargetLatency)}
+	l.limit.Store(int64(cfg.BatchMaxRecords))
+	return l
+}
+
+// failing records a failed write.
+func (l *sinkLane) failing(err error) {
+	l.limit.Store(int64(l.ad.size()))
+	l.mu.Lock()
+	if l.failingSince.IsZero() {
+		l.failingSince = time.Now()
+	}
+	l.lastErr = err.Error()
+	l.mu.Unlock()
+}
+
+// healthy records a successful write.
+func (l *sinkLane) healthy() {
+	l.limit.Store(int64(l.ad.size()))
+	l.mu.Lock()
+	l.failingSince = time.Time{}
+	l.mu.Unlock()
+}
+
+func (l *sinkLane) health(name string) SinkHealth {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := SinkHealth{Name: name, FailingSince: l.failingSince, BatchLimit: int(l.limit.Load()),
+		Undrained: l.undrained.Load()}
+	if !l.failingSince.IsZero() {
+		h.LastError = l.lastErr
+	}
+	return h
+}

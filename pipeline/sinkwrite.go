@@ -1,0 +1,107 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// writeSink writes recs to one sink, in pieces of at most ad.size()
+// records, each retried with backoff; permanent per-record failures go to
+// the DLQ (Invariant 7). A piece that times out, is refused as too large
+// or panics is split (see adaptive) before anything else is tried; a
+// single record that still times out is retried like any transient
+// failure (the target is slow or unreachable, not the record wrong), one
+// refused as too large or that panics goes to the DLQ. Pieces are written
+// in order and writeSink returns nil only when every record of recs is
+// durable or dead-lettered, so its caller marks items durable only then
+// (Invariant 1).
+func (r *Runtime) writeSink(ctx context.Context, s NamedSink, sl *sinkLane, recs []Record) error {
+	ad := sl.ad
+	stage := "sink:" + s.Name
+	b := newBackoff(r.cfg.RetryInitial, r.cfg.RetryMax)
+	todo := recs
+	for attempt := 1; len(todo) > 0; attempt++ {
+		n := min(len(todo), ad.size())
+		piece := todo[:n]
+		t0 := time.Now()
+		actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+		err := guard(func() error { return s.Sink.Write(actx, piece) })
+		timedOut := err != nil && actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		took := time.Since(t0)
+		if err == nil {
+			ad.succeeded(n, took)
+			r.obs.SinkBatchLimit(s.Name, ad.size())
+			r.wrote(s.Name, stage, n, took)
+			sl.healthy()
+			todo, attempt = todo[n:], 0
+			b = newBackoff(r.cfg.RetryInitial, r.cfg.RetryMax)
+			continue
+		}
+		r.obs.BatchDuration(stage, took)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if IsFatal(err) {
+			return fmt.Errorf("sink %s: %w", s.Name, err)
+		}
+		var pe *PanicError
+		if errors.As(err, &pe) {
+			r.log.Error("sink panicked; isolating the record that caused it", zap.String("sink", s.Name),
+				zap.Int("records", n), zap.Any("panic", pe.Value), zap.ByteString("stack", pe.Stack))
+		}
+		if timedOut || IsTooLarge(err) || pe != nil {
+			if n > 1 {
+				ad.split(n)
+				r.obs.SinkSplit(s.Name)
+				r.obs.SinkBatchLimit(s.Name, ad.size())
+				sl.failing(err)
+				r.log.Warn("sink write split", zap.String("sink", s.Name), zap.Int("records", n),
+					zap.Int("next", ad.size()), zap.Bool("timed_out", timedOut), zap.Error(err))
+				attempt = 0
+				continue
+			}
+			if !timedOut {
+				// One record the target refuses for its size, or that
+				// makes the sink panic: a poison record.
+				err = &BatchError{Failed: []RecordError{{Index: 0, Err: err, Permanent: true}}}
+			}
+		}
+		var be *BatchError
+		if errors.As(err, &be) {
+			var retry []Record
+			for _, f := range be.Failed {
+				if f.Index >= 0 && f.Index < n && !f.Permanent {
+					retry = append(retry, piece[f.Index])
+				}
+			}
+			if err := r.deadLetterFailed(ctx, s, piece, be); err != nil {
+				return err
+			}
+			if len(retry) == 0 {
+				todo, attempt = todo[n:], 0
+				sl.healthy()
+				continue
+			}
+			// The failed records go again before the rest, in order.
+			todo = append(slices.Clip(retry), todo[n:]...)
+			err = be
+		}
+		sl.failing(err)
+		if r.cfg.RetryMaxAttempts > 0 && attempt >= r.cfg.RetryMaxAttempts {
+			return fmt.Errorf("sink %s: giving up after %d attempts: %w", s.Name, attempt, err)
+		}
+		r.obs.SinkRetry(s.Name)
+		r.log.Warn("sink write failed; retrying", zap.String("sink", s.Name), zap.Int("attempt", attempt),
+			zap.Int("records", min(len(todo), ad.size())), zap.Error(err))
+		if err := b.wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
