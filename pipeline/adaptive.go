@@ -1,8 +1,11 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"runtime/debug"
 	"time"
 )
@@ -68,6 +71,37 @@ func TooLarge(err error) error {
 func IsTooLarge(err error) bool {
 	var t tooLargeError
 	return errors.As(err, &t)
+}
+
+type overloadedError struct{ err error }
+
+func (e overloadedError) Error() string { return e.err.Error() }
+func (e overloadedError) Unwrap() error { return e.err }
+
+// Overloaded marks err as the target refusing a write for its load (a
+// full bulk queue: Elasticsearch's es_rejected_execution_exception, HTTP
+// 429): the runtime writes the same records again in smaller pieces, like
+// after a timeout, and retries a single record with backoff.
+func Overloaded(err error) error {
+	if err == nil {
+		return nil
+	}
+	return overloadedError{err}
+}
+
+// timedOut reports whether a write that failed with err ran out of time
+// at some layer — the runtime's WriteTimeout (attempt ended while ctx
+// did not), a deadline of the sink's own, or a network read or write
+// deadline — or was refused as Overloaded: either way a smaller write
+// may pass.
+func timedOut(ctx, attempt context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	var ne net.Error
+	var o overloadedError
+	return attempt.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout()) || errors.As(err, &o)
 }
 
 // PanicError is a panic recovered at a sink's boundary: the write that

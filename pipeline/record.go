@@ -137,12 +137,13 @@ func (o Op) IsData() bool { return o >= OpInsert && o <= OpTruncate }
 // Version totally orders the changes of one row. Components compare
 // numerically, most significant first. Sources fill it as follows:
 //
-//	Postgres stream:   {0, commit LSN, 0, 1 + index of the change in its transaction}
+//	Postgres stream:   {0, commit LSN, 0, 2 + index of the change in its transaction}
 //	Postgres snapshot: rows {0, consistent point LSN, 0, 1}, preceded per table by
 //	                   a truncate barrier at {0, consistent point LSN, 0, 0} so a
 //	                   fresh load clears whatever an interrupted earlier load left;
-//	                   both sort below every stream change committed after the
-//	                   consistent point (their commit LSN is greater)
+//	                   both sort below every streamed change, including those of a
+//	                   transaction whose commit record starts exactly at the
+//	                   consistent point (same LSN, higher index)
 //	MySQL/MariaDB:     {epoch, binlog file number, transaction start position, row index}
 //	generate:          {0, 0, 0, sequence number}
 type Version [4]uint64

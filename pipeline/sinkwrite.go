@@ -12,8 +12,8 @@ import (
 
 // writeSink writes recs to one sink, in pieces of at most ad.size()
 // records, each retried with backoff; permanent per-record failures go to
-// the DLQ (Invariant 7). A piece that times out, is refused as too large
-// or panics is split (see adaptive) before anything else is tried; a
+// the DLQ (Invariant 7). A piece that times out (see timedOut), is
+// refused as too large or overloaded, or panics is split (see adaptive) before anything else is tried; a
 // single record that still times out is retried like any transient
 // failure (the target is slow or unreachable, not the record wrong), one
 // refused as too large or that panics goes to the DLQ. Pieces are written
@@ -31,7 +31,7 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, sl *sinkLane, recs
 		t0 := time.Now()
 		actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 		err := guard(func() error { return s.Sink.Write(actx, piece) })
-		timedOut := err != nil && actx.Err() != nil && ctx.Err() == nil
+		slow := timedOut(ctx, actx, err)
 		cancel()
 		took := time.Since(t0)
 		if err == nil {
@@ -55,18 +55,19 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, sl *sinkLane, recs
 			r.log.Error("sink panicked; isolating the record that caused it", zap.String("sink", s.Name),
 				zap.Int("records", n), zap.Any("panic", pe.Value), zap.ByteString("stack", pe.Stack))
 		}
-		if timedOut || IsTooLarge(err) || pe != nil {
+		if slow || IsTooLarge(err) || pe != nil {
 			if n > 1 {
 				ad.split(n)
 				r.obs.SinkSplit(s.Name)
+				r.obs.SinkRetry(s.Name) // the same records are written again
 				r.obs.SinkBatchLimit(s.Name, ad.size())
 				sl.failing(err)
 				r.log.Warn("sink write split", zap.String("sink", s.Name), zap.Int("records", n),
-					zap.Int("next", ad.size()), zap.Bool("timed_out", timedOut), zap.Error(err))
+					zap.Int("next", ad.size()), zap.Bool("timed_out", slow), zap.Error(err))
 				attempt = 0
 				continue
 			}
-			if !timedOut {
+			if !slow {
 				// One record the target refuses for its size, or that
 				// makes the sink panic: a poison record.
 				err = &BatchError{Failed: []RecordError{{Index: 0, Err: err, Permanent: true}}}

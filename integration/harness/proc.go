@@ -41,6 +41,16 @@ func SkipShort(t testing.TB, why string) {
 	}
 }
 
+// Trials is how many times a repeated randomized test runs: n, the size
+// CI runs, unless SLUICE_TRIALS sets another count (a longer hunt on a
+// developer machine: SLUICE_TRIALS=500 go test -run … ).
+func Trials(n int) int {
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_TRIALS")); err == nil && v > 0 {
+		return v
+	}
+	return n
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,20 +1,26 @@
 package harness
 
 import (
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Proxy forwards TCP connections from a loopback port to a server, and can
 // make the server unreachable without touching it: Cut closes every open
 // connection and holds new ones silent (a black hole: connected, never
 // answered) until Restore, which closes the held ones so clients reconnect.
-// It stands in for a network partition or a dead host.
+// It stands in for a network partition or a dead host. SetLatency and
+// SetBandwidth make it a slow link instead: the server is reachable, but
+// every reply waits and every byte sent to it is paced.
 type Proxy struct {
 	ln     net.Listener
 	target string
+
+	latency   atomic.Int64 // ns added before each chunk of a reply
+	bandwidth atomic.Int64 // bytes/s toward the server; 0: unlimited
 
 	mu    sync.Mutex
 	cut   bool
@@ -83,12 +89,12 @@ func (p *Proxy) forward(c net.Conn) {
 	p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+	pipe := func(dst, src net.Conn, toServer bool) {
+		p.copy(dst, src, toServer)
 		done <- struct{}{}
 	}
-	go pipe(s, c)
-	go pipe(c, s)
+	go pipe(s, c, true)
+	go pipe(c, s, false)
 	<-done
 	c.Close()
 	s.Close()
@@ -98,6 +104,36 @@ func (p *Proxy) forward(c net.Conn) {
 	delete(p.conns, s)
 	p.mu.Unlock()
 }
+
+// copy moves bytes from src to dst, paced by the link's settings.
+func (p *Proxy) copy(dst, src net.Conn, toServer bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if toServer {
+				if bw := p.bandwidth.Load(); bw > 0 {
+					time.Sleep(time.Duration(int64(n) * int64(time.Second) / bw))
+				}
+			} else if d := p.latency.Load(); d > 0 {
+				time.Sleep(time.Duration(d))
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// SetLatency delays every chunk of the server's replies by d (0: none).
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// SetBandwidth paces what clients send to the server at bytesPerSecond on
+// each connection (0: unlimited).
+func (p *Proxy) SetBandwidth(bytesPerSecond int64) { p.bandwidth.Store(bytesPerSecond) }
 
 // Cut makes the server unreachable (see Proxy).
 func (p *Proxy) Cut() {

@@ -24,7 +24,7 @@ import (
 //     engine itself refuses a version that is not greater than the stored
 //     one (Invariant 4; an equal version changes nothing, as the Sink
 //     contract asks, which is why external_gte is not used for these).
-//   - A saturated version (a transaction with more than 4094 changes, the
+//   - A saturated version (a transaction with more than 4093 changes, the
 //     generate source after 4094 records, the 65535th binlog file) takes
 //     the exact path: the sink reads the stored document (a realtime
 //     multi-get), compares the full pipeline.Version kept in the

@@ -408,7 +408,14 @@ func (s *Sink) sendChunk(ctx context.Context, c *chunkReq) chunkResult {
 	if err != nil {
 		return chunkResult{err: fmt.Errorf("bulk: %w", err)}
 	}
-	if status != http.StatusOK {
+	switch status {
+	case http.StatusOK:
+	case http.StatusRequestEntityTooLarge:
+		// The runtime writes the records again in smaller pieces.
+		return chunkResult{err: pipeline.TooLarge(replyError("bulk", status, body))}
+	case http.StatusTooManyRequests:
+		return chunkResult{err: pipeline.Overloaded(replyError("bulk", status, body))}
+	default:
 		return chunkResult{err: replyError("bulk", status, body)}
 	}
 	if bytes.HasPrefix(body, []byte(`{"errors":false`)) {
@@ -448,6 +455,11 @@ func (s *Sink) sendChunk(ctx context.Context, c *chunkReq) chunkResult {
 				}
 				if res.transient == nil {
 					res.transient = fmt.Errorf("bulk: document %s/%s: status %d: %s", o.st.name, o.id, it.Status, it.Error)
+					if it.Status == http.StatusTooManyRequests {
+						// es_rejected_execution_exception: the bulk queue
+						// is full; smaller writes relieve it.
+						res.transient = pipeline.Overloaded(res.transient)
+					}
 				}
 			default:
 				msg := "status " + strconv.Itoa(it.Status)

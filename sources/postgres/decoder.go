@@ -545,8 +545,8 @@ func keyChanged(keyIdx []int, old, new *pglogrepl.TupleData) bool {
 // add versions a record, appends it and emits a non-final chunk when the
 // chunk is full, so memory stays bounded (Invariant 6).
 func (d *Decoder) add(tx *txnState, r pipeline.Record, emit func(Chunk) error) error {
+	r.Version = streamVersion(tx.commitLSN, tx.index)
 	tx.index++
-	r.Version = pipeline.Version{0, uint64(tx.commitLSN), 0, tx.index}
 	r.EventTime = tx.commitTime
 	r.TxID = uint64(tx.xid)
 	r.Size = pipeline.EstimateSize(&r)

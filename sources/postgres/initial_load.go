@@ -43,8 +43,8 @@ var snapshotNamePattern = regexp.MustCompile(`^[0-9A-Fa-f-]{1,64}$`)
 // Rows get version {0, consistent point, 0, 1} and each table's rows are
 // preceded by a truncate barrier at {0, consistent point, 0, 0}, so a fresh
 // load clears whatever an interrupted one left in the sinks (Invariant 4);
-// every stream change commits after the consistent point and sorts above
-// both. Batches carry no position: the load cannot be resumed, and a restart
+// every stream change commits at or after the consistent point with a row
+// index of at least rowBase and sorts above both (see version.go). Batches carry no position: the load cannot be resumed, and a restart
 // before its end takes the fresh path again (new slot, new load). After the
 // last row an empty batch positioned at the consistent point starts the
 // stream phase (Invariant 3: the stream starts exactly at the snapshot).
@@ -277,7 +277,7 @@ func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue)
 		l.tablesMu.Unlock()
 
 		barrier := pipeline.Record{Op: pipeline.OpTruncate, Table: shape.Table, EventTime: l.start,
-			Version: pipeline.Version{0, uint64(l.cp), 0, 0}, Snapshot: true}
+			Version: snapshotVersion(l.cp, barrierIndex), Snapshot: true}
 		barrier.Size = pipeline.EstimateSize(&barrier)
 		select {
 		case l.out <- pipeline.Batch{Records: []pipeline.Record{barrier}}:
@@ -476,7 +476,7 @@ func (w *copyWriter) row(line []byte) error {
 		return fmt.Errorf("copy %s: row has %d fields, want %d", tableName(w.t.ref), n, len(vals))
 	}
 	r := pipeline.Record{Op: pipeline.OpRead, Table: shape.Table, After: vals, EventTime: w.l.start,
-		Version: pipeline.Version{0, uint64(w.l.cp), 0, 1}, Snapshot: true}
+		Version: snapshotVersion(w.l.cp, snapshotRow), Snapshot: true}
 	r.Size = pipeline.EstimateSize(&r)
 	w.batch = append(w.batch, r)
 	w.bytes += r.Size

@@ -88,7 +88,7 @@ func TestInitialLoadWithConcurrentWrites(t *testing.T) {
 			tbl := rec.Table.ID.String()
 			switch rec.Op {
 			case pipeline.OpTruncate:
-				if rec.Version != (pipeline.Version{0, uint64(cp), 0, 0}) || seenBarrier[tbl] {
+				if rec.Version != snapshotVersion(cp, barrierIndex) || seenBarrier[tbl] {
 					t.Fatalf("barrier of %s: %v (seen before: %v)", tbl, rec.Version, seenBarrier[tbl])
 				}
 				seenBarrier[tbl] = true
@@ -96,7 +96,7 @@ func TestInitialLoadWithConcurrentWrites(t *testing.T) {
 				if !seenBarrier[tbl] {
 					t.Fatalf("row of %s before its barrier", tbl)
 				}
-				if rec.Version != (pipeline.Version{0, uint64(cp), 0, 1}) {
+				if rec.Version != snapshotVersion(cp, snapshotRow) {
 					t.Fatalf("snapshot row version %v", rec.Version)
 				}
 				reads++
