@@ -135,7 +135,8 @@ func (o Op) String() string {
 func (o Op) IsData() bool { return o >= OpInsert && o <= OpTruncate }
 
 // Version totally orders the changes of one row. Components compare
-// numerically, most significant first. Sources fill it as follows:
+// numerically, most significant first. Sources fill it as follows (why
+// these orders hold, and the tests that prove it: docs/versions.md):
 //
 //	Postgres stream:   {0, commit LSN, 0, 2 + index of the change in its transaction}
 //	Postgres snapshot: rows {0, consistent point LSN, 0, 1}, preceded per table by

@@ -112,10 +112,11 @@ func fileNumber(name string) (uint64, error) {
 	return n, nil
 }
 
-// Row indexes in versions. A snapshot's table barrier and rows sit at the
-// snapshot's own binlog offset with indexes 0 and 1; every row of a
-// transaction that starts at or after that offset has an index of at least
-// rowBase, so it sorts above the snapshot (Invariant 3 and 4).
+// Row indexes in versions (docs/versions.md). A snapshot's table barrier
+// and rows sit at the snapshot's own binlog offset with indexes 0 and 1;
+// every row of a transaction that starts at or after that offset has an
+// index of at least rowBase, so it sorts above the snapshot (Invariant 3
+// and 4).
 const (
 	barrierIndex = 0
 	snapshotRow  = 1
