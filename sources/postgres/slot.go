@@ -163,8 +163,10 @@ func (s *Source) waitSlotIdle(ctx context.Context, max time.Duration) (slotRow, 
 
 // createFreshSlot prepares the slot of a pipeline without a checkpoint. A
 // slot already there was never acknowledged into any checkpoint of ours
-// (there is none), so nothing depends on it: it is dropped and recreated,
-// and the fresh load supersedes whatever it was for.
+// (there is none). With an initial load it is dropped and recreated, and
+// the fresh load supersedes whatever it was for; without one (snapshot
+// mode never) it is kept and streamed from its confirmed_flush_lsn, since
+// dropping it would lose what it still holds.
 func (s *Source) createFreshSlot(ctx context.Context, repl *pgconn.PgConn) (pglogrepl.CreateReplicationSlotResult, error) {
 	var res pglogrepl.CreateReplicationSlotResult
 	r, exists, err := s.waitSlotIdle(ctx, slotBusyWait)
@@ -179,6 +181,19 @@ func (s *Source) createFreshSlot(ctx context.Context, repl *pgconn.PgConn) (pglo
 		if r.active {
 			return res, fmt.Errorf("postgres source: slot %s is in use by PID %d; stop the other consumer (or wait for the server to notice a dead one) and start again",
 				s.opts.Slot, r.activePID)
+		}
+		if s.opts.Snapshot.Mode == SnapshotNever && r.confirmed != 0 && r.plugin == "pgoutput" {
+			// Without a load nothing supersedes what the slot holds: the
+			// earlier run may have delivered changes after confirmed_flush
+			// to some sinks and not others (nothing was checkpointed, so
+			// nothing was acknowledged). Dropping the slot would skip them
+			// for good; streaming from it sends them all again, and the
+			// sinks ignore what they already hold (Invariant 4).
+			s.log.Warn("the pipeline has no checkpoint but its slot exists (a run that never checkpointed); "+
+				"snapshot mode is never, so streaming from the slot's confirmed_flush_lsn: changes the earlier run delivered are sent again",
+				zap.Stringer("confirmed_flush_lsn", r.confirmed))
+			return pglogrepl.CreateReplicationSlotResult{SlotName: s.opts.Slot, ConsistentPoint: r.confirmed.String(),
+				OutputPlugin: r.plugin}, nil
 		}
 		s.log.Warn("the pipeline has no checkpoint but its slot exists: it was left by an interrupted initial load "+
 			"(or a run that never checkpointed); dropping and recreating it, and the fresh load supersedes it",

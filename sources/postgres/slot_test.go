@@ -258,3 +258,32 @@ func TestDropSlotOnExit(t *testing.T) {
 		t.Fatalf("slots after Close with DropSlotOnExit: %v", got)
 	}
 }
+
+// Snapshot mode never, a slot left by a run that delivered changes but
+// never checkpointed, and no checkpoint: the slot is kept and its changes
+// are delivered again (dropping and recreating it, as an initial load
+// does, would skip them while some sinks may lack them).
+func TestNeverModeKeepsLeftoverSlot(t *testing.T) {
+	pg, ctx := testDB(t)
+	exec(t, ctx, pg, "shop", "CREATE TABLE t (id int PRIMARY KEY, v text)")
+	opts := testOptions(pg, "public.t")
+	first, err := New(opts, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Open(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, ctx, pg, "shop", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g")
+	r := newReader(t, first, false) // delivered, never acknowledged
+	r.until(ctx, "ten inserts", func() bool { return len(r.sink.table("public.t")) == 10 })
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	second := openSource(t, ctx, opts, nil)
+	exec(t, ctx, pg, "shop", "INSERT INTO t VALUES (11, 'v11')")
+	again := newReader(t, second, false)
+	again.until(ctx, "every insert", func() bool { return len(again.sink.table("public.t")) == 11 })
+	equalRows(t, "public.t", again.sink.table("public.t"), selectRows(t, ctx, pg, "SELECT id, v FROM t"))
+}
