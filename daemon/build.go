@@ -45,7 +45,7 @@ func buildSource(cfg *config.Config, flags RunFlags, log *zap.Logger, reg promet
 			Streaming: p.Streaming, SpillThreshold: p.SpillThreshold.Int64(),
 			SpillDir:         filepath.Join(cfg.Offsets.Dir, "spill"),
 			ReconnectInitial: p.ReconnectBackoff.Initial.Std(), ReconnectMax: p.ReconnectBackoff.Max.Std(),
-			DropSlotOnExit: flags.DropSlotOnExit,
+			DropSlotOnExit: flags.DropSlotOnExit, FromPreviousCheckpoint: flags.FromPreviousCheckpoint,
 		}
 		opts.Snapshot.Mode = p.Snapshot.Mode
 		opts.Snapshot.Parallel = p.Snapshot.Parallel

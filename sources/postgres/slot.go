@@ -262,35 +262,43 @@ func (s *Source) slotBlockers(ctx context.Context) string {
 // checkResumeSlot verifies that the slot can still deliver everything after
 // the checkpoint at lsn: it exists, its WAL is not lost, and it never
 // confirmed beyond the checkpoint (Invariant 1: a slot cannot be rewound, and
-// a start below confirmed_flush_lsn is silently moved forward by the server).
-func (s *Source) checkResumeSlot(ctx context.Context, lsn pglogrepl.LSN) error {
+// a start below confirmed_flush_lsn is silently moved forward by the server),
+// and returns where the stream starts: lsn, or with FromPreviousCheckpoint
+// the slot's confirmed_flush_lsn when that is later.
+func (s *Source) checkResumeSlot(ctx context.Context, lsn pglogrepl.LSN) (pglogrepl.LSN, error) {
 	r, ok, err := s.waitSlotIdle(ctx, slotBusyWait)
 	if err != nil {
-		return fmt.Errorf("postgres source: %w", err)
+		return 0, fmt.Errorf("postgres source: %w", err)
 	}
 	if !ok {
-		return pipeline.Fatal(slotGone(s.opts.Slot, lsn, "it does not exist"))
+		return 0, pipeline.Fatal(slotGone(s.opts.Slot, lsn, "it does not exist"))
 	}
 	if r.walStatus == "lost" {
-		return pipeline.Fatal(slotGone(s.opts.Slot, lsn, "its wal_status is 'lost': the server removed WAL it still needed (max_slot_wal_keep_size or idle_replication_slot_timeout)"))
+		return 0, pipeline.Fatal(slotGone(s.opts.Slot, lsn, "its wal_status is 'lost': the server removed WAL it still needed (max_slot_wal_keep_size or idle_replication_slot_timeout)"))
 	}
 	if r.slotType != "logical" || r.plugin != "pgoutput" || r.database != s.database {
-		return pipeline.Fatal(fmt.Errorf("postgres source: slot %s is a %s slot of plugin %q in database %q, not a pgoutput slot of %q; "+
+		return 0, pipeline.Fatal(fmt.Errorf("postgres source: slot %s is a %s slot of plugin %q in database %q, not a pgoutput slot of %q; "+
 			"restore the configuration, or %s", s.opts.Slot, r.slotType, r.plugin, r.database, s.database, resnapshotHint))
 	}
-	if r.confirmed > lsn {
-		return pipeline.Fatal(fmt.Errorf("postgres source: slot %s confirmed %s, beyond the checkpoint at %s: the changes between were released by "+
+	start := lsn
+	if r.confirmed > lsn && s.opts.FromPreviousCheckpoint {
+		s.log.Warn("the slot confirmed beyond the previous checkpoint (the newest checkpoint, now unreadable, was acknowledged): "+
+			"everything up to its confirmed_flush_lsn was durable in every sink, so streaming resumes there",
+			zap.Stringer("checkpoint_lsn", lsn), zap.Stringer("confirmed_flush_lsn", r.confirmed))
+		start = r.confirmed
+	} else if r.confirmed > lsn {
+		return 0, pipeline.Fatal(fmt.Errorf("postgres source: slot %s confirmed %s, beyond the checkpoint at %s: the changes between were released by "+
 			"something other than this pipeline's checkpoints (another consumer of the slot, or a checkpoint store that lost commits) and the server "+
 			"cannot send them again; %s", s.opts.Slot, r.confirmed, lsn, resnapshotHint))
 	}
 	if r.active {
-		return fmt.Errorf("postgres source: slot %s is in use by PID %d; stop the other consumer and start again", s.opts.Slot, r.activePID)
+		return 0, fmt.Errorf("postgres source: slot %s is in use by PID %d; stop the other consumer and start again", s.opts.Slot, r.activePID)
 	}
 	if r.walStatus == "unreserved" {
 		s.log.Warn("slot WAL is unreserved: the server is about to remove WAL the slot needs (max_slot_wal_keep_size)",
 			zap.Stringer("restart_lsn", r.restart))
 	}
-	return nil
+	return start, nil
 }
 
 // slotGone is the error for a slot that cannot deliver the changes after

@@ -168,7 +168,8 @@ func TestSlotLostWhileStreaming(t *testing.T) {
 }
 
 // TestOverConfirmedSlot: a slot that confirmed beyond the checkpoint is
-// refused; starting there would skip changes silently.
+// refused, since starting there would skip changes silently — unless the
+// checkpoint is the previous one by the operator's choice.
 func TestOverConfirmedSlot(t *testing.T) {
 	pg, ctx := testDB(t)
 	exec(t, ctx, pg, "shop", "CREATE TABLE t (id int PRIMARY KEY)")
@@ -194,6 +195,21 @@ func TestOverConfirmedSlot(t *testing.T) {
 	err = s2.Open(ctx, first)
 	if err == nil || !pipeline.IsFatal(err) || !strings.Contains(err.Error(), "beyond the checkpoint") {
 		t.Fatalf("Open from an older checkpoint: %v", err)
+	}
+
+	// `--from-previous-checkpoint` (the newest checkpoint was acknowledged,
+	// then became unreadable): the same slot is expected to be ahead, and
+	// streaming resumes at its confirmed_flush_lsn with nothing lost.
+	opts.FromPreviousCheckpoint = true
+	s3 := openSource(t, ctx, opts, first)
+	if s3.start != posLSN(t, r.lastPos) {
+		t.Fatalf("resumed at %s, want the slot's confirmed %s", s3.start, posLSN(t, r.lastPos))
+	}
+	exec(t, ctx, pg, "shop", "INSERT INTO t VALUES (3)")
+	r3 := newReader(t, s3, true)
+	r3.until(ctx, "row 3", func() bool { return len(r3.sink.table("public.t")) == 1 })
+	if got := r3.sink.table("public.t"); got[0] != "[3]" {
+		t.Fatalf("after the resume: %v", got)
 	}
 }
 

@@ -77,6 +77,15 @@ type Options struct {
 	// DropSlotOnExit drops the replication slot in Close. Meant for
 	// throwaway pipelines: the next run starts from scratch.
 	DropSlotOnExit bool
+	// FromPreviousCheckpoint says the checkpoint given to Open is older
+	// than one this pipeline committed and may have acknowledged
+	// (`sluice run --from-previous-checkpoint` after a corrupt newest
+	// one): a slot confirmed beyond it is then expected rather than a sign
+	// of another consumer, and streaming resumes at the slot's
+	// confirmed_flush_lsn. That is safe because a position is acknowledged
+	// only after every record at or before it is durable in every sink and
+	// a checkpoint holding it is committed (Invariant 1).
+	FromPreviousCheckpoint bool
 	// SlotCreateTimeout bounds the wait of slot creation for transactions
 	// that were running when it started; default 5m. On timeout the error
 	// lists the blocking sessions and prepared transactions.
@@ -353,10 +362,9 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 			return fmt.Errorf("postgres source: slot %s consistent point: %w", s.opts.Slot, err)
 		}
 	} else {
-		if err := s.checkResumeSlot(ctx, resume.LSN); err != nil {
+		if s.start, err = s.checkResumeSlot(ctx, resume.LSN); err != nil {
 			return err
 		}
-		s.start = resume.LSN
 	}
 	s.acked.Store(uint64(s.start))
 
