@@ -242,6 +242,12 @@ func Report(name string, started time.Time, rt *pipeline.Runtime, src pipeline.S
 	}
 	if sr, ok := src.(pipeline.StatusReporter); ok {
 		r.Source = sr.Status()
+		if r.Source.Phase == "stream" && len(r.Source.Tables) > 0 && s.LastCheckpoint.CommittedAt.IsZero() {
+			// The load's rows are read but no checkpoint covers them yet:
+			// a kill now redoes the whole load, so it is not over.
+			r.Source.Phase = "snapshot"
+			r.LoadUncheckpointed = true
+		}
 		if r.State == "running" {
 			r.State = obs.StateStreaming
 			if r.Source.Phase == "snapshot" {

@@ -44,6 +44,10 @@ type StatusReport struct {
 	DLQDepth            int64   `json:"dlq_depth"`
 	DLQOldestAgeSeconds float64 `json:"dlq_oldest_age_seconds"`
 
+	// LoadUncheckpointed is set while the initial load has been read but
+	// no checkpoint covers it yet: a kill now would redo the load.
+	LoadUncheckpointed bool `json:"load_uncheckpointed,omitempty"`
+
 	Sinks     []SinkStatus `json:"sinks,omitempty"`
 	StartedAt time.Time    `json:"started_at"`
 	Error     string       `json:"error,omitempty"`
@@ -89,6 +93,9 @@ func RenderStatus(w io.Writer, r StatusReport) error {
 	}
 	if r.Source.Phase != "" {
 		conn += ", phase " + r.Source.Phase
+	}
+	if r.LoadUncheckpointed {
+		conn += " (load read, waiting for its first checkpoint: a kill now redoes it)"
 	}
 	row("source", "%s", conn)
 	row("lag", "%s behind, %s of log unread", seconds(r.LagSeconds), bytesText(r.Source.LagBytes))
