@@ -233,8 +233,12 @@ func Report(name string, started time.Time, rt *pipeline.Runtime, src pipeline.S
 		DLQOldestAgeSeconds: q.OldestAge().Seconds(),
 	}
 	for _, h := range s.Sinks {
-		r.Sinks = append(r.Sinks, obs.SinkStatus{Name: h.Name, RecordsWritten: s.Written[h.Name],
-			FailingSince: h.FailingSince, LastError: h.LastError, BatchLimit: h.BatchLimit, Undrained: h.Undrained})
+		ss := obs.SinkStatus{Name: h.Name, RecordsWritten: s.Written[h.Name],
+			FailingSince: h.FailingSince, LastError: h.LastError, BatchLimit: h.BatchLimit, Undrained: h.Undrained}
+		for _, q := range h.Quarantined {
+			ss.Quarantined = append(ss.Quarantined, obs.QuarantinedTable{Table: q.Table.String(), Since: q.Since, Reason: obs.Redact(q.Reason)})
+		}
+		r.Sinks = append(r.Sinks, ss)
 	}
 	if !s.LastCheckpoint.CommittedAt.IsZero() {
 		r.LastCheckpoint = s.LastCheckpoint.CommittedAt

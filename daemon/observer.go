@@ -34,6 +34,10 @@ func (o metricsObserver) SinkBatchLimit(sink string, n int) {
 
 func (o metricsObserver) SinkSplit(sink string) { o.m.SinkSplits.WithLabelValues(sink).Inc() }
 
+func (o metricsObserver) SinkQuarantined(sink string, tables int) {
+	o.m.SinkQuarantinedTables.WithLabelValues(sink).Set(float64(tables))
+}
+
 func (o metricsObserver) DeadLetters(stage string, n int) {
 	o.m.DeadLetters.WithLabelValues(stage).Add(float64(n))
 }

@@ -53,6 +53,9 @@ type Metrics struct {
 	// SinkSplits counts writes split after a timeout, a too-large refusal
 	// or a panic, by sink: sluice_sink_write_splits_total.
 	SinkSplits *prometheus.CounterVec
+	// SinkQuarantinedTables is how many tables a sink refused permanently
+	// and holds in quarantine, by sink: sluice_sink_quarantined_tables.
+	SinkQuarantinedTables *prometheus.GaugeVec
 	// DeadLetters counts records sent to the DLQ, by stage (Invariant 7):
 	// sluice_dead_letters_total.
 	DeadLetters *prometheus.CounterVec
@@ -112,6 +115,9 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 		SinkSplits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_sink_write_splits_total", Help: "Sink writes split after a timeout, a too-large refusal or a panic.", ConstLabels: cl,
 		}, []string{"sink"}),
+		SinkQuarantinedTables: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_sink_quarantined_tables", Help: "Tables a sink refused permanently; their records go to the dead-letter queue.", ConstLabels: cl,
+		}, []string{"sink"}),
 		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_dead_letters_total", Help: "Records sent to the dead-letter queue.", ConstLabels: cl,
 		}, []string{"stage"}),
@@ -132,7 +138,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	}, func() float64 { return m.CheckpointAge().Seconds() })
 	if reg != nil {
 		reg.MustRegister(m.Records, m.BatchDuration, m.InFlightRecords, m.InFlightBytes,
-			m.CheckpointCommitDuration, m.CheckpointCommits, age, m.SinkRetries, m.SinkBatchLimit, m.SinkSplits, m.DeadLetters,
+			m.CheckpointCommitDuration, m.CheckpointCommits, age, m.SinkRetries, m.SinkBatchLimit, m.SinkSplits, m.SinkQuarantinedTables, m.DeadLetters,
 			m.EndToEndLatency, m.SourceLagBytes, m.SourceLagSeconds)
 	}
 	return m

@@ -65,6 +65,16 @@ type SinkStatus struct {
 	BatchLimit int `json:"batch_limit,omitempty"`
 	// Undrained counts records handed to it and not yet durable in it.
 	Undrained int64 `json:"undrained"`
+	// Quarantined lists the tables it refused permanently: their records
+	// go to the DLQ until a restart after the fix.
+	Quarantined []QuarantinedTable `json:"quarantined,omitempty"`
+}
+
+// QuarantinedTable is a table a sink refused permanently.
+type QuarantinedTable struct {
+	Table  string    `json:"table"`
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason"`
 }
 
 // barWidth is the number of cells in a snapshot progress bar.
@@ -120,6 +130,10 @@ func RenderStatus(w io.Writer, r StatusReport) error {
 			line += fmt.Sprintf("; FAILING since %s: %s", s.FailingSince.UTC().Format(time.RFC3339), Redact(s.LastError))
 		}
 		row("sink "+s.Name, "%s", line)
+		for _, q := range s.Quarantined {
+			row("  quarantined", "%s since %s: %s (its records go to the dead-letter queue; fix it, restart, then re-snapshot the table)",
+				q.Table, q.Since.UTC().Format(time.RFC3339), Redact(q.Reason))
+		}
 	}
 	if r.Error != "" {
 		row("error", "%s", Redact(r.Error))

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -327,3 +328,57 @@ type limitObserver struct {
 
 func (o *limitObserver) SinkBatchLimit(_ string, n int) { o.f(n) }
 func (o *limitObserver) SinkSplit(string)               { o.splits++ }
+
+// A sink that refuses one table permanently (a *TableError: a schema
+// change it cannot apply) quarantines only that table: its records go to
+// the DLQ with the reason, the other table's records all land, the run
+// ends with the checkpoint at the end, and Stats names the table.
+func TestTableErrorQuarantinesOnlyThatTable(t *testing.T) {
+	other := &Table{ID: TableID{Schema: "s", Table: "ddl"}, Columns: testTable.Columns, KeyIdx: []int{0}}
+	var batches [][]Record
+	for b := range 60 {
+		var recs []Record
+		for i := range 20 {
+			n := b*20 + i
+			tbl := testTable
+			if n%3 == 0 {
+				tbl = other
+			}
+			recs = append(recs, Record{Op: OpUpdate, Table: tbl, After: []any{int64(n), int64(n)}, Version: Version{0, 0, 0, uint64(n + 1)}})
+		}
+		batches = append(batches, recs)
+	}
+	var writes int
+	var landed []int64
+	sink := &funcSink{write: func(recs []Record) error {
+		writes++
+		for _, r := range recs {
+			if r.Table == other {
+				return fmt.Errorf("upsert: %w", &TableError{Table: other.ID, Err: errors.New(`add column c: missing value: cannot encode uuid`)})
+			}
+		}
+		for _, r := range recs {
+			landed = append(landed, r.After[0].(int64))
+		}
+		return nil
+	}}
+	dlq := &memDLQ{}
+	rt, _ := New(fastConfig(), &listSource{batches: batches}, []NamedSink{{Name: "duckdb", Sink: sink}}, &memStore{}, Options{DLQ: dlq})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rt.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(landed) != 800 || len(dlq.letters) != 400 {
+		t.Fatalf("%d records landed (want 800), %d dead letters (want 400)", len(landed), len(dlq.letters))
+	}
+	for _, l := range dlq.letters {
+		if l.Table != "s.ddl" || !strings.Contains(l.Error, "quarantined in sink duckdb") || !strings.Contains(l.Error, "cannot encode uuid") {
+			t.Fatalf("dead letter %+v", l)
+		}
+	}
+	st := rt.Stats()
+	if q := st.Sinks[0].Quarantined; !st.Degraded || len(q) != 1 || q[0].Table != other.ID {
+		t.Fatalf("stats: degraded %v, quarantined %+v", st.Degraded, q)
+	}
+}

@@ -93,3 +93,18 @@ func (e *UndrainedError) Error() string {
 	b.WriteString(" — nothing is lost: the checkpoint covers only durable records, a restart reads the rest again")
 	return b.String()
 }
+
+// TableError is a sink's permanent failure of one table: a schema change
+// it cannot apply (a column type or default it cannot hold), a privilege
+// it lacks on that table. No retry can change it, and nothing about it
+// concerns the sink's other tables, so the runtime quarantines the table
+// in that sink: its records go to the DLQ with the reason (Invariant 7)
+// while every other table keeps flowing, and /status names the table, the
+// sink and the error until a restart (after the fix) tries it again.
+type TableError struct {
+	Table TableID
+	Err   error
+}
+
+func (e *TableError) Error() string { return "table " + e.Table.String() + ": " + e.Err.Error() }
+func (e *TableError) Unwrap() error { return e.Err }

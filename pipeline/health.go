@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,16 @@ type SinkHealth struct {
 	// Undrained counts records handed to the sink's lane and not yet
 	// durable in it.
 	Undrained int64
+	// Quarantined lists the tables the sink refused permanently (a
+	// *TableError): their records go to the DLQ until a restart.
+	Quarantined []Quarantine
+}
+
+// Quarantine is one table a sink refused permanently.
+type Quarantine struct {
+	Table  TableID
+	Since  time.Time
+	Reason string
 }
 
 // sinkLane is the runtime's per-sink state: the lane's write sizing
@@ -32,6 +44,9 @@ type sinkLane struct {
 	mu           sync.Mutex
 	failingSince time.Time
 	lastErr      string
+	// quarantined is written by the lane's goroutine under mu; the lane
+	// reads it without the lock (it is the only writer).
+	quarantined map[TableID]Quarantine
 }
 
 func newSinkLane(cfg Config) *sinkLane {
@@ -67,5 +82,30 @@ func (l *sinkLane) health(name string) SinkHealth {
 	if !l.failingSince.IsZero() {
 		h.LastError = l.lastErr
 	}
+	for _, q := range l.quarantined {
+		h.Quarantined = append(h.Quarantined, q)
+	}
+	slices.SortFunc(h.Quarantined, func(a, b Quarantine) int { return strings.Compare(a.Table.String(), b.Table.String()) })
 	return h
+}
+
+// quarantine records that the sink refused table permanently.
+func (l *sinkLane) quarantine(table TableID, err error) Quarantine {
+	q := Quarantine{Table: table, Since: time.Now(), Reason: err.Error()}
+	l.mu.Lock()
+	if l.quarantined == nil {
+		l.quarantined = map[TableID]Quarantine{}
+	}
+	l.quarantined[table] = q
+	l.mu.Unlock()
+	return q
+}
+
+// held returns the quarantine of r's table, if any (lane goroutine only).
+func (l *sinkLane) held(r *Record) (Quarantine, bool) {
+	if len(l.quarantined) == 0 || r.Table == nil {
+		return Quarantine{}, false
+	}
+	q, ok := l.quarantined[r.Table.ID]
+	return q, ok
 }

@@ -232,10 +232,18 @@ func (f *inflight) write(ctx context.Context, recs []Record, items []*tracked) e
 			return err
 		}
 	}
+	recs, err := f.r.dropQuarantined(ctx, f.s, f.sl, recs)
+	if err != nil {
+		return err
+	}
 	actx, cancel := context.WithTimeout(ctx, f.r.cfg.WriteTimeout)
 	st := &started{items: slices.Clone(items), recs: recs, cancel: cancel, t0: time.Now()}
 	var p Pending
-	err := guard(func() (err error) { p, err = f.p.Start(actx, recs); return err })
+	if len(recs) == 0 {
+		p = Settled(nil)
+	} else {
+		err = guard(func() (err error) { p, err = f.p.Start(actx, recs); return err })
+	}
 	if err != nil {
 		p = Settled(err) // settled like a failed write, in order
 	}

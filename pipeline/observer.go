@@ -26,6 +26,9 @@ type Observer interface {
 	// SinkSplit counts a write split after a timeout, a too-large refusal
 	// or a panic.
 	SinkSplit(sink string)
+	// SinkQuarantined reports how many tables a sink holds in quarantine
+	// (see TableError).
+	SinkQuarantined(sink string, tables int)
 }
 
 // NopObserver discards everything.
@@ -40,3 +43,4 @@ func (NopObserver) DeadLetters(string, int)                              {}
 func (NopObserver) EndToEnd(time.Duration)                               {}
 func (NopObserver) SinkBatchLimit(string, int)                           {}
 func (NopObserver) SinkSplit(string)                                     {}
+func (NopObserver) SinkQuarantined(string, int)                          {}

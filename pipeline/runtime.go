@@ -173,7 +173,8 @@ type Stats struct {
 	// Sinks is each sink's write health, in configuration order.
 	Sinks []SinkHealth
 	// Degraded is set while a sink's writes have kept failing for longer
-	// than Config.DegradedAfter: the pipeline is not moving for it.
+	// than Config.DegradedAfter (the pipeline is not moving for it), or a
+	// sink holds a table in quarantine (see TableError).
 	Degraded bool
 	Err      error
 }
@@ -192,7 +193,7 @@ func (r *Runtime) Stats() Stats {
 	for i, l := range r.lanes {
 		h := l.health(r.sinks[i].Name)
 		st.Sinks = append(st.Sinks, h)
-		if !h.FailingSince.IsZero() && time.Since(h.FailingSince) > r.cfg.DegradedAfter {
+		if (!h.FailingSince.IsZero() && time.Since(h.FailingSince) > r.cfg.DegradedAfter) || len(h.Quarantined) > 0 {
 			st.Degraded = true
 		}
 	}

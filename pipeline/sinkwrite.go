@@ -27,17 +27,24 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, sl *sinkLane, recs
 	todo := recs
 	for attempt := 1; len(todo) > 0; attempt++ {
 		n := min(len(todo), ad.size())
-		piece := todo[:n]
+		piece, err := r.dropQuarantined(ctx, s, sl, todo[:n])
+		if err != nil {
+			return err
+		}
+		if len(piece) == 0 {
+			todo, attempt = todo[n:], 0
+			continue
+		}
 		t0 := time.Now()
 		actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
-		err := guard(func() error { return s.Sink.Write(actx, piece) })
+		err = guard(func() error { return s.Sink.Write(actx, piece) })
 		slow := timedOut(ctx, actx, err)
 		cancel()
 		took := time.Since(t0)
 		if err == nil {
-			ad.succeeded(n, took)
+			ad.succeeded(len(piece), took)
 			r.obs.SinkBatchLimit(s.Name, ad.size())
-			r.wrote(s.Name, stage, n, took)
+			r.wrote(s.Name, stage, len(piece), took)
 			sl.healthy()
 			todo, attempt = todo[n:], 0
 			b = newBackoff(r.cfg.RetryInitial, r.cfg.RetryMax)
@@ -50,19 +57,31 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, sl *sinkLane, recs
 		if IsFatal(err) {
 			return fmt.Errorf("sink %s: %w", s.Name, err)
 		}
+		var te *TableError
+		if errors.As(err, &te) && !slow {
+			// Quarantined from now on; the same window is written again
+			// without the table's records.
+			q := sl.quarantine(te.Table, te.Err)
+			r.obs.SinkQuarantined(s.Name, len(sl.quarantined))
+			r.log.Error("sink refused a table permanently; its records go to the dead-letter queue and the other tables keep flowing "+
+				"until a restart after the fix (then re-snapshot the table to recover the dead-lettered rows)",
+				zap.String("sink", s.Name), zap.Stringer("table", q.Table), zap.String("error", q.Reason))
+			attempt = 0
+			continue
+		}
 		var pe *PanicError
 		if errors.As(err, &pe) {
 			r.log.Error("sink panicked; isolating the record that caused it", zap.String("sink", s.Name),
-				zap.Int("records", n), zap.Any("panic", pe.Value), zap.ByteString("stack", pe.Stack))
+				zap.Int("records", len(piece)), zap.Any("panic", pe.Value), zap.ByteString("stack", pe.Stack))
 		}
 		if slow || IsTooLarge(err) || pe != nil {
-			if n > 1 {
-				ad.split(n)
+			if len(piece) > 1 {
+				ad.split(len(piece))
 				r.obs.SinkSplit(s.Name)
 				r.obs.SinkRetry(s.Name) // the same records are written again
 				r.obs.SinkBatchLimit(s.Name, ad.size())
 				sl.failing(err)
-				r.log.Warn("sink write split", zap.String("sink", s.Name), zap.Int("records", n),
+				r.log.Warn("sink write split", zap.String("sink", s.Name), zap.Int("records", len(piece)),
 					zap.Int("next", ad.size()), zap.Bool("timed_out", slow), zap.Error(err))
 				attempt = 0
 				continue
@@ -77,7 +96,7 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, sl *sinkLane, recs
 		if errors.As(err, &be) {
 			var retry []Record
 			for _, f := range be.Failed {
-				if f.Index >= 0 && f.Index < n && !f.Permanent {
+				if f.Index >= 0 && f.Index < len(piece) && !f.Permanent {
 					retry = append(retry, piece[f.Index])
 				}
 			}
@@ -105,4 +124,31 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, sl *sinkLane, recs
 		}
 	}
 	return nil
+}
+
+// dropQuarantined returns piece without the records of tables quarantined
+// in this sink, which it stores in the sink's DLQ with the quarantine's
+// reason (Invariant 7). piece itself is returned when nothing is held.
+func (r *Runtime) dropQuarantined(ctx context.Context, s NamedSink, sl *sinkLane, piece []Record) ([]Record, error) {
+	if len(sl.quarantined) == 0 {
+		return piece, nil
+	}
+	var keep []Record
+	var letters []DeadLetter
+	for i := range piece {
+		q, held := sl.held(&piece[i])
+		if !held {
+			keep = append(keep, piece[i])
+			continue
+		}
+		letters = append(letters, r.deadLetter("sink:"+s.Name, &piece[i],
+			fmt.Errorf("table %s is quarantined in sink %s since %s: %s", q.Table, s.Name, q.Since.UTC().Format(time.RFC3339), q.Reason)))
+	}
+	if len(letters) == 0 {
+		return piece, nil
+	}
+	if err := r.putDLQTo(ctx, s.DLQ, "sink:"+s.Name, letters); err != nil {
+		return nil, err
+	}
+	return keep, nil
 }

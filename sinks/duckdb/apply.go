@@ -64,7 +64,7 @@ func (s *Sink) apply(ctx context.Context, batches []*upsert.TableBatch) (err err
 }
 
 func (s *Sink) applyTable(ctx context.Context, tb *upsert.TableBatch, now time.Time) error {
-	if err := s.ensureTable(ctx, tb); err != nil {
+	if err := s.ensureShape(ctx, tb); err != nil {
 		return err
 	}
 	lt := strings.ToLower(tb.Target)

@@ -281,6 +281,9 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
 			}
+			if te := tableError(ctx, err); te != nil {
+				err = te
+			}
 			return fmt.Errorf("duckdb sink: %w", err)
 		}
 	}

@@ -457,3 +457,8 @@ func TestBulkLoadPathFallsBackToMerge(t *testing.T) {
 	mustWrite(t, s, change(pipeline.OpInsert, 11, int64(7), "above", nil))
 	expectRows(t, s, people, []any{int64(7), "above", nil})
 }
+
+func TestRefusedShapeChangeIsATableError(t *testing.T) {
+	s := openSink(t, Options{})
+	sinktest.RefusedShapeChange(t, func(r []pipeline.Record) error { return s.Write(ctx, r) }, people, ver)
+}

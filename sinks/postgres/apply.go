@@ -39,7 +39,7 @@ func (s *Sink) apply(ctx context.Context, batches []*upsert.TableBatch) (err err
 
 func (s *Sink) applyTable(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch, n int, now time.Time) error {
 	if err := s.ensureTable(ctx, tx, tb); err != nil {
-		return err
+		return &schemaError{table: tb.ID, err: err}
 	}
 	barrier, hasBarrier := s.barriers[tb.Target]
 	// Invariant 4: truncate is a versioned barrier. Rows below it become

@@ -303,7 +303,11 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		if err != nil {
 			s.afterFailure()
 		}
-		if err != nil && isDataError(err) && s.conn != nil {
+		te := tableError(ctx, err)
+		if te != nil {
+			err = te // the runtime quarantines the table; no record is to blame
+		}
+		if err != nil && te == nil && isDataError(err) && s.conn != nil {
 			// A value the target refuses (a CHECK, a narrower
 			// pre-created column): find the records to blame.
 			err = s.isolate(ctx, records, failed, &failed)

@@ -413,3 +413,8 @@ func TestBulkLoadPathAndFallback(t *testing.T) {
 		}
 	}
 }
+
+func TestRefusedShapeChangeIsATableError(t *testing.T) {
+	s := openSink(t, Options{})
+	sinktest.RefusedShapeChange(t, func(r []pipeline.Record) error { return s.Write(ctx, r) }, people, ver)
+}
