@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -128,11 +129,19 @@ func (s *Sink) connect(ctx context.Context) error {
 		return fmt.Errorf("postgres sink: connect: %w", err)
 	}
 	setup := []string{
-		"CREATE SCHEMA IF NOT EXISTS " + quote(s.opts.Schema),
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(barrierTable) + " (target text PRIMARY KEY, version bytea NOT NULL)",
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(snapshotTable) + " (target text PRIMARY KEY, snapshot_at timestamptz NOT NULL)",
 	}
+	// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
+	// the schema exists: create it only when it is missing.
+	var exists bool
+	if err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", s.opts.Schema).Scan(&exists); err == nil && !exists {
+		setup = append([]string{"CREATE SCHEMA IF NOT EXISTS " + quote(s.opts.Schema)}, setup...)
+	}
 	for _, q := range setup {
+		if err != nil {
+			break
+		}
 		if _, err = conn.Exec(ctx, q); err != nil {
 			break
 		}
@@ -144,6 +153,13 @@ func (s *Sink) connect(ctx context.Context) error {
 	if err != nil {
 		conn.Close(context.Background())
 		s.conn = nil
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			// No retry can grant a privilege: say what to run.
+			return pipeline.Fatal(fmt.Errorf("postgres sink: prepare schema %s: %w; as the database owner or a superuser run "+
+				"`GRANT CREATE ON DATABASE %s TO %s;` (when the schema does not exist yet) and `GRANT USAGE, CREATE ON SCHEMA %s TO %s;`",
+				s.opts.Schema, err, quote(cfg.Database), quote(cfg.User), quote(s.opts.Schema), quote(cfg.User)))
+		}
 		return fmt.Errorf("postgres sink: prepare schema %s: %w", s.opts.Schema, err)
 	}
 	return nil

@@ -418,3 +418,22 @@ func TestRefusedShapeChangeIsATableError(t *testing.T) {
 	s := openSink(t, Options{})
 	sinktest.RefusedShapeChange(t, func(r []pipeline.Record) error { return s.Write(ctx, r) }, people, ver)
 }
+
+// A role that may not create the sink's schema gets a fatal error that
+// names the GRANT to run, not endless retries; a role that may use an
+// existing schema needs no privilege on the database.
+func TestMissingPrivilegeSaysWhatToRun(t *testing.T) {
+	srv := server(t)
+	if err := srv.Exec(ctx, "postgres", `DO $$BEGIN CREATE ROLE nopriv LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$`,
+		`CREATE SCHEMA IF NOT EXISTS granted`, `GRANT USAGE, CREATE ON SCHEMA granted TO nopriv`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.UserDSN("nopriv", "x", "postgres")
+	s := New(Options{DSN: dsn, Schema: freshSchema()}, nil)
+	err := s.Open(ctx)
+	if err == nil || !pipeline.IsFatal(err) || !strings.Contains(err.Error(), `GRANT CREATE ON DATABASE "postgres" TO "nopriv";`) {
+		t.Fatalf("open without privileges: %v", err)
+	}
+	s = openSink(t, Options{DSN: dsn, Schema: "granted"})
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil))
+}
