@@ -67,6 +67,10 @@ type decoder struct {
 	nrows   int // row changes so far: the next row index
 	recs    []pipeline.Record
 	dead    []pipeline.DeadLetter
+	// xa marks the open group as an XA PREPARE; prepared holds the rows
+	// of prepared XA transactions until their XA COMMIT (see xa.go).
+	xa       bool
+	prepared map[string]*xaTxn
 
 	// handed remembers how many rows of a large transaction already left
 	// in chunks, so that when a reconnect re-sends it from its GTID the
@@ -91,6 +95,7 @@ func (d *decoder) event(ev *replication.BinlogEvent, emit func(txItem) error) er
 		d.file, d.fileNum = name, n
 	case *replication.MariadbGTIDEvent:
 		d.begin(h, e.GTID.SequenceNumber)
+		d.xa = e.Flags&flPreparedXA != 0
 	case *replication.GTIDEvent:
 		d.begin(h, uint64(e.GNO))
 	case *replication.GtidTaggedLogEvent:
@@ -106,6 +111,10 @@ func (d *decoder) event(ev *replication.BinlogEvent, emit func(txItem) error) er
 		return d.commit(h, e.GSet, emit)
 	case *replication.QueryEvent:
 		return d.query(h, e, emit)
+	case *replication.GenericEvent:
+		if h.EventType == replication.XA_PREPARE_LOG_EVENT {
+			return d.xaPrepared(e.Data)
+		}
 	case *replication.TransactionPayloadEvent:
 		for _, inner := range e.Events {
 			// Inner events carry positions relative to the payload; the
@@ -120,7 +129,7 @@ func (d *decoder) event(ev *replication.BinlogEvent, emit func(txItem) error) er
 }
 
 func (d *decoder) begin(h *replication.EventHeader, id uint64) {
-	d.open, d.inTx = true, false
+	d.open, d.inTx, d.xa = true, false, false
 	d.txFile, d.txStart = d.fileNum, h.LogPos-h.EventSize
 	d.txTime = time.Unix(int64(h.Timestamp), 0).UTC()
 	d.txID = id
@@ -285,6 +294,11 @@ func deadLetter(t *pipeline.Table, op pipeline.Op, v pipeline.Version, rows [][]
 func (d *decoder) query(h *replication.EventHeader, e *replication.QueryEvent, emit func(txItem) error) error {
 	sql := strings.TrimSpace(string(e.Query))
 	word := strings.ToUpper(firstWord(sql))
+	if word == "XA" {
+		if handled, err := d.xaStatement(h, e, sql, emit); handled || err != nil {
+			return err
+		}
+	}
 	switch {
 	case word == "BEGIN" || strings.EqualFold(sql, "START TRANSACTION"):
 		d.inTx = true
@@ -396,6 +410,10 @@ func (d *decoder) commit(h *replication.EventHeader, gset gomysql.GTIDSet, emit 
 	}
 	at := Position{Flavor: d.flavor, GTID: gset.String(), File: d.file, Pos: h.LogPos, Server: d.server, Epoch: d.epoch}
 	it := txItem{pos: at.Encode(), at: at, commitTime: d.txTime, records: d.takeRecords()}
+	if len(d.prepared) > 0 {
+		// A prepared XA is open: no position may pass its prepare (xa.go).
+		it.pos, it.at = nil, Position{}
+	}
 	it.dead = append([]pipeline.DeadLetter(nil), d.dead...)
 	for i := range it.records {
 		it.records[i].Pos = it.pos
@@ -412,7 +430,7 @@ func (d *decoder) commit(h *replication.EventHeader, gset gomysql.GTIDSet, emit 
 // flushChunk hands over the rows of a large open transaction so far, with
 // no position.
 func (d *decoder) flushChunk(emit func(txItem) error) error {
-	if !d.open || len(d.recs)+len(d.dead) < d.chunk {
+	if !d.open || d.xa || len(d.recs)+len(d.dead) < d.chunk {
 		return nil
 	}
 	it := txItem{records: d.takeRecords(), dead: append([]pipeline.DeadLetter(nil), d.dead...), commitTime: d.txTime}

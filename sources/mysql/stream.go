@@ -111,6 +111,9 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 	}
 	st.setConnected(true)
 	st.dec.open = false // a transaction cut by the last connection arrives again whole
+	// The session starts before every XA still prepared (no position passes
+	// one), so their prepares arrive again.
+	st.dec.prepared = nil
 	emit := func(it txItem) error {
 		select {
 		case st.out <- it:
