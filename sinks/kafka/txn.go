@@ -17,8 +17,10 @@ package kafka
 // unknown) the sink reads OffsetsTopic with read_committed to its end and
 // then drops every insert, update and delete whose Version is not above the
 // mark: Kafka already holds it. Snapshot rows (OpRead) and truncates are
-// never dropped: all rows of a load share one version, and a load that did
-// not finish is redone from scratch behind fresh truncate barriers.
+// never dropped, and snapshot records never raise the mark: all rows of a
+// load share one version (or one per parallel reader, which need not
+// follow the order they are written in), and a load that did not finish
+// is redone from scratch behind fresh truncate barriers.
 
 import (
 	"context"
@@ -415,15 +417,19 @@ func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []
 	next := s.txn
 	next.redo = nil
 	var latest pipeline.Position
+	// Snapshot records never move the mark: skip never drops them, and
+	// their versions need not follow the order they are written in (with
+	// parallel MariaDB readers a later reader's rows sort above stream
+	// changes written after them, which the mark would then skip).
 	for _, p := range work {
 		r := &records[p.idx]
-		if !next.has || next.hwm.Less(r.Version) {
+		if !r.Snapshot && (!next.has || next.hwm.Less(r.Version)) {
 			next.has, next.hwm = true, r.Version
 		}
 	}
 	for _, f := range bad {
 		r := &records[f.Index]
-		if !next.has || next.hwm.Less(r.Version) {
+		if !r.Snapshot && (!next.has || next.hwm.Less(r.Version)) {
 			next.has, next.hwm = true, r.Version
 		}
 		if next.redo == nil {
