@@ -82,7 +82,7 @@ func TestDecoderChanges(t *testing.T) {
 		pk := fin[3].Records
 		if len(pk) != 2 || pk[0].Op != pipeline.OpDelete || pk[1].Op != pipeline.OpInsert ||
 			pk[0].Before[0] != int64(1) || pk[1].After[0] != int64(10) || pk[1].After[1] != "x" ||
-			pk[0].Version[3] != 1 || pk[1].Version[3] != 2 {
+			pk[0].Version[3] != rowBase || pk[1].Version[3] != rowBase+1 {
 			t.Fatalf("PK update: %+v", pk)
 		}
 		up := fin[4].Records
@@ -102,7 +102,7 @@ func TestDecoderChanges(t *testing.T) {
 		}
 		tr := fin[7].Records
 		if len(tr) != 2 || tr[0].Op != pipeline.OpTruncate || tr[1].Op != pipeline.OpTruncate ||
-			tr[0].Table.ID.Table == tr[1].Table.ID.Table || tr[0].Version[3] != 1 || tr[1].Version[3] != 2 {
+			tr[0].Table.ID.Table == tr[1].Table.ID.Table || tr[0].Version[3] != rowBase || tr[1].Version[3] != rowBase+1 {
 			t.Fatalf("truncate: %+v", tr)
 		}
 	})

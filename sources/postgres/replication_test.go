@@ -53,8 +53,8 @@ func TestInterleavedTransactions(t *testing.T) {
 	if !recs[0].Version.Less(recs[1].Version) || !recs[1].Version.Less(recs[2].Version) {
 		t.Fatalf("versions not in commit order: %v %v %v", recs[0].Version, recs[1].Version, recs[2].Version)
 	}
-	if recs[1].Version[1] != recs[2].Version[1] || recs[1].Version[3] != 1 || recs[2].Version[3] != 2 {
-		t.Fatalf("T1's versions %v %v: want one commit LSN, indexes 1 and 2", recs[1].Version, recs[2].Version)
+	if recs[1].Version[1] != recs[2].Version[1] || recs[1].Version[3] != rowBase || recs[2].Version[3] != rowBase+1 {
+		t.Fatalf("T1's versions %v %v: want one commit LSN, indexes rowBase and rowBase+1", recs[1].Version, recs[2].Version)
 	}
 	equalRows(t, "state", r.sink.table("public.t"), selectRows(t, ctx, pg, "SELECT * FROM t"))
 }

@@ -1,0 +1,237 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/schema"
+)
+
+// MariaDB's parallel initial load (two readers, each at its own binlog
+// offset) into Kafka in exactly-once mode, with clients inserting new
+// rows and updating old ones the whole time: a read_committed consumer
+// folding the topics by key ends equal to MariaDB. Stream changes
+// committed between the readers' snapshots sort below the later reader's
+// rows and are written after them; the sink's high-water mark must not
+// skip them.
+func TestMariaDBParallelLoadExactlyOnce(t *testing.T) {
+	harness.SkipShort(t, "starts MariaDB, a Kafka broker and a schema registry")
+	ctx := context.Background()
+	var (
+		wg   sync.WaitGroup
+		m    *harness.MariaDB
+		k    *harness.Kafka
+		reg  *harness.Registry
+		errs [3]error
+	)
+	wg.Add(3)
+	go func() { defer wg.Done(); m, errs[0] = harness.StartMariaDB(ctx, harness.MariaDBOptions{}) }()
+	go func() { defer wg.Done(); k, errs[1] = harness.StartKafka(ctx, harness.KafkaOptions{}) }()
+	go func() { defer wg.Done(); reg, errs[2] = harness.StartRegistry(ctx, harness.RegistryOptions{}) }()
+	wg.Wait()
+	if m != nil {
+		t.Cleanup(func() { _ = m.Stop() })
+	}
+	if k != nil {
+		t.Cleanup(func() { _ = k.Stop() })
+	}
+	if reg != nil {
+		t.Cleanup(func() { _ = reg.Stop() })
+	}
+	if err := errors.Join(errs[:]...); err != nil {
+		harness.SkipOrFail(t, err)
+	}
+	const rows = 20000
+	if err := m.Exec(ctx, "", "CREATE DATABASE meo",
+		"CREATE TABLE meo.a (id INT PRIMARY KEY, v VARCHAR(40))", "CREATE TABLE meo.b (id INT PRIMARY KEY, v VARCHAR(40))",
+		fmt.Sprintf("INSERT INTO meo.a SELECT seq, CONCAT('a', seq) FROM seq_1_to_%d", rows),
+		fmt.Sprintf("INSERT INTO meo.b SELECT seq, CONCAT('b', seq) FROM seq_1_to_%d", rows)); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: meo
+source:
+  mysql:
+    dsn: mysql://root@%s
+    tables: [meo.a, meo.b]
+    snapshot: {parallel: 2, chunk_rows: 1000}
+sinks:
+  - kafka:
+      brokers: [%s]
+      exactly_once: true
+      create_topics: {partitions: 2, compact: true}
+      registry: {url: %s}
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: 200ms}
+`, addr, k.Addr(), reg.URL()))
+
+	// Committing clients from before the load to after it: single-row
+	// inserts of new keys and updates of old ones, on both tables.
+	wctx, stopWrites := context.WithCancel(ctx)
+	var writes atomic.Int64
+	var writers sync.WaitGroup
+	for w := range 3 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			c, err := client.Connect(addr, "root", "", "meo")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			for i := 0; wctx.Err() == nil; i++ {
+				table := []string{"a", "b"}[i%2]
+				q := fmt.Sprintf("INSERT INTO %s VALUES (%d, 'new %d')", table, 100000+w*1000000+i, i)
+				if i%3 == 2 {
+					q = fmt.Sprintf("UPDATE %s SET v = 'upd %d' WHERE id = %d", table, i, 1+(i*7919)%rows)
+				}
+				if _, err := c.Execute(q); err != nil {
+					t.Error(err)
+					return
+				}
+				writes.Add(1)
+			}
+		}()
+	}
+	d := startDaemon(t, cfg)
+	d.waitAddr(t, 2*time.Minute)
+	waitFile(t, filepath.Join(dir, "offsets", "checkpoint.json"), d)
+	for from := writes.Load(); writes.Load() < from+500; {
+		time.Sleep(10 * time.Millisecond) // let the stream phase see writes too
+	}
+	stopWrites()
+	writers.Wait()
+	if err := m.Exec(ctx, "meo", "INSERT INTO a VALUES (-1, 'mark')"); err != nil {
+		t.Fatal(err)
+	}
+	rh := newRegistryHTTP(reg)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		eoWaitDecided(t, k, "meo.meo.a")
+		if _, ok := foldGeneric(t, rh, eoReadTopic(t, k, "meo.meo.a", kgo.ReadCommitted()))["-1"]; ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mark row never reached Kafka:\n%s", d.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, d.logs())
+	}
+	for _, table := range []string{"a", "b"} {
+		topic := "meo.meo." + table
+		eoWaitDecided(t, k, topic)
+		got := foldGeneric(t, rh, eoReadTopic(t, k, topic, kgo.ReadCommitted()))
+		res, err := m.Query(ctx, "meo", fmt.Sprintf("SELECT CONCAT(id, '=', v) FROM %s", table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for _, line := range strings.Split(res, "\n") {
+			id, v, _ := strings.Cut(line, "=")
+			want[id] = v
+		}
+		missing, differ := 0, 0
+		for id, v := range want {
+			g, ok := got[id]
+			switch {
+			case !ok:
+				missing++
+			case g != v:
+				differ++
+			}
+		}
+		if missing > 0 || differ > 0 || len(got) != len(want) {
+			t.Fatalf("%s: Kafka holds %d rows, MariaDB %d: %d missing, %d differ", topic, len(got), len(want), missing, differ)
+		}
+		t.Logf("%s: %d rows equal to MariaDB after %d concurrent writes", topic, len(got), writes.Load())
+	}
+}
+
+// foldGeneric decodes records of a table topic with the registry's
+// schemas alone (as a generic consumer does) and folds them by key: the
+// newest sluice.version wins; a tombstone or delete removes the key.
+// Values are the "v" column as text, keyed by the "id" column.
+func foldGeneric(t *testing.T, rh *registryHTTP, recs []*kgo.Record) map[string]string {
+	t.Helper()
+	parsed := map[int]avro.Schema{}
+	decode := func(framed []byte) map[string]any {
+		id, payload, err := schema.Unframe(framed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := parsed[id]
+		if !ok {
+			if s, err = schema.ParseSchemaText(rh.schemaByID(t, id)); err != nil {
+				t.Fatal(err)
+			}
+			parsed[id] = s
+		}
+		var out map[string]any
+		if err := avro.Unmarshal(s, payload, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	type held struct {
+		version string
+		v       string
+		live    bool
+	}
+	state := map[string]held{}
+	for _, r := range recs {
+		ver, _ := recHeader(r, "sluice.version")
+		key := fmt.Sprint(decode(r.Key)["id"])
+		if h, ok := state[key]; ok && h.version >= ver {
+			continue
+		}
+		if r.Value == nil {
+			state[key] = held{version: ver}
+			continue
+		}
+		env := decode(r.Value)
+		after, _ := env["after"].(map[string]any)
+		if after == nil {
+			state[key] = held{version: ver}
+			continue
+		}
+		state[key] = held{version: ver, v: fmt.Sprint(unwrapUnion(after["v"])), live: true}
+	}
+	out := map[string]string{}
+	for k, h := range state {
+		if h.live {
+			out[k] = h.v
+		}
+	}
+	return out
+}
+
+// unwrapUnion returns the value of a decoded Avro union ({"string": x}),
+// or v itself.
+func unwrapUnion(v any) any {
+	if m, ok := v.(map[string]any); ok && len(m) == 1 {
+		for _, x := range m {
+			return x
+		}
+	}
+	return v
+}
