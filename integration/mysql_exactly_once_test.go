@@ -57,7 +57,10 @@ func TestMariaDBParallelLoadExactlyOnce(t *testing.T) {
 		harness.SkipOrFail(t, err)
 	}
 	const rows = 20000
-	if err := m.Exec(ctx, "", "CREATE DATABASE meo",
+	if err := m.Exec(ctx, "", "CREATE DATABASE meo"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Exec(ctx, "meo",
 		"CREATE TABLE meo.a (id INT PRIMARY KEY, v VARCHAR(40))", "CREATE TABLE meo.b (id INT PRIMARY KEY, v VARCHAR(40))",
 		fmt.Sprintf("INSERT INTO meo.a SELECT seq, CONCAT('a', seq) FROM seq_1_to_%d", rows),
 		fmt.Sprintf("INSERT INTO meo.b SELECT seq, CONCAT('b', seq) FROM seq_1_to_%d", rows)); err != nil {
@@ -151,17 +154,20 @@ runtime: {checkpoint_interval: 200ms}
 			want[id] = v
 		}
 		missing, differ := 0, 0
+		var example string
 		for id, v := range want {
 			g, ok := got[id]
 			switch {
 			case !ok:
 				missing++
+				example = fmt.Sprintf("key %s missing (MariaDB %q)", id, v)
 			case g != v:
 				differ++
+				example = fmt.Sprintf("key %s: Kafka %q, MariaDB %q", id, g, v)
 			}
 		}
 		if missing > 0 || differ > 0 || len(got) != len(want) {
-			t.Fatalf("%s: Kafka holds %d rows, MariaDB %d: %d missing, %d differ", topic, len(got), len(want), missing, differ)
+			t.Fatalf("%s: Kafka holds %d rows, MariaDB %d: %d missing, %d differ (%s)", topic, len(got), len(want), missing, differ, example)
 		}
 		t.Logf("%s: %d rows equal to MariaDB after %d concurrent writes", topic, len(got), writes.Load())
 	}
@@ -209,7 +215,7 @@ func foldGeneric(t *testing.T, rh *registryHTTP, recs []*kgo.Record) map[string]
 			continue
 		}
 		env := decode(r.Value)
-		after, _ := env["after"].(map[string]any)
+		after, _ := unwrapUnion(env["after"]).(map[string]any)
 		if after == nil {
 			state[key] = held{version: ver}
 			continue
