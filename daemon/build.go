@@ -58,6 +58,15 @@ func buildSource(cfg *config.Config, flags RunFlags, log *zap.Logger, reg promet
 }
 
 func buildMySQL(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) (pipeline.Source, error) {
+	opts, err := mysqlOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return mysql.New(opts, log.Named("mysql"), reg)
+}
+
+// mysqlOptions are the MySQL source's options of cfg.
+func mysqlOptions(cfg *config.Config) (mysql.Options, error) {
 	m := cfg.Source.MySQL
 	opts := mysql.Options{
 		Pipeline: cfg.Pipeline, DSN: m.DSN, Password: m.Password, Tables: m.Tables, ServerID: uint32(m.ServerID),
@@ -70,11 +79,11 @@ func buildMySQL(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) 
 	if t := m.TLS; t.Enabled {
 		tc, err := tlsconf.Config(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)
 		if err != nil {
-			return nil, &pipeline.OpenError{What: "source mysql tls", Err: err}
+			return opts, &pipeline.OpenError{What: "source mysql tls", Err: err}
 		}
 		opts.TLS = tc
 	}
-	return mysql.New(opts, log.Named("mysql"), reg)
+	return opts, nil
 }
 
 // buildSinks makes the configured sinks.

@@ -455,3 +455,21 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// Peek reads the current checkpoint of pipelineName in dir without taking
+// the store's lock, so it works while a daemon runs: commits replace the
+// file by rename, so Peek sees one whole checkpoint or the one before. It
+// is for readers such as `sluice verify`; found is false when none was
+// committed yet.
+func Peek(dir, pipelineName string) (cp pipeline.Checkpoint, found bool, err error) {
+	path := filepath.Join(dir, CurrentFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return pipeline.Checkpoint{}, false, nil
+	}
+	if err != nil {
+		return pipeline.Checkpoint{}, false, fmt.Errorf("offsets: read %s: %w", path, err)
+	}
+	cp, err = decode(path, pipelineName, data)
+	return cp, err == nil, err
+}

@@ -119,6 +119,16 @@ func (r *Route) Apply(recs []Record) []Record {
 	return out
 }
 
+// Shape returns the shape a sink of this route receives for t: t itself
+// when every column is kept (and for a nil route), a projection of it, or
+// nil when the table is not routed here.
+func (r *Route) Shape(t *Table) *Table {
+	if r == nil {
+		return t
+	}
+	return r.shape(t)
+}
+
 // shape returns the projected shape of t (t itself when every column is
 // kept), or nil when the table is not routed here.
 func (r *Route) shape(t *Table) *Table {

@@ -1,101 +1,19 @@
 package sinktest
 
 import (
-	"bytes"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"math/big"
-	"strings"
-
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/verify"
 )
 
-// Canon renders a record-model value in a canonical text form: equal values
-// render equally whatever representation detail a sink returns (decimal
-// trailing zeros, JSON whitespace and key order).
-func Canon(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "NULL"
-	case pipeline.Unchanged:
-		return "UNCHANGED"
-	case pipeline.Decimal:
-		return "dec:" + canonDecimal(x)
-	case pipeline.JSON:
-		return "json:" + canonJSON(string(x))
-	case []byte:
-		return "bytes:" + hex.EncodeToString(x)
-	case pipeline.UUID:
-		return "uuid:" + x.String()
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			parts[i] = Canon(e)
-		}
-		return "[" + strings.Join(parts, ",") + "]"
-	case string:
-		return fmt.Sprintf("string:%q", x)
-	default:
-		return fmt.Sprintf("%T:%v", v, v)
-	}
-}
-
-func canonDecimal(d pipeline.Decimal) string {
-	if !d.IsFinite() {
-		return d.Special.String()
-	}
-	u := new(big.Int)
-	if d.Unscaled != nil {
-		u.Set(d.Unscaled)
-	}
-	scale := d.Scale
-	ten := big.NewInt(10)
-	for scale > 0 {
-		q, r := new(big.Int).QuoRem(u, ten, new(big.Int))
-		if r.Sign() != 0 {
-			break
-		}
-		u, scale = q, scale-1
-	}
-	return pipeline.Decimal{Unscaled: u, Scale: scale}.String()
-}
-
-func canonJSON(s string) string {
-	var v any
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
-		return "invalid:" + s
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return "invalid:" + s
-	}
-	return strings.TrimSpace(b.String())
-}
+// Canon is verify.Canon: the conformance suite compares values through the
+// same canonical forms as `sluice verify`.
+func Canon(v any) string { return verify.Canon(v) }
 
 // Equal reports whether two record-model values are the same value.
-func Equal(a, b any) bool { return Canon(a) == Canon(b) }
+func Equal(a, b any) bool { return verify.Equal(a, b) }
 
-// Key is the canonical string of a key's values; harnesses key the rows
-// they read with it.
-func Key(values []any) string {
-	parts := make([]string, len(values))
-	for i, v := range values {
-		parts[i] = Canon(v)
-	}
-	return strings.Join(parts, "|")
-}
+// Key is verify.Key.
+func Key(values []any) string { return verify.Key(values) }
 
-// RowKey is Key of the key columns of row, a row aligned with
-// table.Columns.
-func RowKey(table *pipeline.Table, row []any) string {
-	k := make([]any, len(table.KeyIdx))
-	for i, idx := range table.KeyIdx {
-		k[i] = row[idx]
-	}
-	return Key(k)
-}
+// RowKey is verify.RowKey.
+func RowKey(table *pipeline.Table, row []any) string { return verify.RowKey(table, row) }

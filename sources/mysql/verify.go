@@ -61,3 +61,49 @@ func TableRows(ctx context.Context, opts Options, db, table string) (*pipeline.T
 	}, nil)
 	return t, rows, err
 }
+
+// CurrentPosition is the server's binlog position now: once a checkpoint
+// covers it (Position.Covers), every transaction committed before the
+// call is durable in every sink.
+func CurrentPosition(ctx context.Context, opts Options) (Position, error) {
+	s, err := New(opts, nil, nil)
+	if err != nil {
+		return Position{}, err
+	}
+	c, err := s.connect(ctx)
+	if err != nil {
+		return Position{}, err
+	}
+	defer c.Close()
+	srv, err := Preflight(ctx, c, PreflightOptions{Tables: s.opts.Tables, ServerID: s.opts.ServerID, ReportHost: s.reportHost()})
+	if err != nil {
+		return Position{}, err
+	}
+	return currentPosition(c, srv)
+}
+
+// Covers reports whether every transaction in mark's GTID set is in p's:
+// a checkpoint at p holds everything committed up to mark.
+func (p Position) Covers(mark Position) (bool, error) {
+	have, err := p.gtidSet()
+	if err != nil {
+		return false, err
+	}
+	want, err := mark.gtidSet()
+	if err != nil {
+		return false, err
+	}
+	if h, ok := have.(*gomysql.MariadbGTIDSet); ok {
+		w, ok := want.(*gomysql.MariadbGTIDSet)
+		if !ok {
+			return false, fmt.Errorf("a %s position cannot cover a %s one", p.Flavor, mark.Flavor)
+		}
+		for domain, g := range w.Sets {
+			if mine := h.Sets[domain]; mine == nil || mine.SequenceNumber < g.SequenceNumber {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	return have.Contain(want), nil
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/daemon"
+	"github.com/sluice-cdc/sluice/obs"
+	"github.com/sluice-cdc/sluice/verify"
+)
+
+// Exit codes of `sluice verify` (documented in the README).
+const (
+	verifyEqual     = 0
+	verifyDifferent = 1
+	verifyFailed    = 2
+)
+
+func verifyCmd(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		file   string
+		tables []string
+		sink   string
+		asJSON bool
+	)
+	c := &cobra.Command{
+		Use:   "verify -c FILE [--table T] [--sink NAME] [--json]",
+		Short: "Compare every captured table with every sink that mirrors it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(file)
+			if err != nil {
+				return &exitError{code: verifyFailed, err: err}
+			}
+			ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer cancel()
+			flags := daemon.VerifyFlags{Tables: tables, Sink: sink}
+			if f, ok := stderr.(*os.File); ok && !asJSON && isTerminal(f) {
+				flags.Progress = func(done, total int, r verify.Result) {
+					filled := done * 20 / max(total, 1)
+					fmt.Fprintf(stderr, "\r[%s%s] %d/%d %s → %s\x1b[K", strings.Repeat("#", filled), strings.Repeat("-", 20-filled),
+						done, total, r.Table, r.Sink)
+					if done == total {
+						fmt.Fprintln(stderr)
+					}
+				}
+			}
+			rep, err := daemon.Verify(ctx, cfg, flags, zap.NewNop())
+			if err != nil {
+				return &exitError{code: verifyFailed, err: fmt.Errorf("verify: %w", err)}
+			}
+			if asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				_ = enc.Encode(struct {
+					verify.Report
+					Outcome string `json:"outcome"`
+				}{rep, outcomeText(rep.Outcome())})
+			} else {
+				renderVerify(stdout, rep)
+			}
+			if code := rep.Outcome(); code != verifyEqual {
+				return &exitError{code: code}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&file, "config", "c", "", "pipeline config file (required)")
+	c.Flags().StringSliceVar(&tables, "table", nil, "compare only this captured table (schema.table; repeatable)")
+	c.Flags().StringVar(&sink, "sink", "", "compare only the sink with this name")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	_ = c.MarkFlagRequired("config")
+	return c
+}
+
+func outcomeText(code int) string {
+	switch code {
+	case verifyEqual:
+		return "equal"
+	case verifyDifferent:
+		return "different"
+	}
+	return "could not compare"
+}
+
+// renderVerify prints the summary table, then each difference.
+func renderVerify(w io.Writer, rep verify.Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tSINK\tSOURCE ROWS\tSINK ROWS\tDIFFERING\tRESULT")
+	for _, r := range rep.Results {
+		res := "equal"
+		switch {
+		case r.Error != "":
+			res = "not compared"
+		case r.Differing > 0:
+			res = "DIFFERENT"
+		}
+		if r.Rechecked && r.Error == "" {
+			res += " (rechecked after the checkpoint caught up)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", r.Table, r.Sink, r.SourceRows, r.SinkRows, r.Differing, res)
+	}
+	tw.Flush()
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			fmt.Fprintf(w, "\n%s → %s: not compared: %s\n", r.Table, r.Sink, obs.Redact(r.Error))
+			continue
+		}
+		if r.Differing == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s → %s: %d differing key(s)\n", r.Table, r.Sink, r.Differing)
+		for _, d := range r.Diffs {
+			switch d.Kind {
+			case "missing":
+				fmt.Fprintf(w, "  key %s: in the source, not in the sink\n", d.Key)
+			case "unexpected":
+				fmt.Fprintf(w, "  key %s: in the sink, not in the source\n", d.Key)
+			default:
+				for _, c := range d.Columns {
+					fmt.Fprintf(w, "  key %s column %s: source %s, sink %s\n", d.Key, c.Column, c.Source, c.Sink)
+				}
+			}
+		}
+		if len(r.Diffs) < r.Differing {
+			fmt.Fprintf(w, "  … %d more\n", r.Differing-len(r.Diffs))
+		}
+	}
+	fmt.Fprintf(w, "\n%s\n", outcomeText(rep.Outcome()))
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

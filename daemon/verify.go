@@ -1,0 +1,157 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/config"
+	"github.com/sluice-cdc/sluice/offsets"
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sources/mysql"
+	"github.com/sluice-cdc/sluice/sources/postgres"
+	"github.com/sluice-cdc/sluice/verify"
+)
+
+// VerifyFlags are the options of `sluice verify`.
+type VerifyFlags struct {
+	Tables   []string // schema.table; empty: every captured table
+	Sink     string   // one sink by name; empty: every sink
+	Progress func(done, total int, r verify.Result)
+}
+
+// Verify compares every captured table of cfg with every sink that
+// mirrors it (see package verify). The pipeline may be running: sinks
+// that are servers are read beside it, and differences are rechecked once
+// its checkpoint catches up; an embedded sink (DuckDB, Bleve) can be read
+// only while the daemon that holds it is stopped, and says so otherwise.
+func Verify(ctx context.Context, cfg *config.Config, flags VerifyFlags, log *zap.Logger) (verify.Report, error) {
+	RegisterSecrets(cfg)
+	src, err := verifySource(cfg)
+	if err != nil {
+		return verify.Report{}, err
+	}
+	built, err := buildSinks(cfg, log)
+	if err != nil {
+		return verify.Report{}, err
+	}
+	closeRoutes, err := routeSinks(ctx, cfg, built)
+	defer closeRoutes()
+	if err != nil {
+		return verify.Report{}, err
+	}
+	var sinks []verify.NamedSink
+	for _, s := range built {
+		if flags.Sink != "" && s.Name != flags.Sink {
+			continue
+		}
+		vs := verify.NamedSink{Name: s.Name, Route: s.Route}
+		if r, ok := s.Sink.(verify.Sink); !ok {
+			vs.Err = fmt.Errorf("sink %s: %w", s.Name, verify.ErrNotSupported)
+		} else if err := s.Sink.Open(ctx); err != nil {
+			vs.Err = fmt.Errorf("open sink %s: %w (an embedded sink cannot be read while the daemon holds it: stop the pipeline, or verify the other sinks with --sink)", s.Name, err)
+		} else {
+			defer s.Sink.Close(context.WithoutCancel(ctx))
+			vs.Sink = r
+		}
+		sinks = append(sinks, vs)
+	}
+	if flags.Sink != "" && len(sinks) == 0 {
+		return verify.Report{}, fmt.Errorf("no sink named %q in %s", flags.Sink, cfg.File)
+	}
+	checkpoint := func(context.Context) (pipeline.Position, error) {
+		cp, found, err := offsets.Peek(cfg.Offsets.Dir, cfg.Pipeline)
+		if err != nil || !found || len(cp.Position) == 0 || string(cp.Position) == "null" {
+			return nil, err
+		}
+		return pipeline.Position(cp.Position), nil
+	}
+	return verify.Run(ctx, src, sinks, verify.Options{Tables: flags.Tables, Checkpoint: checkpoint, Progress: flags.Progress})
+}
+
+func verifySource(cfg *config.Config) (verify.Source, error) {
+	switch {
+	case cfg.Source.Postgres != nil:
+		p := cfg.Source.Postgres
+		dsn := withPassword(p.DSN, p.Password)
+		var ids []pipeline.TableID
+		for _, t := range p.Tables {
+			schema, table, _ := strings.Cut(t, ".")
+			ids = append(ids, pipeline.TableID{Schema: schema, Table: table})
+		}
+		return pgVerify{dsn: dsn, tables: ids}, nil
+	case cfg.Source.MySQL != nil:
+		opts, err := mysqlOptions(cfg)
+		if err != nil {
+			return nil, err
+		}
+		var ids []pipeline.TableID
+		for _, t := range cfg.Source.MySQL.Tables {
+			db, table, _ := strings.Cut(t, ".")
+			ids = append(ids, pipeline.TableID{Database: db, Schema: db, Table: table})
+		}
+		return mysqlVerify{opts: opts, tables: ids}, nil
+	}
+	return nil, fmt.Errorf("verify compares a database source with its sinks; the %s source has no database to read", cfg.Source.Kind())
+}
+
+type pgVerify struct {
+	dsn    string
+	tables []pipeline.TableID
+}
+
+func (p pgVerify) Tables() []pipeline.TableID { return p.tables }
+
+func (p pgVerify) Rows(ctx context.Context, id pipeline.TableID) (*pipeline.Table, [][]any, error) {
+	return postgres.TableRows(ctx, p.dsn, id.Schema, id.Table)
+}
+
+func (p pgVerify) Now(ctx context.Context) (verify.Mark, error) {
+	lsn, err := postgres.CurrentLSN(ctx, p.dsn)
+	return lsnMark(lsn), err
+}
+
+// lsnMark is covered by a checkpoint at or past its LSN.
+type lsnMark pglogrepl.LSN
+
+func (m lsnMark) String() string { return pglogrepl.LSN(m).String() }
+
+func (m lsnMark) CoveredBy(cp pipeline.Position) (bool, error) {
+	pos, err := postgres.ParsePosition(cp)
+	if err != nil {
+		return false, err
+	}
+	return pos.LSN >= pglogrepl.LSN(m), nil
+}
+
+type mysqlVerify struct {
+	opts   mysql.Options
+	tables []pipeline.TableID
+}
+
+func (m mysqlVerify) Tables() []pipeline.TableID { return m.tables }
+
+func (m mysqlVerify) Rows(ctx context.Context, id pipeline.TableID) (*pipeline.Table, [][]any, error) {
+	return mysql.TableRows(ctx, m.opts, id.Schema, id.Table)
+}
+
+func (m mysqlVerify) Now(ctx context.Context) (verify.Mark, error) {
+	p, err := mysql.CurrentPosition(ctx, m.opts)
+	return gtidMark{p}, err
+}
+
+// gtidMark is covered by a checkpoint whose GTID set holds its own.
+type gtidMark struct{ p mysql.Position }
+
+func (m gtidMark) String() string { return m.p.GTID }
+
+func (m gtidMark) CoveredBy(cp pipeline.Position) (bool, error) {
+	pos, err := mysql.ParsePosition(cp)
+	if err != nil {
+		return false, err
+	}
+	return pos.Covers(m.p)
+}
