@@ -28,7 +28,11 @@ func (f *fakeDB) Rows(_ context.Context, _ pipeline.TableID) (*pipeline.Table, [
 	defer f.mu.Unlock()
 	return people, rowsOf(f.src), nil
 }
-func (f *fakeDB) Now(context.Context) (Mark, error) { f.mu.Lock(); defer f.mu.Unlock(); return intMark(f.pos), nil }
+func (f *fakeDB) Now(context.Context) (Mark, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return intMark(f.pos), nil
+}
 
 type sinkSide struct{ f *fakeDB }
 
