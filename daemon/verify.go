@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"go.uber.org/zap"
@@ -21,6 +22,7 @@ type VerifyFlags struct {
 	Tables   []string // schema.table; empty: every captured table
 	Sink     string   // one sink by name; empty: every sink
 	Progress func(done, total int, r verify.Result)
+	Settle   time.Duration // longest wait for the checkpoint before a recheck
 }
 
 // Verify compares every captured table of cfg with every sink that
@@ -69,7 +71,7 @@ func Verify(ctx context.Context, cfg *config.Config, flags VerifyFlags, log *zap
 		}
 		return pipeline.Position(cp.Position), nil
 	}
-	return verify.Run(ctx, src, sinks, verify.Options{Tables: flags.Tables, Checkpoint: checkpoint, Progress: flags.Progress})
+	return verify.Run(ctx, src, sinks, verify.Options{Tables: flags.Tables, Checkpoint: checkpoint, Progress: flags.Progress, Settle: flags.Settle})
 }
 
 func verifySource(cfg *config.Config) (verify.Source, error) {

@@ -58,8 +58,11 @@ type Options struct {
 	// when none): when set, differences of the first pass are rechecked
 	// once it covers the source position taken after that pass.
 	Checkpoint func(ctx context.Context) (pipeline.Position, error)
-	// Settle bounds the wait for the checkpoint (default 2m).
+	// Settle bounds each wait for the checkpoint (default 2m).
 	Settle time.Duration
+	// Rechecks is how many rounds of rechecks a difference must survive
+	// to be reported (default 3).
+	Rechecks int
 	// Progress is called after each table and sink compared.
 	Progress func(done, total int, r Result)
 	// MaxDiffs caps the differences kept per table and sink (default 50;
@@ -80,6 +83,10 @@ type Result struct {
 	// Rechecked is set when the first pass differed and the keys were
 	// compared again after the checkpoint caught up.
 	Rechecked bool `json:"rechecked,omitempty"`
+	// Unconfirmed is why the differences could not be rechecked (the
+	// pipeline's checkpoint did not catch up): they may include changes
+	// still on their way.
+	Unconfirmed string `json:"unconfirmed,omitempty"`
 	// Error is why the table could not be compared with the sink.
 	Error string `json:"error,omitempty"`
 }
@@ -137,6 +144,9 @@ func Run(ctx context.Context, src Source, sinks []NamedSink, opts Options) (Repo
 	if opts.MaxDiffs <= 0 {
 		opts.MaxDiffs = 50
 	}
+	if opts.Rechecks <= 0 {
+		opts.Rechecks = 3
+	}
 	want := map[string]bool{}
 	for _, t := range opts.Tables {
 		want[t] = true
@@ -181,26 +191,34 @@ func compareOne(ctx context.Context, src Source, j job, opts Options) (Result, b
 		r.Error = err.Error()
 		return r, true
 	}
-	if len(first.diffs) > 0 && opts.Checkpoint != nil {
+	for round := 0; round < opts.Rechecks && len(first.diffs) > 0 && opts.Checkpoint != nil; round++ {
 		// The differences may be changes still on their way: wait until
 		// the checkpoint covers a position taken now, then keep only the
-		// keys that still differ.
+		// keys that still differ. A key rewritten again meanwhile may be
+		// in flight once more, so a key is reported only when it differs
+		// in every round.
 		if err := settle(ctx, src, opts); err != nil {
-			r.Error = err.Error()
-			return r, true
+			if ctx.Err() != nil {
+				r.Error = err.Error()
+				return r, true
+			}
+			// The pipeline is stopped or stuck: the differences stand as
+			// found, with the reason they could not be rechecked.
+			r.Unconfirmed = err.Error()
+			break
 		}
-		second, err := pass(ctx, src, j)
+		again, err := pass(ctx, src, j)
 		if err != nil {
 			r.Error = err.Error()
 			return r, true
 		}
 		still := map[string]Diff{}
-		for k, d := range second.diffs {
+		for k, d := range again.diffs {
 			if _, ok := first.diffs[k]; ok {
 				still[k] = d
 			}
 		}
-		first.diffs, first.source, first.sink = still, second.source, second.sink
+		first.diffs, first.source, first.sink = still, again.source, again.sink
 		r.Rechecked = true
 	}
 	r.SourceRows, r.SinkRows, r.Differing = first.source, first.sink, len(first.diffs)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -32,6 +33,7 @@ func verifyCmd(stdout, stderr io.Writer) *cobra.Command {
 		tables []string
 		sink   string
 		asJSON bool
+		settle time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "verify -c FILE [--table T] [--sink NAME] [--json]",
@@ -44,7 +46,7 @@ func verifyCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer cancel()
-			flags := daemon.VerifyFlags{Tables: tables, Sink: sink}
+			flags := daemon.VerifyFlags{Tables: tables, Sink: sink, Settle: settle}
 			if f, ok := stderr.(*os.File); ok && !asJSON && isTerminal(f) {
 				flags.Progress = func(done, total int, r verify.Result) {
 					filled := done * 20 / max(total, 1)
@@ -79,6 +81,7 @@ func verifyCmd(stdout, stderr io.Writer) *cobra.Command {
 	c.Flags().StringSliceVar(&tables, "table", nil, "compare only this captured table (schema.table; repeatable)")
 	c.Flags().StringVar(&sink, "sink", "", "compare only the sink with this name")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	c.Flags().DurationVar(&settle, "settle", 2*time.Minute, "longest wait for the pipeline's checkpoint before a recheck (a stopped pipeline: differences are reported unconfirmed)")
 	_ = c.MarkFlagRequired("config")
 	return c
 }
@@ -120,6 +123,9 @@ func renderVerify(w io.Writer, rep verify.Report) {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s → %s: %d differing key(s)\n", r.Table, r.Sink, r.Differing)
+		if r.Unconfirmed != "" {
+			fmt.Fprintf(w, "  not rechecked, so some may be changes still on their way: %s\n", r.Unconfirmed)
+		}
 		for _, d := range r.Diffs {
 			switch d.Kind {
 			case "missing":
