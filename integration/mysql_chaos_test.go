@@ -239,5 +239,6 @@ runtime: {checkpoint_interval: 100ms}
 	opts := mysql.Options{Pipeline: "verify", DSN: dsn}
 	n1 := assertSinkEqualsMySQL(t, ctx, opts, duck, "chaos", "items")
 	n2 := assertSinkEqualsMySQL(t, ctx, opts, duck, "chaos", "events")
+	expectVerifyEqual(t, cfg)
 	t.Logf("items: %d rows, events: %d rows equal after %d kills", n1, n2, loadKills+streamKills)
 }

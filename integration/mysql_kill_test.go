@@ -114,6 +114,7 @@ runtime: {checkpoint_interval: 100ms, batch_max_records: 2000}
 	if n := assertSinkEqualsMySQL(t, ctx, mysql.Options{Pipeline: "verify", DSN: "mysql://root@" + addr}, duck, "k", "big"); n != rows {
 		t.Fatalf("%d rows, want %d", n, rows)
 	}
+	expectVerifyEqual(t, cfg)
 	// One transaction: one binlog offset, and every row index once.
 	db, err := sql.Open("duckdb", duck+"?access_mode=read_only")
 	if err != nil {

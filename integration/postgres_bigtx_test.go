@@ -98,6 +98,7 @@ runtime: {checkpoint_interval: 200ms}
 	if got := assertSinkEqualsSource(t, ctx, dsn, "big", filepath.Join(dir, "sink.duckdb"), "public", "big"); got != n+1 {
 		t.Fatalf("%d rows compared, want %d", got, n+1)
 	}
+	expectVerifyEqual(t, cfg)
 }
 
 // waitSpill polls until a spill file exists in dir.

@@ -170,6 +170,7 @@ runtime: {checkpoint_interval: 100ms}
 	duck := filepath.Join(dir, "sink.duckdb")
 	n1 := assertSinkEqualsSource(t, ctx, dsn, "chaos", duck, "public", "items")
 	n2 := assertSinkEqualsSource(t, ctx, dsn, "chaos", duck, "public", "events")
+	expectVerifyEqual(t, cfg)
 	t.Logf("items: %d rows, events: %d rows equal after %d kills", n1, n2, loadKills+streamKills)
 }
 

@@ -96,6 +96,11 @@ runtime: {checkpoint_interval: 50ms}
 			t.Fatalf("dead letter %+v", l)
 		}
 	}
+	// verify says the same: a is equal, b lacks what went to the DLQ.
+	expectVerifyEqual(t, cfg, "--table", "public.a")
+	if code, out := runVerify(t, cfg, "--table", "public.b", "--settle", "10s"); code != 1 || !strings.Contains(out, "in the source, not in the sink") {
+		t.Fatalf("verify of the quarantined table: exit %d\n%s", code, out)
+	}
 	sameRows(t, ctx, pg.DSN("quar"), `SELECT id, v FROM a`,
 		"postgres://postgres@"+fmt.Sprintf("%s:%d", pg.Host, pg.Port)+"/quartarget?sslmode=disable",
 		`SELECT id, v FROM public_a WHERE NOT _sluice_deleted`)

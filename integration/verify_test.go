@@ -192,3 +192,12 @@ runtime: {checkpoint_interval: 50ms}
 	}
 	t.Logf("%d concurrent writes during the run", writes.Load())
 }
+
+// expectVerifyEqual runs `sluice verify` on a stopped pipeline's config
+// and fails unless every sink it can read equals the source.
+func expectVerifyEqual(t *testing.T, cfg string, args ...string) {
+	t.Helper()
+	if code, out := runVerify(t, cfg, append([]string{"--settle", "10s"}, args...)...); code != 0 {
+		t.Fatalf("sluice verify: exit %d\n%s", code, out)
+	}
+}
