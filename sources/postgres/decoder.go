@@ -38,6 +38,10 @@ type DecoderOptions struct {
 	SpillThreshold int64
 	// ChunkRecords caps the records of one Chunk (default 5000).
 	ChunkRecords int
+	// Refetch reads the current values of cols of the row whose key is
+	// the key columns' text in key (see refetchUnchanged); found is false
+	// when no such row exists any more. Nil: such values stay unchanged.
+	Refetch func(ctx context.Context, s *TableShape, key []string, cols []int) (values []any, found bool, err error)
 	// HeartbeatPrefix is the logical message prefix of heartbeats
 	// (default "sluice.heartbeat").
 	HeartbeatPrefix string
@@ -268,7 +272,7 @@ func (d *Decoder) Decode(ctx context.Context, walData []byte, walStart pglogrepl
 		if d.txn == nil {
 			return &DecodeError{WALStart: walStart, Err: fmt.Errorf("%T outside a transaction", m)}
 		}
-		return d.change(d.txn, msg, walData, walStart, emit)
+		return d.change(ctx, d.txn, msg, walData, walStart, emit)
 	case *pglogrepl.LogicalDecodingMessageV2:
 		return d.logicalMessage(m, emit)
 	case *pglogrepl.StreamStartMessageV2:
@@ -427,8 +431,8 @@ func mergeShapes(primary, fallback *TableShape) *TableShape {
 // change turns one Insert/Update/Delete/Truncate into records of tx. A
 // value the decoder cannot read makes the change a dead letter carrying
 // the raw message and the reason; the transaction goes on (Invariant 7).
-func (d *Decoder) change(tx *txnState, msg pglogrepl.Message, raw []byte, walStart pglogrepl.LSN, emit func(Chunk) error) error {
-	err := d.changeRecords(tx, msg, walStart, emit)
+func (d *Decoder) change(ctx context.Context, tx *txnState, msg pglogrepl.Message, raw []byte, walStart pglogrepl.LSN, emit func(Chunk) error) error {
+	err := d.changeRecords(ctx, tx, msg, walStart, emit)
 	var de *DecodeError
 	if err == nil || !errors.As(err, &de) || de.Column == "" || de.Text == nil {
 		return err
@@ -456,7 +460,7 @@ func changeOp(msg pglogrepl.Message) string {
 }
 
 // changeRecords decodes one change message into records of tx.
-func (d *Decoder) changeRecords(tx *txnState, msg pglogrepl.Message, walStart pglogrepl.LSN, emit func(Chunk) error) error {
+func (d *Decoder) changeRecords(ctx context.Context, tx *txnState, msg pglogrepl.Message, walStart pglogrepl.LSN, emit func(Chunk) error) error {
 	switch m := msg.(type) {
 	case *pglogrepl.InsertMessageV2:
 		s, err := d.relation(m.RelationID, walStart)
@@ -469,7 +473,7 @@ func (d *Decoder) changeRecords(tx *txnState, msg pglogrepl.Message, walStart pg
 		}
 		return d.add(tx, pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: after}, emit)
 	case *pglogrepl.UpdateMessageV2:
-		return d.update(tx, &m.UpdateMessage, walStart, emit)
+		return d.update(ctx, tx, &m.UpdateMessage, walStart, emit)
 	case *pglogrepl.DeleteMessageV2:
 		s, err := d.relation(m.RelationID, walStart)
 		if err != nil {
@@ -498,7 +502,7 @@ func (d *Decoder) changeRecords(tx *txnState, msg pglogrepl.Message, walStart pg
 // of the new one when the key changed. Unchanged TOAST values ('u') are
 // taken from the old tuple when it carries them (REPLICA IDENTITY FULL),
 // else they are pipeline.UnchangedValue — never NULL.
-func (d *Decoder) update(tx *txnState, m *pglogrepl.UpdateMessage, walStart pglogrepl.LSN, emit func(Chunk) error) error {
+func (d *Decoder) update(ctx context.Context, tx *txnState, m *pglogrepl.UpdateMessage, walStart pglogrepl.LSN, emit func(Chunk) error) error {
 	s, err := d.relation(m.RelationID, walStart)
 	if err != nil {
 		return err
@@ -520,6 +524,9 @@ func (d *Decoder) update(tx *txnState, m *pglogrepl.UpdateMessage, walStart pglo
 	}
 	if m.OldTuple != nil && keyChanged(s.Table.KeyIdx, m.OldTuple, m.NewTuple) {
 		if err := d.add(tx, pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: before}, emit); err != nil {
+			return err
+		}
+		if err := d.refetchUnchanged(ctx, s, m.NewTuple, after); err != nil {
 			return err
 		}
 		return d.add(tx, pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: after}, emit)

@@ -156,7 +156,7 @@ func (d *Decoder) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMes
 			if r, ok := msg.(*pglogrepl.RelationMessageV2); ok {
 				return d.applyRelation(ctx, &r.RelationMessage, walStart)
 			}
-			return d.change(tx, msg, data, walStart, emit)
+			return d.change(ctx, tx, msg, data, walStart, emit)
 		}
 		for _, b := range sb.mem {
 			if err := replay(b.subxid, b.data); err != nil {
