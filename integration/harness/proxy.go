@@ -74,7 +74,10 @@ func (p *Proxy) accept() {
 }
 
 func (p *Proxy) forward(c net.Conn) {
-	s, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	s, err := net.Dial("tcp", target)
 	if err != nil {
 		c.Close()
 		return
@@ -126,6 +129,14 @@ func (p *Proxy) copy(dst, src net.Conn, toServer bool) {
 			return
 		}
 	}
+}
+
+// SetTarget makes new connections go to target (a failover behind a VIP);
+// open ones stay with the old server until Cut.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
 }
 
 // SetLatency delays every chunk of the server's replies by d (0: none).

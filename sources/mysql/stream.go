@@ -57,6 +57,9 @@ func (st *streamer) run(ctx context.Context, from Position) {
 	defer close(st.done)
 	st.dec.epoch = from.Epoch
 	last := from
+	if last.Server == "" {
+		last.Server = st.dec.server // the server Open connected to
+	}
 	wait := st.s.opts.ReconnectInitial
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -103,6 +106,18 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 		// the socket (Invariant 6).
 		EventCacheCount: 128,
 	}
+	// Invariant 4 across a failover: a reconnect through a proxy or a VIP
+	// may reach another server, whose binlog files and offsets say nothing
+	// about the old one's. Check who answers on every session; a new
+	// server moves versions to a new epoch, above everything before.
+	if id, err := st.identity(ctx); err != nil {
+		return false, fmt.Errorf("mysql source: identify the server: %w", err)
+	} else if last.Server != "" && id != last.Server {
+		st.log.Warn("the stream reconnected to another server (failover, or a proxy that moved); versions move to a new epoch",
+			zap.String("was", last.Server), zap.String("now", id), zap.Uint64("epoch", last.Epoch+1))
+		last.Server, last.Epoch = id, last.Epoch+1
+		st.dec.server, st.dec.epoch = id, last.Epoch
+	}
 	syncer := replication.NewBinlogSyncer(cfg)
 	defer syncer.Close()
 	stream, err := syncer.StartSyncGTID(gset)
@@ -138,6 +153,24 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 			return progressed, pipeline.Fatal(err)
 		}
 	}
+}
+
+// identity names the server the source reaches now, in Position.Server's
+// form (MySQL: @@server_uuid; MariaDB: server_id=N).
+func (st *streamer) identity(ctx context.Context) (string, error) {
+	c, err := st.s.connect(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	vars, err := variables(c, "server_id", "server_uuid")
+	if err != nil {
+		return "", err
+	}
+	if st.s.flavor == FlavorMariaDB {
+		return "server_id=" + vars["server_id"], nil
+	}
+	return vars["server_uuid"], nil
 }
 
 func (st *streamer) setConnected(up bool) {

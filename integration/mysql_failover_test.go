@@ -1,0 +1,167 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+)
+
+// A failover behind the address sluice uses: two MariaDB servers in GTID
+// replication behind a proxy, the primary's binlog files numbered higher
+// than the replica's (so the replica's versions would sort below what the
+// sink holds), a stream under concurrent writes; the replica is promoted,
+// the proxy moves to it and drops the connections, writes go on against
+// it. The stream resumes on the new server by GTID, in a new epoch, and
+// the sink ends equal to the new primary.
+func TestMariaDBFailoverBehindAProxy(t *testing.T) {
+	ctx := context.Background()
+	var (
+		wg         sync.WaitGroup
+		primary    *harness.MariaDB
+		replica    *harness.MariaDB
+		perr, rerr error
+	)
+	wg.Add(2)
+	go func() { defer wg.Done(); primary, perr = harness.StartMariaDB(ctx, harness.MariaDBOptions{}) }()
+	go func() {
+		defer wg.Done()
+		replica, rerr = harness.StartMariaDB(ctx, harness.MariaDBOptions{Settings: map[string]string{"server_id": "2"}})
+	}()
+	wg.Wait()
+	for _, m := range []*harness.MariaDB{primary, replica} {
+		if m != nil {
+			t.Cleanup(func() { _ = m.Stop() })
+		}
+	}
+	if perr != nil || rerr != nil {
+		harness.SkipOrFail(t, fmt.Errorf("primary: %v; replica: %v", perr, rerr))
+	}
+	addr := func(m *harness.MariaDB) string { return net.JoinHostPort(m.Host, strconv.Itoa(m.Port)) }
+	if err := replica.Exec(ctx, "", fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%d, MASTER_USER='root', MASTER_USE_GTID=slave_pos",
+		primary.Host, primary.Port), "START SLAVE"); err != nil {
+		t.Fatal(err)
+	}
+	const rows = 500
+	if err := primary.Exec(ctx, "", "CREATE DATABASE f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Exec(ctx, "f", "CREATE TABLE f.t (id INT PRIMARY KEY, v INT, note VARCHAR(40))",
+		fmt.Sprintf("INSERT INTO f.t SELECT seq, 0, 'start' FROM seq_1_to_%d", rows)); err != nil {
+		t.Fatal(err)
+	}
+	// The primary's binlog moves to file 000006 (not replicated: the
+	// replica stays at 000001).
+	for range 5 {
+		if err := primary.Exec(ctx, "", "FLUSH NO_WRITE_TO_BINLOG BINARY LOGS"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy := harness.ProxyT(t, addr(primary))
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: failover
+source:
+  mysql:
+    dsn: mysql://root@%s
+    tables: [f.t]
+    heartbeat_interval: 200ms
+    reconnect_backoff: {initial: 50ms, max: 500ms}
+sinks:
+  - duckdb: {path: ./sink.duckdb}
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: 50ms}
+`, proxy.Addr()))
+	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
+
+	// write updates random rows (and inserts new ones) on m until stop.
+	var writes atomic.Int64
+	write := func(wctx context.Context, m *harness.MariaDB, seed uint64, next int) error {
+		c, err := client.Connect(addr(m), "root", "", "f")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		rng := rand.New(rand.NewPCG(seed, 1))
+		for wctx.Err() == nil {
+			q := fmt.Sprintf("UPDATE t SET v = v + 1, note = 'seed %d' WHERE id = %d", seed, 1+rng.IntN(rows))
+			if rng.IntN(5) == 0 {
+				q = fmt.Sprintf("INSERT INTO t VALUES (%d, 0, 'new')", next)
+				next++
+			}
+			if _, err := c.Execute(q); err != nil {
+				return err
+			}
+			writes.Add(1)
+		}
+		return nil
+	}
+	run := func(m *harness.MariaDB, seed uint64, next int) (stop func()) {
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- write(wctx, m, seed, next) }()
+		for from := writes.Load(); writes.Load() < from+300; {
+			select {
+			case err := <-done:
+				t.Fatalf("writes on %s: %v", addr(m), err)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("writes on %s: %v", addr(m), err)
+			}
+		}
+	}
+
+	stop := run(primary, 1, 100000)
+	d := startDaemon(t, cfg)
+	d.waitAddr(t, time.Minute)
+	waitFile(t, checkpoint, d)
+	stop()
+
+	// Promote the replica once it has everything, move the proxy to it.
+	pos, err := primary.Query(ctx, "", "SELECT @@GLOBAL.gtid_binlog_pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := replica.Query(ctx, "", fmt.Sprintf("SELECT MASTER_GTID_WAIT('%s', 60)", pos)); err != nil || got != "0" {
+		t.Fatalf("replica did not catch up with %s: %q %v", pos, got, err)
+	}
+	if err := replica.Exec(ctx, "", "STOP SLAVE", "RESET SLAVE ALL"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetTarget(addr(replica))
+	proxy.Cut()
+	proxy.Restore()
+
+	stop = run(replica, 2, 10000000)
+	stop()
+	mark, err := replica.Query(ctx, "", "SELECT @@GLOBAL.gtid_binlog_pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCheckpointAt(t, d, checkpoint, mark)
+	if !strings.Contains(d.logs(), "reconnected to another server") {
+		t.Fatalf("the stream never noticed the new server:\n%s", d.logs())
+	}
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, d.logs())
+	}
+	// The config's address now reaches the new primary.
+	expectVerifyEqual(t, cfg)
+	t.Logf("%d writes, half of them after the failover", writes.Load())
+}
