@@ -42,25 +42,36 @@ import (
 // A missing service skips the test, except in CI where it fails it.
 func kafkaStack(t *testing.T) (*harness.Postgres, *harness.Kafka, *harness.Registry) {
 	t.Helper()
-	harness.SkipShort(t, "starts PostgreSQL, a Kafka broker and a schema registry")
+	return withKafka(t, func(ctx context.Context) (*harness.Postgres, error) {
+		return harness.StartPostgres(ctx, harness.PostgresOptions{})
+	})
+}
+
+// withKafka starts a database with start, a Kafka broker and a schema
+// registry (global compatibility BACKWARD) in parallel, and stops them at
+// cleanup. A missing service skips the test, except in CI where it fails
+// it.
+func withKafka[DB interface{ Stop() error }](t *testing.T, start func(context.Context) (DB, error)) (DB, *harness.Kafka, *harness.Registry) {
+	t.Helper()
+	harness.SkipShort(t, "starts a database, a Kafka broker and a schema registry")
 	ctx := context.Background()
 	var (
 		wg   sync.WaitGroup
-		pg   *harness.Postgres
+		db   DB
 		k    *harness.Kafka
 		reg  *harness.Registry
 		errs [3]error
 	)
 	wg.Add(3)
-	go func() { defer wg.Done(); pg, errs[0] = harness.StartPostgres(ctx, harness.PostgresOptions{}) }()
+	go func() { defer wg.Done(); db, errs[0] = start(ctx) }()
 	go func() { defer wg.Done(); k, errs[1] = harness.StartKafka(ctx, harness.KafkaOptions{}) }()
 	go func() {
 		defer wg.Done()
 		reg, errs[2] = harness.StartRegistry(ctx, harness.RegistryOptions{GlobalCompatibility: "BACKWARD"})
 	}()
 	wg.Wait()
-	if pg != nil {
-		t.Cleanup(func() { _ = pg.Stop() })
+	if errs[0] == nil {
+		t.Cleanup(func() { _ = db.Stop() })
 	}
 	if k != nil {
 		t.Cleanup(func() { _ = k.Stop() })
@@ -71,7 +82,7 @@ func kafkaStack(t *testing.T) (*harness.Postgres, *harness.Kafka, *harness.Regis
 	if err := errors.Join(errs[:]...); err != nil {
 		harness.SkipOrFail(t, err)
 	}
-	return pg, k, reg
+	return db, k, reg
 }
 
 // writeConfig writes a pipeline config into dir and returns its path.

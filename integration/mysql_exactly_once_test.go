@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -30,32 +29,10 @@ import (
 // rows and are written after them; the sink's high-water mark must not
 // skip them.
 func TestMariaDBParallelLoadExactlyOnce(t *testing.T) {
-	harness.SkipShort(t, "starts MariaDB, a Kafka broker and a schema registry")
+	m, k, reg := withKafka(t, func(ctx context.Context) (*harness.MariaDB, error) {
+		return harness.StartMariaDB(ctx, harness.MariaDBOptions{})
+	})
 	ctx := context.Background()
-	var (
-		wg   sync.WaitGroup
-		m    *harness.MariaDB
-		k    *harness.Kafka
-		reg  *harness.Registry
-		errs [3]error
-	)
-	wg.Add(3)
-	go func() { defer wg.Done(); m, errs[0] = harness.StartMariaDB(ctx, harness.MariaDBOptions{}) }()
-	go func() { defer wg.Done(); k, errs[1] = harness.StartKafka(ctx, harness.KafkaOptions{}) }()
-	go func() { defer wg.Done(); reg, errs[2] = harness.StartRegistry(ctx, harness.RegistryOptions{}) }()
-	wg.Wait()
-	if m != nil {
-		t.Cleanup(func() { _ = m.Stop() })
-	}
-	if k != nil {
-		t.Cleanup(func() { _ = k.Stop() })
-	}
-	if reg != nil {
-		t.Cleanup(func() { _ = reg.Stop() })
-	}
-	if err := errors.Join(errs[:]...); err != nil {
-		harness.SkipOrFail(t, err)
-	}
 	const rows = 20000
 	if err := m.Exec(ctx, "", "CREATE DATABASE meo"); err != nil {
 		t.Fatal(err)
