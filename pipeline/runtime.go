@@ -193,7 +193,7 @@ func (r *Runtime) Stats() Stats {
 	for i, l := range r.lanes {
 		h := l.health(r.sinks[i].Name)
 		st.Sinks = append(st.Sinks, h)
-		if (!h.FailingSince.IsZero() && time.Since(h.FailingSince) > r.cfg.DegradedAfter) || len(h.Quarantined) > 0 {
+		if r.stalled(h) || len(h.Quarantined) > 0 {
 			st.Degraded = true
 		}
 	}
@@ -206,12 +206,18 @@ func (r *Runtime) Ready() error {
 		return fmt.Errorf("pipeline %s is %s", r.cfg.Pipeline, r.state.Load())
 	}
 	for i, l := range r.lanes {
-		if h := l.health(r.sinks[i].Name); !h.FailingSince.IsZero() && time.Since(h.FailingSince) > r.cfg.DegradedAfter {
+		if h := l.health(r.sinks[i].Name); r.stalled(h) {
 			return fmt.Errorf("pipeline %s is degraded: sink %s has failed every write since %s: %s",
 				r.cfg.Pipeline, h.Name, h.FailingSince.UTC().Format(time.RFC3339), h.LastError)
 		}
 	}
 	return nil
+}
+
+// stalled reports a sink whose writes have kept failing for longer than
+// DegradedAfter.
+func (r *Runtime) stalled(h SinkHealth) bool {
+	return !h.FailingSince.IsZero() && time.Since(h.FailingSince) > r.cfg.DegradedAfter
 }
 
 // item is one source batch on its way to the sinks.

@@ -151,39 +151,59 @@ func Run(ctx context.Context, src Source, sinks []NamedSink, opts Options) (Repo
 	for _, t := range opts.Tables {
 		want[t] = true
 	}
-	var jobs []job
+	var rep Report
+	var ids []pipeline.TableID
 	for _, id := range src.Tables() {
-		if len(want) > 0 && !want[id.Schema+"."+id.Table] {
-			continue
-		}
-		for _, s := range sinks {
-			jobs = append(jobs, job{id: id, sink: s})
+		if len(want) == 0 || want[id.Schema+"."+id.Table] {
+			ids = append(ids, id)
 		}
 	}
-	var rep Report
-	for i, j := range jobs {
-		r, routed := compareOne(ctx, src, j, opts)
-		if ctx.Err() != nil {
-			return rep, ctx.Err()
+	done, total := 0, len(ids)*len(sinks)
+	for _, id := range ids {
+		// The first pass of every sink compares with one read of the
+		// source; rechecks read both sides again.
+		var first *sourceRead
+		read := func() (*sourceRead, error) {
+			if first == nil {
+				table, rows, err := src.Rows(ctx, id)
+				if err != nil {
+					return nil, err
+				}
+				first = &sourceRead{table, rows}
+			}
+			return first, nil
 		}
-		if !routed {
-			continue // the sink does not receive this table
-		}
-		rep.Results = append(rep.Results, r)
-		if opts.Progress != nil {
-			opts.Progress(i+1, len(jobs), r)
+		for _, s := range sinks {
+			r, routed := compareOne(ctx, src, job{id: id, sink: s}, read, opts)
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			done++
+			if !routed {
+				continue // the sink does not receive this table
+			}
+			rep.Results = append(rep.Results, r)
+			if opts.Progress != nil {
+				opts.Progress(done, total, r)
+			}
 		}
 	}
 	return rep, nil
 }
 
-func compareOne(ctx context.Context, src Source, j job, opts Options) (Result, bool) {
+// sourceRead is one read of a table from the source.
+type sourceRead struct {
+	table *pipeline.Table
+	rows  [][]any
+}
+
+func compareOne(ctx context.Context, src Source, j job, read func() (*sourceRead, error), opts Options) (Result, bool) {
 	r := Result{Table: j.id.Schema + "." + j.id.Table, Sink: j.sink.Name}
 	if j.sink.Err != nil {
 		r.Error = j.sink.Err.Error()
 		return r, true
 	}
-	first, err := pass(ctx, src, j)
+	first, err := pass(ctx, j, read)
 	if errors.Is(err, errNotRouted) {
 		return r, false
 	}
@@ -207,7 +227,10 @@ func compareOne(ctx context.Context, src Source, j job, opts Options) (Result, b
 			r.Unconfirmed = err.Error()
 			break
 		}
-		again, err := pass(ctx, src, j)
+		again, err := pass(ctx, j, func() (*sourceRead, error) {
+			table, rows, err := src.Rows(ctx, j.id)
+			return &sourceRead{table, rows}, err
+		})
 		if err != nil {
 			r.Error = err.Error()
 			return r, true
@@ -240,12 +263,14 @@ type passResult struct {
 	diffs        map[string]Diff
 }
 
-// pass reads the table from the source and the sink and compares them.
-func pass(ctx context.Context, src Source, j job) (passResult, error) {
-	table, rows, err := src.Rows(ctx, j.id)
+// pass compares the table as read reads it from the source with what the
+// sink holds now.
+func pass(ctx context.Context, j job, read func() (*sourceRead, error)) (passResult, error) {
+	sr, err := read()
 	if err != nil {
 		return passResult{}, fmt.Errorf("source: %w", err)
 	}
+	table, rows := sr.table, sr.rows
 	routed := j.sink.Route.Shape(table)
 	if routed == nil {
 		return passResult{}, errNotRouted

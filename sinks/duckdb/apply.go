@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +48,12 @@ func (s *Sink) apply(ctx context.Context, batches []*upsert.TableBatch) (err err
 		return err
 	}
 	defer func() {
+		if v := recover(); v != nil {
+			// A panic in the driver: the transaction is rolled back like
+			// after any failure (an open one would fail every later
+			// write), and the runtime isolates the record that caused it.
+			err = &pipeline.PanicError{Value: v, Stack: debug.Stack()}
+		}
 		if err != nil {
 			if _, rerr := s.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
 				s.log.Warn("rollback failed", zap.Error(rerr))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
@@ -22,6 +24,12 @@ func (s *Sink) apply(ctx context.Context, batches []*upsert.TableBatch) (err err
 		return err
 	}
 	defer func() {
+		if v := recover(); v != nil {
+			// A panic in the driver: roll back like after any failure
+			// (the connection would stay inside the transaction), and let
+			// the runtime isolate the record that caused it.
+			err = &pipeline.PanicError{Value: v, Stack: debug.Stack()}
+		}
 		if err != nil {
 			if rerr := tx.Rollback(context.Background()); rerr != nil && !s.conn.IsClosed() {
 				s.log.Warn("rollback failed", zap.Error(rerr))

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 
@@ -29,9 +30,9 @@ func (e *schemaError) Unwrap() error { return e.err }
 // type cannot take), 23 (integrity), 42 (syntax or access rule: an unknown
 // type, a missing privilege) and 0A (feature not supported) — and errors
 // raised before anything reached the server (a missing value the driver
-// cannot encode). A lost connection, a timeout or any other server error
-// stays transient.
-func tableError(ctx context.Context, err error) error {
+// cannot encode, while the connection is still up). A lost connection, a
+// timeout or any other server error stays transient.
+func tableError(ctx context.Context, err error, connUp bool) error {
 	var se *schemaError
 	if !errors.As(err, &se) || ctx.Err() != nil {
 		return nil
@@ -46,7 +47,7 @@ func tableError(ctx context.Context, err error) error {
 		return nil
 	}
 	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+	if !connUp || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
 		pgconn.SafeToRetry(err) || pgconn.Timeout(err) || strings.Contains(err.Error(), "conn closed") {
 		return nil
 	}

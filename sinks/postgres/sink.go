@@ -319,7 +319,7 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		if err != nil {
 			s.afterFailure()
 		}
-		te := tableError(ctx, err)
+		te := tableError(ctx, err, s.conn != nil) // afterFailure dropped a closed connection
 		if te != nil {
 			err = te // the runtime quarantines the table; no record is to blame
 		}

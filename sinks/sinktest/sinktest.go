@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/verify"
 )
 
 // Harness adapts one sink implementation to the suite.
@@ -75,37 +76,25 @@ func check(t *testing.T, h Harness, m *Model, when string) {
 }
 
 // Diff describes how got differs from want, "" when they hold the same rows
-// with equal values.
+// with equal values: verify.Compare, as text.
 func Diff(table *pipeline.Table, want, got map[string][]any) string {
+	diffs := verify.Compare(table, want, got)
+	keys := make([]string, 0, len(diffs))
+	for k := range diffs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
 	var out []string
-	keys := map[string]bool{}
-	for k := range want {
-		keys[k] = true
-	}
-	for k := range got {
-		keys[k] = true
-	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	for _, k := range sorted {
-		w, inW := want[k]
-		g, inG := got[k]
-		switch {
-		case !inG:
+	for _, k := range keys {
+		d := diffs[k]
+		switch d.Kind {
+		case "missing":
 			out = append(out, fmt.Sprintf("  missing row %s", k))
-		case !inW:
+		case "unexpected":
 			out = append(out, fmt.Sprintf("  unexpected row %s", k))
-		case len(g) != len(w):
-			out = append(out, fmt.Sprintf("  row %s: %d values, want %d", k, len(g), len(w)))
 		default:
-			for i := range w {
-				if !Equal(w[i], g[i]) {
-					out = append(out, fmt.Sprintf("  row %s column %s: got %s, want %s", k,
-						table.Columns[i].Name, Canon(g[i]), Canon(w[i])))
-				}
+			for _, c := range d.Columns {
+				out = append(out, fmt.Sprintf("  row %s column %s: got %s, want %s", k, c.Column, c.Sink, c.Source))
 			}
 		}
 	}
