@@ -52,6 +52,47 @@ type Sink interface {
 	Close(ctx context.Context) error
 }
 
+// GenerationKeeper is implemented by sinks that keep versions (every sink
+// but a plain Kafka topic, whose readers order by offset). Invariant 10.
+type GenerationKeeper interface {
+	// Generation returns the highest generation (Version[0]) the sink has
+	// recorded, and false when it never recorded one (nothing written).
+	// Write records a batch's generation when it exceeds the recorded one,
+	// durably and no later than the batch itself, so the answer is never
+	// below any version the target holds. Called after Open, before the
+	// source opens; it may block on the target and honours ctx.
+	Generation(ctx context.Context) (gen uint64, held bool, err error)
+}
+
+// Generational is implemented by sources whose versions lead with a
+// generation (Invariant 10; every built-in source).
+type Generational interface {
+	// FloorGeneration is called once, before Open, with the highest
+	// generation any sink recorded (held false: no sink recorded one). A
+	// source starting without a checkpoint uses floor+1 (0 when nothing is
+	// held); one resuming keeps the checkpoint's generation unless a sink
+	// recorded a higher one (a later run was cut short before its first
+	// checkpoint) or the server changed, and then takes the next above
+	// both. It must not block.
+	FloorGeneration(floor uint64, held bool)
+}
+
+// NextGeneration is the generation a source takes under Generational's
+// rules: from is the checkpoint's generation (resumed false: no
+// checkpoint), moved whether the server changed since it.
+func NextGeneration(floor uint64, held, resumed bool, from uint64, moved bool) uint64 {
+	switch {
+	case !resumed && !held:
+		return 0
+	case !resumed:
+		return floor + 1
+	case moved || (held && floor > from):
+		return max(from, floor) + 1
+	default:
+		return from
+	}
+}
+
 // Pipeliner is implemented by sinks that can have several batches in
 // flight and keep their order (the Kafka producer: idempotent, ordered per
 // partition). The lane then starts the next batch while earlier ones are

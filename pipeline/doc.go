@@ -22,4 +22,11 @@
 //  8. Idle databases still advance: heartbeats flow through the pipeline as
 //     position-carrying control records.
 //  9. Every condition that risks loss or delay is a metric and a log line.
+//  10. A run's versions sort above everything a sink already holds, even after
+//     a reset, a new server or a restore: a version's first component is a
+//     generation; every sink that keeps versions records the highest
+//     generation it has written no later than the first record of it
+//     (GenerationKeeper), and a run without a checkpoint, or on another
+//     server, takes one above the highest any sink recorded
+//     (docs/versions.md).
 package pipeline

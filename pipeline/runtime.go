@@ -261,7 +261,39 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
+	// Sinks open first: their recorded generations decide the source's
+	// (Invariant 10).
+	closeSinks := func(n int) {
+		for _, o := range r.sinks[:n] {
+			_ = o.Sink.Close(workCtx)
+		}
+	}
+	for i, s := range r.sinks {
+		if err := r.openSink(ctx, s); err != nil {
+			closeSinks(i)
+			if ctx.Err() != nil {
+				r.state.Store("stopped")
+				return nil
+			}
+			r.state.Store("failed")
+			return err
+		}
+	}
+	if g, ok := r.src.(Generational); ok {
+		floor, held, err := r.heldGeneration(ctx)
+		if err != nil {
+			closeSinks(len(r.sinks))
+			if ctx.Err() != nil {
+				r.state.Store("stopped")
+				return nil
+			}
+			r.state.Store("failed")
+			return err
+		}
+		g.FloorGeneration(floor, held)
+	}
 	if err := r.src.Open(ctx, from); err != nil {
+		closeSinks(len(r.sinks))
 		if ctx.Err() != nil {
 			// Stopped during start-up: nothing was read, nothing to commit.
 			r.state.Store("stopped")
@@ -275,20 +307,6 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		defer cancel()
 		if err := r.src.Close(cctx); err != nil {
 			r.log.Warn("close source", zap.Error(err))
-		}
-	}
-	for i, s := range r.sinks {
-		if err := r.openSink(ctx, s); err != nil {
-			for _, o := range r.sinks[:i] {
-				_ = o.Sink.Close(workCtx)
-			}
-			closeSource()
-			if ctx.Err() != nil {
-				r.state.Store("stopped")
-				return nil
-			}
-			r.state.Store("failed")
-			return err
 		}
 	}
 	r.ready.Store(true)
@@ -390,6 +408,41 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	}
 	r.state.Store("stopped")
 	return nil
+}
+
+// heldGeneration is the highest generation any sink recorded (Invariant
+// 10), asked with the open-retry policy of each sink.
+func (r *Runtime) heldGeneration(ctx context.Context) (floor uint64, held bool, err error) {
+	for _, s := range r.sinks {
+		k, ok := s.Sink.(GenerationKeeper)
+		if !ok {
+			continue
+		}
+		b := newBackoff(r.cfg.RetryInitial, r.cfg.RetryMax)
+		for attempt := 1; ; attempt++ {
+			actx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+			g, h, gerr := k.Generation(actx)
+			cancel()
+			if gerr == nil {
+				if h {
+					r.log.Info("sink holds versions", zap.String("sink", s.Name), zap.Uint64("generation", g))
+					if !held || g > floor {
+						floor = g
+					}
+					held = true
+				}
+				break
+			}
+			if IsFatal(gerr) || (r.cfg.RetryMaxAttempts > 0 && attempt >= r.cfg.RetryMaxAttempts) {
+				return 0, false, &OpenError{What: "sink " + s.Name, Err: fmt.Errorf("read its generation: %w", gerr)}
+			}
+			r.log.Warn("reading a sink's generation failed; retrying", zap.String("sink", s.Name), zap.Error(gerr))
+			if werr := b.wait(ctx); werr != nil {
+				return 0, false, fmt.Errorf("sink %s generation: %w", s.Name, werr)
+			}
+		}
+	}
+	return floor, held, nil
 }
 
 func (r *Runtime) openSink(ctx context.Context, s NamedSink) error {

@@ -92,7 +92,7 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	// The runtime logs and counts each failed record as it dead-letters
 	// it (Invariant 9).
 	if len(tbs) > 0 {
-		p, err := s.plan(ctx, tbs, snapshotTables(recs), now)
+		p, err := s.plan(ctx, tbs, snapshotTables(recs), now, recs)
 		if err == nil {
 			err = s.apply(ctx, p)
 		}
@@ -186,7 +186,7 @@ type plan struct {
 
 // plan looks up the stored versions of the folded rows and builds their
 // documents; rows not newer than what the index holds are dropped.
-func (s *Sink) plan(ctx context.Context, tbs []*upsert.TableBatch, snaps map[string]bool, now time.Time) (*plan, error) {
+func (s *Sink) plan(ctx context.Context, tbs []*upsert.TableBatch, snaps map[string]bool, now time.Time, recs []pipeline.Record) (*plan, error) {
 	adv, err := s.idx.Advanced()
 	if err != nil {
 		return nil, err
@@ -197,7 +197,12 @@ func (s *Sink) plan(ctx context.Context, tbs []*upsert.TableBatch, snaps map[str
 	}
 	defer r.Close()
 	p := &plan{}
-	next := &sinkState{Tables: maps.Clone(s.state.Tables)}
+	next := &sinkState{Tables: maps.Clone(s.state.Tables), Generation: s.state.Generation}
+	// Invariant 10: the generation is stored in the first bleve batch,
+	// with (so no later than) the first rows of it.
+	if g, ok := s.state.generation().Raise(recs); ok {
+		next.Generation, p.state = &g, next
+	}
 	edit := func(prefix string, id pipeline.TableID) *tableState {
 		t := next.Tables[prefix]
 		if t != nil && t != s.state.Tables[prefix] {

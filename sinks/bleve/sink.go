@@ -98,6 +98,17 @@ var _ pipeline.Sink = (*Sink)(nil)
 // under stateKey and updated in the same bleve batch as the rows.
 type sinkState struct {
 	Tables map[string]*tableState `json:"tables"` // by tablePrefix
+	// Generation is the highest generation of the versions written
+	// (Invariant 10); nil before the first write.
+	Generation *uint64 `json:"generation,omitempty"`
+}
+
+// generation is the recorded generation in the form upsert shares.
+func (st *sinkState) generation() upsert.Generation {
+	if st.Generation == nil {
+		return upsert.Generation{}
+	}
+	return upsert.Generation{Gen: *st.Generation, Held: true}
 }
 
 type tableState struct {
@@ -365,4 +376,15 @@ func loadState(idx bleve.Index) (*sinkState, error) {
 		}
 	}
 	return st, nil
+}
+
+// Generation implements pipeline.GenerationKeeper.
+func (s *Sink) Generation(context.Context) (uint64, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idx == nil && !s.broken {
+		return 0, false, ErrClosed
+	}
+	g := s.state.generation()
+	return g.Gen, g.Held, nil
 }

@@ -42,9 +42,11 @@ const (
 	// snapshotTable keeps when each target last received a snapshot
 	// record (HardDelete mode: tombstones outlive the snapshot).
 	snapshotTable = "_sluice_snapshots"
-	colVersion    = "_sluice_version"
-	colDeleted    = "_sluice_deleted"
-	colUpdatedAt  = "_sluice_updated_at"
+	// generationTable keeps the highest generation written (Invariant 10).
+	generationTable = "_sluice_generation"
+	colVersion      = "_sluice_version"
+	colDeleted      = "_sluice_deleted"
+	colUpdatedAt    = "_sluice_updated_at"
 )
 
 // Sink writes change records into a DuckDB database file, one target table
@@ -70,7 +72,9 @@ type Sink struct {
 	// barriers maps a target table name (lower case) to its truncate
 	// barrier: records with a lower version are ignored.
 	barriers map[string]pipeline.Version
-	purger   upsert.Purge
+	// gen is the generation recorded in generationTable.
+	gen    upsert.Generation
+	purger upsert.Purge
 	// direct is the bulk-load fast path's state per target (direct.go).
 	direct upsert.BulkPaths
 }
@@ -128,6 +132,7 @@ func (s *Sink) Open(ctx context.Context) error {
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(barrierTable) +
 			` ("table" VARCHAR PRIMARY KEY, version BLOB NOT NULL, updated_at TIMESTAMPTZ)`,
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(snapshotTable) + ` ("table" VARCHAR PRIMARY KEY, snapshot_at TIMESTAMPTZ NOT NULL)`,
+		"CREATE TABLE IF NOT EXISTS " + s.qualified(generationTable) + ` (one BOOLEAN PRIMARY KEY, generation UBIGINT NOT NULL)`,
 	}
 	for _, q := range setup {
 		if _, err = conn.ExecContext(ctx, q); err != nil {
@@ -176,7 +181,7 @@ func (s *Sink) load(ctx context.Context) error {
 			return err
 		}
 		t = strings.ToLower(t)
-		if t == barrierTable || t == snapshotTable {
+		if t == barrierTable || t == snapshotTable || t == generationTable {
 			continue
 		}
 		if tables[t] == nil {
@@ -209,6 +214,15 @@ func (s *Sink) load(ctx context.Context) error {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
+	var gen uint64
+	switch err := s.conn.QueryRowContext(ctx, "SELECT generation FROM "+s.qualified(generationTable)).Scan(&gen); {
+	case errors.Is(err, sql.ErrNoRows):
+		s.gen = upsert.Generation{}
+	case err != nil:
+		return err
+	default:
+		s.gen = upsert.Generation{Gen: gen, Held: true}
+	}
 	stamps := map[string]time.Time{}
 	rows, err = s.conn.QueryContext(ctx, `SELECT "table", snapshot_at FROM `+s.qualified(snapshotTable))
 	if err != nil {
@@ -228,6 +242,30 @@ func (s *Sink) load(ctx context.Context) error {
 	}
 	s.tables, s.barriers = tables, barriers
 	s.purger.Load(stamps)
+	return nil
+}
+
+// Generation implements pipeline.GenerationKeeper.
+func (s *Sink) Generation(context.Context) (uint64, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return 0, false, errors.New("duckdb sink: generation before open")
+	}
+	return s.gen.Gen, s.gen.Held, nil
+}
+
+// recordGeneration stores the generation of records before any of them is
+// written when it is above the recorded one (Invariant 10).
+func (s *Sink) recordGeneration(ctx context.Context, records []pipeline.Record) error {
+	g, ok := s.gen.Raise(records)
+	if !ok {
+		return nil
+	}
+	if _, err := s.conn.ExecContext(ctx, "INSERT OR REPLACE INTO "+s.qualified(generationTable)+" (one, generation) VALUES (true, ?)", g); err != nil {
+		return fmt.Errorf("duckdb sink: record generation %d: %w", g, err)
+	}
+	s.gen = upsert.Generation{Gen: g, Held: true}
 	return nil
 }
 
@@ -257,6 +295,12 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	defer s.mu.Unlock()
 	if s.conn == nil {
 		return errors.New("duckdb sink: write before open")
+	}
+	if err := s.recordGeneration(ctx, records); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return err
 	}
 	if err := s.stampSnapshots(ctx, records); err != nil {
 		if cerr := ctx.Err(); cerr != nil {

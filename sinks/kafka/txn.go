@@ -36,6 +36,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 const (
@@ -62,6 +63,9 @@ type txnState struct {
 	// in Kafka, and a replay must hand them back again so that a crash
 	// before the runtime stored them in its dead-letter queue loses none.
 	redo map[pipeline.Version]bool
+	// gen is the highest generation of any record committed, snapshot
+	// rows included (Invariant 10).
+	gen upsert.Generation
 }
 
 // txnMark is the JSON value of a high-water mark record.
@@ -71,6 +75,7 @@ type txnMark struct {
 	Version     string          `json:"version"`
 	Position    json.RawMessage `json:"position,omitempty"`
 	Redo        []string        `json:"redo,omitempty"`
+	Generation  *uint64         `json:"generation,omitempty"`
 	CommittedAt time.Time       `json:"committed_at"`
 }
 
@@ -226,6 +231,10 @@ func (s *Sink) loadMark(ctx context.Context) error {
 			return pipeline.Fatal(fail(fmt.Errorf("mark at partition %d offset %d: %w", newest.Partition, newest.Offset, err)))
 		}
 		st.has, st.hwm, st.pos = true, v, m.Position
+		st.gen = upsert.Generation{Gen: v[0], Held: true}
+		if m.Generation != nil && *m.Generation > v[0] {
+			st.gen.Gen = *m.Generation
+		}
 		for _, r := range m.Redo {
 			rv, err := pipeline.ParseVersion(r)
 			if err != nil {
@@ -239,6 +248,23 @@ func (s *Sink) loadMark(ctx context.Context) error {
 	}
 	s.txn = st
 	return nil
+}
+
+// Generation implements pipeline.GenerationKeeper: an exactly-once sink
+// keeps the highest generation it committed in its mark; a plain topic
+// keeps nothing its readers compare (they order by offset).
+func (s *Sink) Generation(ctx context.Context) (uint64, bool, error) {
+	if !s.opts.ExactlyOnce {
+		return 0, false, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.txn.loaded {
+		if err := s.loadMark(ctx); err != nil {
+			return 0, false, err
+		}
+	}
+	return s.txn.gen.Gen, s.txn.gen.Held, nil
 }
 
 // fetchCommitted reads partition p of topic from start up to end with
@@ -445,8 +471,15 @@ func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []
 	if latest != nil && json.Valid(latest) {
 		next.pos = json.RawMessage(latest)
 	}
+	if g, ok := next.gen.Raise(records); ok {
+		next.gen = upsert.Generation{Gen: g, Held: true}
+	}
 	mark := txnMark{Pipeline: s.opts.Pipeline, Sink: s.opts.Name, Version: next.hwm.String(), Position: next.pos,
 		CommittedAt: time.Now().UTC()}
+	if next.gen.Held {
+		g := next.gen.Gen
+		mark.Generation = &g
+	}
 	for v := range next.redo {
 		mark.Redo = append(mark.Redo, v.String())
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,9 +47,11 @@ const (
 	// snapshotTable keeps when each target last received a snapshot
 	// record (HardDelete mode: tombstones outlive the snapshot).
 	snapshotTable = "_sluice_snapshots"
-	colVersion    = "_sluice_version"
-	colDeleted    = "_sluice_deleted"
-	colUpdatedAt  = "_sluice_updated_at"
+	// generationTable keeps the highest generation written (Invariant 10).
+	generationTable = "_sluice_generation"
+	colVersion      = "_sluice_version"
+	colDeleted      = "_sluice_deleted"
+	colUpdatedAt    = "_sluice_updated_at"
 )
 
 // Sink writes change records into a Postgres database, one target table
@@ -69,7 +72,9 @@ type Sink struct {
 	// barriers maps a target table name to its truncate barrier: records
 	// with a lower version are ignored.
 	barriers map[string]pipeline.Version
-	purger   upsert.Purge
+	// gen is the generation recorded in generationTable.
+	gen    upsert.Generation
+	purger upsert.Purge
 	// direct is the bulk-load state of each target table (see direct.go).
 	direct upsert.BulkPaths
 }
@@ -131,6 +136,7 @@ func (s *Sink) connect(ctx context.Context) error {
 	setup := []string{
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(barrierTable) + " (target text PRIMARY KEY, version bytea NOT NULL)",
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(snapshotTable) + " (target text PRIMARY KEY, snapshot_at timestamptz NOT NULL)",
+		"CREATE TABLE IF NOT EXISTS " + s.qualified(generationTable) + " (one boolean PRIMARY KEY DEFAULT true CHECK (one), generation numeric(20) NOT NULL)",
 	}
 	// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
 	// the schema exists: create it only when it is missing.
@@ -205,7 +211,7 @@ func (s *Sink) load(ctx context.Context) error {
 			rows.Close()
 			return err
 		}
-		if t == barrierTable || t == snapshotTable {
+		if t == barrierTable || t == snapshotTable || t == generationTable {
 			continue
 		}
 		if tables[t] == nil {
@@ -239,6 +245,19 @@ func (s *Sink) load(ctx context.Context) error {
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
+	}
+	var gen string
+	switch err := s.conn.QueryRow(ctx, "SELECT generation::text FROM "+s.qualified(generationTable)).Scan(&gen); {
+	case errors.Is(err, pgx.ErrNoRows):
+		s.gen = upsert.Generation{}
+	case err != nil:
+		return err
+	default:
+		g, err := strconv.ParseUint(gen, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %w", generationTable, err)
+		}
+		s.gen = upsert.Generation{Gen: g, Held: true}
 	}
 	stamps := map[string]time.Time{}
 	rows, err = s.conn.Query(ctx, "SELECT target, snapshot_at FROM "+s.qualified(snapshotTable))
@@ -280,6 +299,32 @@ func (s *Sink) stampSnapshots(ctx context.Context, records []pipeline.Record) er
 
 // Write applies records in one Postgres transaction and returns once it is
 // committed (durable). Records Postgres cannot hold fail permanently and
+// Generation implements pipeline.GenerationKeeper.
+func (s *Sink) Generation(ctx context.Context) (uint64, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ready(ctx); err != nil {
+		return 0, false, err
+	}
+	return s.gen.Gen, s.gen.Held, nil
+}
+
+// recordGeneration stores the generation of records before any of them is
+// written when it is above the recorded one (Invariant 10).
+func (s *Sink) recordGeneration(ctx context.Context, records []pipeline.Record) error {
+	g, ok := s.gen.Raise(records)
+	if !ok {
+		return nil
+	}
+	if _, err := s.conn.Exec(ctx, "INSERT INTO "+s.qualified(generationTable)+" AS g (generation) VALUES ($1::numeric)"+
+		" ON CONFLICT (one) DO UPDATE SET generation = GREATEST(g.generation, EXCLUDED.generation)",
+		strconv.FormatUint(g, 10)); err != nil {
+		return fmt.Errorf("record generation %d: %w", g, err)
+	}
+	s.gen = upsert.Generation{Gen: g, Held: true}
+	return nil
+}
+
 // are reported in a *pipeline.BatchError; the others are applied.
 func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	if err := ctx.Err(); err != nil {
@@ -292,6 +337,13 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			return cerr
 		}
 		return err
+	}
+	if err := s.recordGeneration(ctx, records); err != nil {
+		s.afterFailure()
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("postgres sink: %w", err)
 	}
 	if err := s.stampSnapshots(ctx, records); err != nil {
 		s.afterFailure()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 // Options configures a Sink.
@@ -81,6 +82,8 @@ type Sink struct {
 	// snapshot record (see hold.go); lastSweep is the last sweep's time.
 	snapshots map[string]int64
 	lastSweep time.Time
+	// gen is the generation recorded in generationKey.
+	gen upsert.Generation
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -162,6 +165,10 @@ func (s *Sink) Open(ctx context.Context) error {
 		return pipeline.Fatal(fmt.Errorf("redis sink: server hashed the script as %s, want %s", sha, s.sha))
 	}
 	if err := s.loadSnapshots(ctx, c); err != nil {
+		c.Close()
+		return err
+	}
+	if err := s.loadGeneration(ctx, c); err != nil {
 		c.Close()
 		return err
 	}
@@ -370,6 +377,9 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		if r := &records[i]; isRow(r) {
 			s.info(r.Table) // fill the cache before the encoders read it
 		}
+	}
+	if err := s.recordGeneration(ctx, records); err != nil {
+		return s.wrap(ctx, err)
 	}
 	now := s.now()
 	if err := s.stampSnapshots(ctx, records, now); err != nil {

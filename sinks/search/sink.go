@@ -36,6 +36,9 @@ type Sink struct {
 	owners       map[string]pipeline.TableID // index name → the table writing it
 	indices      map[string]*indexState
 	purger       upsert.Purge
+	// generation is the versions' generation recorded in the state index
+	// (Invariant 10; not the shape generation of indexState.gen).
+	generation upsert.Generation
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -107,6 +110,11 @@ func (s *Sink) Open(ctx context.Context) error {
 			return pipeline.Fatal(err)
 		}
 		return s.ctxErr(ctx, err)
+	}
+	if err := s.loadGeneration(ctx); err != nil {
+		eng.close()
+		s.eng = nil
+		return s.ctxErr(ctx, fmt.Errorf("search sink %s: %w", s.opts.Name, err))
 	}
 	s.unsignedLong = s.probeUnsignedLong(ctx)
 	s.names = map[pipeline.TableID]nameResult{}

@@ -17,7 +17,8 @@ import (
 
 // TestExternalVersionOrder checks that the packing never reorders:
 // external versions are non-decreasing in version order, strictly
-// increasing below the saturation point.
+// increasing below the saturation point, across generations (a later
+// generation's low LSNs above an earlier one's high LSNs).
 func TestExternalVersionOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var vs []pipeline.Version
@@ -30,7 +31,14 @@ func TestExternalVersionOrder(t *testing.T) {
 		if rng.IntN(10) == 0 {
 			idx = rng.Uint64()
 		}
-		vs = append(vs, pipeline.Version{0, lsn, 0, idx})
+		gen := uint64(0)
+		switch rng.IntN(6) {
+		case 0:
+			gen = 1 + rng.Uint64N(3)
+		case 1:
+			gen = 14 + rng.Uint64N(3) // around saturation
+		}
+		vs = append(vs, pipeline.Version{gen, lsn, 0, idx})
 	}
 	vs = append(vs, pipeline.Version{}, pipeline.Version{0, maxLSN, 0, ^uint64(0)}, pipeline.Version{0, 0, 0, maxIndex - 1},
 		pipeline.Version{0, 0, 0, maxIndex}, pipeline.Version{0, 1, 0, 0})
@@ -52,7 +60,10 @@ func TestExternalVersionOrder(t *testing.T) {
 		}
 	}
 	if _, sat, _ := external(pipeline.Version{0, maxLSN + 1, 0, 0}); !sat {
-		t.Errorf("an LSN beyond 51 bits does not saturate")
+		t.Errorf("an LSN beyond 47 bits does not saturate")
+	}
+	if a, _, _ := external(pipeline.Version{1, 1, 0, 2}); a <= func() int64 { b, _, _ := external(pipeline.Version{0, maxLSN - 1, 0, 2}); return b }() {
+		t.Errorf("generation 1 at a low LSN does not sort above generation 0 at a high one")
 	}
 	if ext, sat, _ := external(pipeline.Version{0, 0x16B3748, 0, 3}); ext != 0x16B3748<<12|3 || sat {
 		t.Errorf("ext = %#x %v", ext, sat)

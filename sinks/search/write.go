@@ -72,6 +72,9 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	if s.eng == nil {
 		return errNotOpen
 	}
+	if err := s.recordGeneration(ctx, records); err != nil {
+		return s.writeErr(ctx, err)
+	}
 	batches, failed := upsert.Prepare(records, conv{}, s.target)
 	w := &writeState{s: s, records: records, failed: map[int]bool{}}
 	for _, f := range failed {

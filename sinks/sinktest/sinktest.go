@@ -15,7 +15,9 @@ import (
 	"github.com/sluice-cdc/sluice/verify"
 )
 
-// Harness adapts one sink implementation to the suite.
+// Harness adapts one sink implementation to the suite. A harness whose
+// sink keeps no versions (a plain Kafka topic) also has a method
+// KeepsVersions() bool that returns false.
 type Harness interface {
 	// Open returns an unopened sink on a fresh, empty target. The suite
 	// opens and closes it.
@@ -36,6 +38,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RestartMidway", func(t *testing.T) { testRestart(t, h) })
 	t.Run("StaleVersionChangesNothing", func(t *testing.T) { testStale(t, h) })
 	t.Run("UnchangedKeepsStoredValue", func(t *testing.T) { testUnchanged(t, h) })
+	if k, ok := h.(interface{ KeepsVersions() bool }); !ok || k.KeepsVersions() {
+		t.Run("NewGenerationAboveEverything", func(t *testing.T) { testNewGeneration(t, h) })
+	}
 }
 
 func open(t *testing.T, s pipeline.Sink) pipeline.Sink {

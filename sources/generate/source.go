@@ -60,30 +60,41 @@ func (o Options) withDefaults() Options {
 // position is the feed's resume token: the number of changes emitted.
 type position struct {
 	Seq int64 `json:"seq"`
+	// Generation leads every version (Invariant 10).
+	Generation uint64 `json:"generation,omitempty"`
 }
 
-// Pos returns the position after the first seq changes.
-func Pos(seq int64) pipeline.Position {
-	b, _ := json.Marshal(position{Seq: seq})
+// Pos returns the position after the first seq changes of generation 0.
+func Pos(seq int64) pipeline.Position { return genPos(seq, 0) }
+
+func genPos(seq int64, gen uint64) pipeline.Position {
+	b, _ := json.Marshal(position{Seq: seq, Generation: gen})
 	return b
 }
 
-// ParsePos reads a position made by Pos.
+// ParsePos reads the seq of a position made by Pos.
 func ParsePos(p pipeline.Position) (int64, error) {
+	pos, err := parsePos(p)
+	return pos.Seq, err
+}
+
+func parsePos(p pipeline.Position) (position, error) {
 	var pos position
 	if err := json.Unmarshal(p, &pos); err != nil {
-		return 0, fmt.Errorf("generate: position %q: %w", p, err)
+		return position{}, fmt.Errorf("generate: position %q: %w", p, err)
 	}
 	if pos.Seq < 0 {
-		return 0, fmt.Errorf("generate: position %q: negative seq", p)
+		return position{}, fmt.Errorf("generate: position %q: negative seq", p)
 	}
-	return pos.Seq, nil
+	return pos, nil
 }
 
 // Source is a deterministic synthetic change feed; it implements
-// pipeline.Source. Change n (from 1) has version {0, 0, 0, n}; each batch is
-// one transaction whose Pos is {"seq": N}, N the number of changes emitted
-// once the batch is handed over.
+// pipeline.Source. Change n (from 1) has version {generation, 0, 0, n}; each
+// batch is one transaction whose Pos is {"seq": N}, N the number of changes
+// emitted once the batch is handed over. The generation is 0 on a first run
+// and rises above what sinks hold when the feed starts again from nothing
+// (pipeline.Generational).
 type Source struct {
 	opts   Options
 	tables []*pipeline.Table
@@ -92,6 +103,10 @@ type Source struct {
 	start   time.Time
 	emitted int64
 	acked   atomic.Int64
+	// floor is the highest generation a sink recorded (floorHeld: any).
+	floor     uint64
+	floorHeld bool
+	gen       uint64
 }
 
 var _ pipeline.Source = (*Source)(nil)
@@ -107,11 +122,13 @@ func New(opts Options) *Source {
 // and without pacing, so it is fast even far into the feed.
 func (s *Source) Open(ctx context.Context, from pipeline.Position) error {
 	var seq int64
+	s.gen = pipeline.NextGeneration(s.floor, s.floorHeld, false, 0, false)
 	if from != nil {
-		var err error
-		if seq, err = ParsePos(from); err != nil {
+		p, err := parsePos(from)
+		if err != nil {
 			return pipeline.Fatal(err)
 		}
+		seq, s.gen = p.Seq, pipeline.NextGeneration(s.floor, s.floorHeld, true, p.Generation, false)
 	}
 	st := newState(s.opts)
 	if total := st.total(); total >= 0 && seq > total {
@@ -129,6 +146,9 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) error {
 	s.acked.Store(seq)
 	return nil
 }
+
+// FloorGeneration implements pipeline.Generational.
+func (s *Source) FloorGeneration(floor uint64, held bool) { s.floor, s.floorHeld = floor, held }
 
 // Read returns the next transaction: the changes up to the next multiple of
 // Batch (fewer at the end of a bounded feed), paced by Rate.
@@ -161,7 +181,7 @@ func (s *Source) Read(ctx context.Context) (pipeline.Batch, error) {
 			}
 		}
 	}
-	pos := Pos(end)
+	pos := genPos(end, s.gen)
 	b := pipeline.Batch{Records: make([]pipeline.Record, 0, n), Pos: pos}
 	for s.st.seq < end {
 		b.Records = append(b.Records, s.record(s.st.advance(), pos))
@@ -171,7 +191,7 @@ func (s *Source) Read(ctx context.Context) (pipeline.Batch, error) {
 }
 
 func (s *Source) record(c step, pos pipeline.Position) pipeline.Record {
-	r := pipeline.Record{Op: c.op, Table: s.tables[c.table], Version: pipeline.Version{0, 0, 0, uint64(c.seq)},
+	r := pipeline.Record{Op: c.op, Table: s.tables[c.table], Version: pipeline.Version{s.gen, 0, 0, uint64(c.seq)},
 		EventTime: epoch.Add(time.Duration(c.seq) * time.Millisecond), TxID: uint64((c.seq-1)/int64(s.opts.Batch)) + 1, Pos: pos}
 	if c.op == pipeline.OpDelete {
 		r.Before = make([]any, len(r.Table.Columns))

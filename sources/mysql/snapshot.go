@@ -141,7 +141,7 @@ func (l *snapshotLoad) begin(ctx context.Context) (err error) {
 		res.Close()
 		l.start = Position{Flavor: FlavorMariaDB, GTID: gtid, File: file, Pos: first.pos}
 	}
-	l.start.Server = l.server
+	l.start.Server, l.start.Epoch = l.server, l.s.epochFresh()
 	if err := l.start.Validate(); err != nil {
 		return fmt.Errorf("mysql source: snapshot position: %w", err)
 	}

@@ -111,6 +111,9 @@ type Source struct {
 	stream  *streamer
 	queue   *handoff.Queue[txItem]
 	started bool
+	// floor is the highest epoch a sink recorded (floorHeld: any).
+	floor     uint64
+	floorHeld bool
 
 	cancel    context.CancelFunc
 	streamCtx context.Context // the stream's context, kept while the load runs
@@ -278,11 +281,17 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 		if p.Flavor != s.flavor {
 			return fmt.Errorf("mysql source: the checkpoint is from a %s server, this is %s %s", p.Flavor, s.flavor, srv.Version)
 		}
-		if p.Server != server {
+		moved := p.Server != server
+		epoch := pipeline.NextGeneration(s.floor, s.floorHeld, true, p.Epoch, moved)
+		switch {
+		case moved:
 			s.log.Warn("the server changed since the checkpoint (failover or a new server); versions move to a new epoch",
-				zap.String("was", p.Server), zap.String("now", server), zap.Uint64("epoch", p.Epoch+1))
-			p.Server, p.Epoch = server, p.Epoch+1
+				zap.String("was", p.Server), zap.String("now", server), zap.Uint64("epoch", epoch))
+		case epoch != p.Epoch:
+			s.log.Warn("a sink holds versions of a later epoch than the checkpoint (a run stopped before its first checkpoint after a failover); versions move above it",
+				zap.Uint64("checkpoint_epoch", p.Epoch), zap.Uint64("sinks_hold", s.floor), zap.Uint64("epoch", epoch))
 		}
+		p.Server, p.Epoch = server, epoch
 		if err := checkNotPurged(c, srv, p); err != nil {
 			return err
 		}
@@ -301,7 +310,7 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 				return err
 			}
 		}
-		p.Server = server
+		p.Server, p.Epoch = server, s.epochFresh()
 		s.start, s.phase = p, "stream"
 	default:
 		if !srv.MariaDB && s.opts.Snapshot.Lock == LockNone {
@@ -327,6 +336,20 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 		s.streamCtx = runCtx
 	}
 	return nil
+}
+
+// FloorGeneration implements pipeline.Generational: the epoch is the
+// MySQL source's generation (Invariant 10).
+func (s *Source) FloorGeneration(floor uint64, held bool) { s.floor, s.floorHeld = floor, held }
+
+// epochFresh is the epoch of a run without a checkpoint: above every epoch
+// a sink recorded.
+func (s *Source) epochFresh() uint64 {
+	e := pipeline.NextGeneration(s.floor, s.floorHeld, false, 0, false)
+	if s.floorHeld {
+		s.log.Info("starting without a checkpoint above the versions sinks hold", zap.Uint64("sinks_hold", s.floor), zap.Uint64("epoch", e))
+	}
+	return e
 }
 
 func (s *Source) startStream(ctx context.Context) {

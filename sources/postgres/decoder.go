@@ -42,6 +42,8 @@ type DecoderOptions struct {
 	// the key columns' text in key (see refetchUnchanged); found is false
 	// when no such row exists any more. Nil: such values stay unchanged.
 	Refetch func(ctx context.Context, s *TableShape, key []string, cols []int) (values []any, found bool, err error)
+	// Generation leads every version (Invariant 10, docs/versions.md).
+	Generation uint64
 	// HeartbeatPrefix is the logical message prefix of heartbeats
 	// (default "sluice.heartbeat").
 	HeartbeatPrefix string
@@ -334,7 +336,7 @@ func (d *Decoder) logicalMessage(m *pglogrepl.LogicalDecodingMessageV2, emit fun
 		}
 	}
 	// Invariant 8: a heartbeat carries a position through the pipeline.
-	rec := pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: at.UTC(), Version: pipeline.Version{0, uint64(m.LSN), 0, 0}}
+	rec := pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: at.UTC(), Version: pipeline.Version{d.opts.Generation, uint64(m.LSN), 0, 0}}
 	rec.Size = pipeline.EstimateSize(&rec)
 	return emit(Chunk{Records: []pipeline.Record{rec}, Final: true, CommitLSN: m.LSN, EndLSN: m.LSN, CommitTime: rec.EventTime})
 }
@@ -552,7 +554,7 @@ func keyChanged(keyIdx []int, old, new *pglogrepl.TupleData) bool {
 // add versions a record, appends it and emits a non-final chunk when the
 // chunk is full, so memory stays bounded (Invariant 6).
 func (d *Decoder) add(tx *txnState, r pipeline.Record, emit func(Chunk) error) error {
-	r.Version = streamVersion(tx.commitLSN, tx.index)
+	r.Version = streamVersion(d.opts.Generation, tx.commitLSN, tx.index)
 	tx.index++
 	r.EventTime = tx.commitTime
 	r.TxID = uint64(tx.xid)

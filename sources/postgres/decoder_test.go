@@ -60,7 +60,7 @@ func TestDecoderChanges(t *testing.T) {
 			}
 		}
 		r := fin[1].Records[1]
-		if r.Version != streamVersion(fin[1].CommitLSN, 1) || r.TxID != uint64(fin[1].Xid) ||
+		if r.Version != streamVersion(0, fin[1].CommitLSN, 1) || r.TxID != uint64(fin[1].Xid) ||
 			!r.EventTime.Equal(fin[1].CommitTime) || r.Size <= 0 {
 			t.Fatalf("record fields: %+v", r)
 		}
@@ -360,7 +360,7 @@ func checkStreamedCommit(t *testing.T, ctx context.Context, env *replEnv, d *Dec
 	}
 	seen := map[int64]bool{}
 	for i, r := range recs {
-		if r.Version != streamVersion(fin.CommitLSN, uint64(i)) || r.Op != pipeline.OpInsert {
+		if r.Version != streamVersion(0, fin.CommitLSN, uint64(i)) || r.Op != pipeline.OpInsert {
 			t.Fatalf("record %d: op %v version %v", i, r.Op, r.Version)
 		}
 		id := r.After[0].(int64)

@@ -277,7 +277,7 @@ func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue)
 		l.tablesMu.Unlock()
 
 		barrier := pipeline.Record{Op: pipeline.OpTruncate, Table: shape.Table, EventTime: l.start,
-			Version: snapshotVersion(l.cp, barrierIndex), Snapshot: true}
+			Version: snapshotVersion(l.s.gen, l.cp, barrierIndex), Snapshot: true}
 		barrier.Size = pipeline.EstimateSize(&barrier)
 		select {
 		case l.out <- pipeline.Batch{Records: []pipeline.Record{barrier}}:
@@ -476,7 +476,7 @@ func (w *copyWriter) row(line []byte) error {
 		return fmt.Errorf("copy %s: row has %d fields, want %d", tableName(w.t.ref), n, len(vals))
 	}
 	r := pipeline.Record{Op: pipeline.OpRead, Table: shape.Table, After: vals, EventTime: w.l.start,
-		Version: snapshotVersion(w.l.cp, snapshotRow), Snapshot: true}
+		Version: snapshotVersion(w.l.s.gen, w.l.cp, snapshotRow), Snapshot: true}
 	r.Size = pipeline.EstimateSize(&r)
 	w.batch = append(w.batch, r)
 	w.bytes += r.Size

@@ -88,7 +88,7 @@ func TestInitialLoadWithConcurrentWrites(t *testing.T) {
 			tbl := rec.Table.ID.String()
 			switch rec.Op {
 			case pipeline.OpTruncate:
-				if rec.Version != snapshotVersion(cp, barrierIndex) || seenBarrier[tbl] {
+				if rec.Version != snapshotVersion(0, cp, barrierIndex) || seenBarrier[tbl] {
 					t.Fatalf("barrier of %s: %v (seen before: %v)", tbl, rec.Version, seenBarrier[tbl])
 				}
 				seenBarrier[tbl] = true
@@ -96,7 +96,7 @@ func TestInitialLoadWithConcurrentWrites(t *testing.T) {
 				if !seenBarrier[tbl] {
 					t.Fatalf("row of %s before its barrier", tbl)
 				}
-				if rec.Version != snapshotVersion(cp, snapshotRow) {
+				if rec.Version != snapshotVersion(0, cp, snapshotRow) {
 					t.Fatalf("snapshot row version %v", rec.Version)
 				}
 				reads++

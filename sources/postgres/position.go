@@ -35,20 +35,23 @@ type Position struct {
 	Slot     string
 	LSN      pglogrepl.LSN
 	SystemID string
+	// Generation leads every version (Invariant 10).
+	Generation uint64
 }
 
 type positionJSON struct {
-	Phase    string `json:"phase"`
-	Slot     string `json:"slot"`
-	LSN      string `json:"lsn"`
-	SystemID string `json:"system_id,omitempty"`
+	Phase      string `json:"phase"`
+	Slot       string `json:"slot"`
+	LSN        string `json:"lsn"`
+	SystemID   string `json:"system_id,omitempty"`
+	Generation uint64 `json:"generation,omitempty"`
 }
 
 var systemIDPattern = regexp.MustCompile(`^[0-9]{1,20}$`)
 
 // Encode returns the JSON form of p.
 func (p Position) Encode() pipeline.Position {
-	b, err := json.Marshal(positionJSON{Phase: p.Phase, Slot: p.Slot, LSN: p.LSN.String(), SystemID: p.SystemID})
+	b, err := json.Marshal(positionJSON{Phase: p.Phase, Slot: p.Slot, LSN: p.LSN.String(), SystemID: p.SystemID, Generation: p.Generation})
 	if err != nil { // cannot happen: only strings
 		panic(err)
 	}
@@ -82,7 +85,7 @@ func ParsePosition(b pipeline.Position) (Position, error) {
 	if err != nil {
 		return Position{}, fmt.Errorf("postgres position %s: lsn: %w", quoteShort(b), err)
 	}
-	p := Position{Phase: j.Phase, Slot: j.Slot, LSN: lsn, SystemID: j.SystemID}
+	p := Position{Phase: j.Phase, Slot: j.Slot, LSN: lsn, SystemID: j.SystemID, Generation: j.Generation}
 	if err := p.Validate(); err != nil {
 		return Position{}, fmt.Errorf("postgres position %s: %w", quoteShort(b), err)
 	}

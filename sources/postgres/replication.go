@@ -84,6 +84,7 @@ func newStreamer(s *Source) (*streamer, error) {
 		SpillDir:        s.opts.SpillDir,
 		SpillThreshold:  s.opts.SpillThreshold,
 		HeartbeatPrefix: HeartbeatPrefix,
+		Generation:      s.gen,
 		Refetch:         refetcher(s.pool),
 		Log:             s.log,
 	})

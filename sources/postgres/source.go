@@ -138,6 +138,11 @@ type Source struct {
 	version  int // server_version_num
 	systemID string
 	start    pglogrepl.LSN // checkpoint LSN, or the consistent point
+	// floor is the highest generation a sink recorded (floorHeld: any);
+	// gen leads every version of this run (Invariant 10).
+	floor     uint64
+	floorHeld bool
+	gen       uint64
 
 	acked atomic.Uint64 // flush LSN: end of the last durable transaction
 
@@ -292,6 +297,9 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // Open connects, runs the preflight checks, prepares the publication and the
 // slot, starts the initial load when this is a fresh pipeline and starts
 // streaming. from is nil on a fresh pipeline, else a Position made by this
+// FloorGeneration implements pipeline.Generational.
+func (s *Source) FloorGeneration(floor uint64, held bool) { s.floor, s.floorHeld = floor, held }
+
 // source.
 func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 	var resume *Position
@@ -305,6 +313,17 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 				"restore the slot name, or re-snapshot with `sluice run --reset-offsets`", p.Slot, s.opts.Slot))
 		}
 		resume = &p
+	}
+	// A restore into another cluster is refused below with a checkpoint
+	// and re-snapshotted without one: the server never moves under a
+	// resumed generation.
+	if resume != nil {
+		s.gen = pipeline.NextGeneration(s.floor, s.floorHeld, true, resume.Generation, false)
+	} else {
+		s.gen = pipeline.NextGeneration(s.floor, s.floorHeld, false, 0, false)
+	}
+	if s.floorHeld || s.gen > 0 {
+		s.log.Info("versions generation", zap.Uint64("generation", s.gen), zap.Uint64("sinks_hold", s.floor), zap.Bool("resumed", resume != nil))
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -610,7 +629,7 @@ func (s *Source) lagSeconds() float64 {
 
 // position is the encoded stream position at lsn.
 func (s *Source) position(lsn pglogrepl.LSN) pipeline.Position {
-	return Position{Phase: PhaseStream, Slot: s.opts.Slot, LSN: lsn, SystemID: s.systemID}.Encode()
+	return Position{Phase: PhaseStream, Slot: s.opts.Slot, LSN: lsn, SystemID: s.systemID, Generation: s.gen}.Encode()
 }
 
 // catalog is the decoder's catalog lookup; each call after the first for a

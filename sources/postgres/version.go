@@ -23,13 +23,14 @@ const (
 )
 
 // streamVersion is the version of the i-th (0-based) change of the
-// transaction whose commit record starts at commitLSN.
-func streamVersion(commitLSN pglogrepl.LSN, i uint64) pipeline.Version {
-	return pipeline.Version{0, uint64(commitLSN), 0, rowBase + i}
+// transaction whose commit record starts at commitLSN, in generation gen
+// (Invariant 10).
+func streamVersion(gen uint64, commitLSN pglogrepl.LSN, i uint64) pipeline.Version {
+	return pipeline.Version{gen, uint64(commitLSN), 0, rowBase + i}
 }
 
 // snapshotVersion is the version of an initial load's barrier
 // (barrierIndex) or rows (snapshotRow) taken at the consistent point cp.
-func snapshotVersion(cp pglogrepl.LSN, index uint64) pipeline.Version {
-	return pipeline.Version{0, uint64(cp), 0, index}
+func snapshotVersion(gen uint64, cp pglogrepl.LSN, index uint64) pipeline.Version {
+	return pipeline.Version{gen, uint64(cp), 0, index}
 }

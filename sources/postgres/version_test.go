@@ -72,8 +72,8 @@ func TestChangeCommittedAtTheConsistentPointSortsAboveTheSnapshot(t *testing.T) 
 			}
 			table := d.Tables()[pipeline.TableID{Database: "shop", Schema: "public", Table: "t"}]
 			snapshot := []pipeline.Record{
-				{Op: pipeline.OpTruncate, Table: table, Version: snapshotVersion(cp, barrierIndex), Snapshot: true},
-				{Op: pipeline.OpRead, Table: table, After: []any{int32(1), "snapshot"}, Version: snapshotVersion(cp, snapshotRow), Snapshot: true},
+				{Op: pipeline.OpTruncate, Table: table, Version: snapshotVersion(0, cp, barrierIndex), Snapshot: true},
+				{Op: pipeline.OpRead, Table: table, After: []any{int32(1), "snapshot"}, Version: snapshotVersion(0, cp, snapshotRow), Snapshot: true},
 			}
 			for _, r := range snapshot {
 				if !r.Version.Less(streamed[0].Version) {
