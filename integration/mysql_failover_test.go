@@ -25,7 +25,8 @@ import (
 // sink holds), a stream under concurrent writes; the replica is promoted,
 // the proxy moves to it and drops the connections, writes go on against
 // it. The stream resumes on the new server by GTID, in a new epoch, and
-// the sink ends equal to the new primary.
+// the sink ends equal to the new primary; a reload there afterwards
+// (--reset-offsets) lands above what the sink holds too.
 func TestMariaDBFailoverBehindAProxy(t *testing.T) {
 	ctx := context.Background()
 	var (
@@ -163,5 +164,27 @@ runtime: {checkpoint_interval: 50ms}
 	}
 	// The config's address now reaches the new primary.
 	expectVerifyEqual(t, cfg)
-	t.Logf("%d writes, half of them after the failover", writes.Load())
+
+	// A reload on the new primary (--reset-offsets), under writes: its
+	// binlog is still at file 1, below the old primary's 6, and the
+	// sink holds epoch 1. Without an epoch above what the sink recorded
+	// the load's rows and every later change would sort below it.
+	d = startDaemon(t, cfg, "--reset-offsets")
+	d.waitAddr(t, time.Minute)
+	stop = run(replica, 3, 20000000)
+	waitFile(t, checkpoint, d)
+	stop()
+	if mark, err = replica.Query(ctx, "", "SELECT @@GLOBAL.gtid_binlog_pos"); err != nil {
+		t.Fatal(err)
+	}
+	waitCheckpointAt(t, d, checkpoint, mark)
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit %d after the reload:\n%s", code, d.logs())
+	}
+	if !strings.Contains(d.logs(), `"epoch":2`) {
+		t.Errorf("the reload did not move to epoch 2:\n%s", d.logs())
+	}
+	expectVerifyEqual(t, cfg)
+	t.Logf("%d writes across the failover and the reload", writes.Load())
 }

@@ -50,13 +50,13 @@ var outageCases = []outageCase{
 		return fmt.Sprintf("%s:%d", pg.Host, pg.Port), yaml, pgsink.New(pgsink.Options{Name: "check", DSN: pg.DSN("outage")}, nil)
 	}},
 	{"opensearch", func(t *testing.T) (string, func(string) string, rowReader) {
-		n := harness.StartOpenSearch(t)
+		n := sharedSearch(t, harness.OpenSearch)
 		yaml := func(proxy string) string { return fmt.Sprintf(`opensearch: {urls: ["http://%s"]}`, proxy) }
 		return fmt.Sprintf("%s:%d", n.Host, n.Port), yaml,
 			search.New(search.Options{Name: "check", Kind: "opensearch", URLs: []string{n.URL}}, nil)
 	}},
 	{"elasticsearch", func(t *testing.T) (string, func(string) string, rowReader) {
-		n := harness.StartElasticsearch(t)
+		n := sharedSearch(t, harness.Elasticsearch)
 		yaml := func(proxy string) string { return fmt.Sprintf(`elasticsearch: {urls: ["http://%s"]}`, proxy) }
 		return fmt.Sprintf("%s:%d", n.Host, n.Port), yaml,
 			search.New(search.Options{Name: "check", Kind: "elasticsearch", URLs: []string{n.URL}}, nil)
