@@ -206,6 +206,19 @@ func ParseVersion(s string) (Version, error) {
 	return v, nil
 }
 
+// Derived reports whether an operator derived r from an input (Origin set).
+func (r *Record) Derived() bool { return r.Origin != Version{} }
+
+// OrderVersion is Origin for a derived record, else Version: the version
+// of the source change r stems from, in the order records leave the
+// operators.
+func (r *Record) OrderVersion() Version {
+	if r.Derived() {
+		return r.Origin
+	}
+	return r.Version
+}
+
 // Position is a source's resume token, opaque to everything but the source
 // that made it (JSON by convention, so checkpoints stay readable). It covers
 // both the snapshot and the stream phase.
@@ -228,6 +241,14 @@ type Record struct {
 	// where every record needs a key) may skip a snapshot barrier; a
 	// truncate from the source itself is never skipped.
 	Snapshot bool
+	// Origin is, for a record an operator derived from an input (a join's
+	// output row), the version of that input; zero for records a source
+	// read (no source version is zero). A derived record's own Version
+	// orders its row but may sort above inputs that come after it (a join
+	// raises a replayed output above the row's last emitted version);
+	// Origin follows the order records leave the operator in, which the
+	// exactly-once Kafka sink's high-water mark needs (docs/versions.md).
+	Origin Version
 	// Pos is the position of the transaction this record belongs to, for
 	// diagnostics and the DLQ; the ledger uses Batch.Pos.
 	Pos Position

@@ -116,6 +116,21 @@ func fakeVersions(t *testing.T, brokers []string, topic string, committed bool) 
 }
 
 func readVersions(ctx context.Context, brokers []string, topic string, committed bool) (map[string]int, error) {
+	recs, err := readRecords(ctx, brokers, topic, committed)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, r := range recs {
+		v, _ := header(r, headerVersion)
+		out[v]++
+	}
+	return out, nil
+}
+
+// readRecords reads topic from the start to its end (committed: with
+// read_committed, to the last stable offset once it caught up).
+func readRecords(ctx context.Context, brokers []string, topic string, committed bool) ([]*kgo.Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
@@ -168,7 +183,7 @@ func readVersions(ctx context.Context, brokers []string, topic string, committed
 			want[o.Partition] = o.Offset
 		}
 	})
-	out := map[string]int{}
+	var out []*kgo.Record
 	if len(want) == 0 {
 		return out, nil
 	}
@@ -206,8 +221,7 @@ func readVersions(ctx context.Context, brokers []string, topic string, committed
 			if r.Attrs.IsControl() {
 				return
 			}
-			v, _ := header(r, headerVersion)
-			out[v]++
+			out = append(out, r)
 		})
 	}
 }

@@ -58,8 +58,9 @@ type txnState struct {
 	has    bool             // a mark exists
 	hwm    pipeline.Version // highest version Kafka holds from this sink
 	pos    json.RawMessage  // Pos of the last positioned record committed
-	// redo holds the versions at or below hwm that were handed back as
-	// permanent failures by the last committed transaction: they are not
+	// redo holds the order versions (Record.OrderVersion) at or below hwm
+	// that were handed back as permanent failures by the last committed
+	// transaction: they are not
 	// in Kafka, and a replay must hand them back again so that a crash
 	// before the runtime stored them in its dead-letter queue loses none.
 	redo map[pipeline.Version]bool
@@ -334,13 +335,29 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // skip reports whether r is a stream change Kafka already holds.
+//
+// The mark orders records by their OrderVersion: a source change's own
+// version, or for an operator's output the version of the input it
+// stems from (a join raises a replayed output's Version above later
+// inputs of its transaction, which the mark must never pass). A source
+// change at or below the mark was committed. An output whose input is
+// below the mark was too: outputs follow their input, and a later
+// input was committed. One whose input is the mark itself may have been
+// cut off from it by a split into several transactions, so it is
+// written again (a duplicate, never a loss).
 func (st *txnState) skip(r *pipeline.Record) bool {
 	if !st.has {
 		return false
 	}
 	switch r.Op {
 	case pipeline.OpInsert, pipeline.OpUpdate, pipeline.OpDelete:
-		return r.Version.Compare(st.hwm) <= 0 && !st.redo[r.Version]
+		if st.redo[r.OrderVersion()] {
+			return false
+		}
+		if r.Derived() {
+			return r.Origin.Less(st.hwm)
+		}
+		return r.Version.Compare(st.hwm) <= 0
 	}
 	return false
 }
@@ -449,19 +466,19 @@ func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []
 	// changes written after them, which the mark would then skip).
 	for _, p := range work {
 		r := &records[p.idx]
-		if !r.Snapshot && (!next.has || next.hwm.Less(r.Version)) {
-			next.has, next.hwm = true, r.Version
+		if o := r.OrderVersion(); !r.Snapshot && (!next.has || next.hwm.Less(o)) {
+			next.has, next.hwm = true, o
 		}
 	}
 	for _, f := range bad {
 		r := &records[f.Index]
-		if !r.Snapshot && (!next.has || next.hwm.Less(r.Version)) {
-			next.has, next.hwm = true, r.Version
+		if o := r.OrderVersion(); !r.Snapshot && (!next.has || next.hwm.Less(o)) {
+			next.has, next.hwm = true, o
 		}
 		if next.redo == nil {
 			next.redo = map[pipeline.Version]bool{}
 		}
-		next.redo[r.Version] = true
+		next.redo[r.OrderVersion()] = true
 	}
 	for i := range records {
 		if records[i].Pos != nil {

@@ -285,6 +285,7 @@ func TestTxnKfake(t *testing.T) {
 	t.Run("Redo", func(t *testing.T) { c, reg := newCluster(t); testTxnRedo(t, c.ListenAddrs(), reg) })
 	t.Run("SnapshotAboveStream", func(t *testing.T) { c, reg := newCluster(t); testTxnSnapshotAboveStream(t, c.ListenAddrs(), reg) })
 	t.Run("NewGeneration", func(t *testing.T) { c, reg := newCluster(t); testTxnNewGeneration(t, c.ListenAddrs(), reg) })
+	t.Run("JoinReplay", func(t *testing.T) { c, reg := newCluster(t); testTxnJoinReplay(t, c.ListenAddrs(), reg) })
 
 	// A transaction's records are invisible to read_committed consumers
 	// until EndTxn commits them.
@@ -434,6 +435,10 @@ func TestTxnBroker(t *testing.T) {
 	t.Run("NewGeneration", func(t *testing.T) {
 		reg, _ := registryFor(t)
 		testTxnNewGeneration(t, k.Brokers(), reg)
+	})
+	t.Run("JoinReplay", func(t *testing.T) {
+		reg, _ := registryFor(t)
+		testTxnJoinReplay(t, k.Brokers(), reg)
 	})
 }
 

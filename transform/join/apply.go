@@ -227,7 +227,7 @@ func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int
 		}
 	}
 	if isFrom && j.out != nil {
-		out = append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: j.out, Version: r.Version,
+		out = append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: j.out, Version: r.Version, Origin: r.OrderVersion(),
 			EventTime: r.EventTime, TxID: r.TxID, Snapshot: r.Snapshot, Pos: r.Pos, Size: 64})
 	}
 	if fresh && cleared == 0 {
@@ -314,7 +314,7 @@ func (j *Join) emit(st state, r *pipeline.Record, fk []byte, out []pipeline.Reco
 	if err := st.put(j.opts.From, fk, e); err != nil {
 		return out, err
 	}
-	rec := pipeline.Record{Table: j.out, Version: v, EventTime: r.EventTime, TxID: r.TxID, Pos: r.Pos}
+	rec := pipeline.Record{Table: j.out, Version: v, Origin: r.OrderVersion(), EventTime: r.EventTime, TxID: r.TxID, Pos: r.Pos}
 	switch {
 	case e.deleted:
 		rec.Op = pipeline.OpDelete
