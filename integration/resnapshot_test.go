@@ -16,6 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/bleve"
+	"github.com/sluice-cdc/sluice/sinks/search"
 )
 
 // Issue #16, scenario 4: a re-snapshot below what the sinks hold. A
@@ -27,10 +30,13 @@ import (
 // concurrent writes on B. Every sink must end equal to B. Without a
 // generation above what the sinks recorded, B's truncate barriers, rows
 // and changes sort below A's: the sinks keep A's rows (and the
-// exactly-once sink drops B's changes as already written).
+// exactly-once sink drops B's changes as already written). Then a row
+// changed behind sluice's back in OpenSearch, Elasticsearch and Bleve is
+// found by sluice verify with its key and column (the verify test does
+// the same for PostgreSQL, Redis and DuckDB).
 func TestResnapshotFromARestoredClusterLandsAboveWhatSinksHold(t *testing.T) {
 	pgA, k, reg := kafkaStack(t)
-	os, es := sharedSearch(t, harness.OpenSearch), sharedSearch(t, harness.Elasticsearch)
+	osn, es := sharedSearch(t, harness.OpenSearch), sharedSearch(t, harness.Elasticsearch)
 	pgB := harness.PostgresT(t)
 	rd := harness.RedisT(t)
 	ctx := context.Background()
@@ -76,7 +82,7 @@ sinks:
       registry: {url: %s}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 100ms}
-`, srcDSN, pgA.DSN("rdst"), rd.Addr(), os.URL, es.URL, k.Addr(), reg.URL()))
+`, srcDSN, pgA.DSN("rdst"), rd.Addr(), osn.URL, es.URL, k.Addr(), reg.URL()))
 	}
 	stop := func(d *daemonProc, dsn string) {
 		t.Helper()
@@ -186,6 +192,42 @@ runtime: {checkpoint_interval: 100ms}
 	diffState(t, table, want, got, topic)
 	t.Logf("A's WAL at %s, B's at %s; %d concurrent writes on B; %d rows; %d keys only A had left in the compacted topic",
 		highA, lowB, writes.Load(), len(want), stale)
+
+	// A row changed behind sluice's back in the sinks the verify test
+	// does not tamper with (OpenSearch, Elasticsearch, Bleve): verify
+	// names the key and the column.
+	var key string
+	for k := range want {
+		if key == "" || k < key {
+			key = k
+		}
+	}
+	row := append([]any(nil), want[key]...)
+	orig := row[1]
+	row[1] = "tampered"
+	behind := pipeline.Record{Op: pipeline.OpUpdate, Table: table, After: row, Version: pipeline.Version{1, 0xFFFFFFFF, 0, 2}}
+	for _, c := range []struct {
+		name string
+		sink pipeline.Sink
+	}{
+		{"os_rs", search.New(search.Options{Name: "os_rs", Kind: "opensearch", URLs: []string{osn.URL}, IndexTemplate: "rs.{table}"}, nil)},
+		{"es_rs", search.New(search.Options{Name: "es_rs", Kind: "elasticsearch", URLs: []string{es.URL}, IndexTemplate: "rs.{table}"}, nil)},
+		{"local", bleve.New(bleve.Options{Name: "local", Path: filepath.Join(dir, "sink.bleve")}, nil)},
+	} {
+		if err := c.sink.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.sink.Write(ctx, []pipeline.Record{behind}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.sink.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		code, out := runVerify(t, cfg, "--sink", c.name, "--settle", "1s") // stopped: nothing to wait for
+		if wantDiff := fmt.Sprintf(`key %s column v: source string:"%s", sink string:"tampered"`, key, orig); code != 1 || !strings.Contains(out, wantDiff) {
+			t.Errorf("verify after tampering with %s: exit %d, want 1 and %q\n%s", c.name, code, wantDiff, out)
+		}
+	}
 }
 
 // currentLSN is the server's current WAL write position.
