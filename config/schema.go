@@ -324,6 +324,11 @@ type DuckDBSink struct {
 	Schema       string   `yaml:"schema" default:"main" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$"`
 	HardDelete   bool     `yaml:"hard_delete" default:"false"`
 	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
+	// MemoryLimit caps DuckDB's own memory (beyond it DuckDB spills to
+	// temporary files; 0: DuckDB's default); Threads is its worker count
+	// (0: CPUs - 1).
+	MemoryLimit ByteSize `yaml:"memory_limit" default:"0" min:"0"`
+	Threads     int      `yaml:"threads" default:"0" min:"0" max:"256"`
 }
 
 // KafkaSink produces change events to Kafka (Avro, Confluent wire format,
@@ -415,6 +420,10 @@ type DLQ struct {
 type Runtime struct {
 	MaxInFlightRecords int      `yaml:"max_in_flight_records" default:"50000" min:"1"`
 	MaxInFlightBytes   ByteSize `yaml:"max_in_flight_bytes" default:"64MiB" min:"1MiB"`
+	// MemoryLimit is the Go runtime's soft memory limit (the GC works
+	// harder near it; 0: none); GOMEMLIMIT in the environment takes
+	// precedence.
+	MemoryLimit        ByteSize `yaml:"memory_limit" default:"0" min:"0"`
 	BatchMaxRecords    int      `yaml:"batch_max_records" default:"10000" min:"1"`
 	BatchMaxBytes      ByteSize `yaml:"batch_max_bytes" default:"16MiB" min:"1KiB"`
 	BatchLinger        Duration `yaml:"batch_linger" default:"100ms" min:"0s"`

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"runtime/debug"
 	"sort"
 	"time"
 
@@ -109,6 +111,7 @@ func RegisterSecrets(cfg *config.Config) {
 func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logger) error {
 	RegisterSecrets(cfg)
 	log = log.With(zap.String("pipeline", cfg.Pipeline))
+	setMemoryLimit(cfg.Runtime.MemoryLimit.Int64(), log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := obs.NewMetrics(reg, cfg.Pipeline)
@@ -295,4 +298,17 @@ func (p *previousStore) Load(ctx context.Context, name string) (pipeline.Checkpo
 		return p.cp, true, nil
 	}
 	return p.DirStore.Load(ctx, name)
+}
+
+// setMemoryLimit sets the Go runtime's soft memory limit (Invariant 6:
+// with the in-flight cap it keeps the heap near a known size instead of
+// letting garbage double it) unless GOMEMLIMIT set one.
+func setMemoryLimit(limit int64, log *zap.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		log.Info("memory limit from GOMEMLIMIT", zap.String("GOMEMLIMIT", os.Getenv("GOMEMLIMIT")))
+		return
+	}
+	if limit > 0 {
+		debug.SetMemoryLimit(limit)
+	}
 }

@@ -23,7 +23,7 @@ import (
 var scenarios = []bench.Scenario{
 	bench.PGStream{}, bench.PGStream{Toast: true}, bench.PGSnapshot{}, bench.PGLatency{},
 	bench.MariaDBKafka{}, bench.MariaDBSnapshot{}, bench.MariaDBLatency{},
-	bench.MariaDBBinlog{}, bench.MariaDBBinlog{Bulk: true},
+	bench.MariaDBBinlog{}, bench.MariaDBBinlog{Bulk: true}, bench.PGBacklogSinks{},
 }
 
 func main() {

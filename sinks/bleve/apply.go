@@ -82,7 +82,40 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		}
 	}
 	now := s.now()
-	recs, back, failed := s.checkShapes(records)
+	// Invariant 6: a plan holds every document of its records, analysed,
+	// several times their size; parts of at most writePart records keep
+	// that bounded. Parts applied in order give what the records in order
+	// give, each durable before the next starts.
+	var failed []pipeline.RecordError
+	for lo := 0; lo < len(records); lo += writePart {
+		part := records[lo:min(lo+writePart, len(records))]
+		bad, err := s.writePart(ctx, part, now)
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return fmt.Errorf("bleve sink: %w", err)
+		}
+		for _, f := range bad {
+			f.Index += lo
+			failed = append(failed, f)
+		}
+	}
+	s.purge(ctx, now)
+	if len(failed) > 0 {
+		// Invariant 7: the runtime dead-letters these; the rest is durable.
+		return &pipeline.BatchError{Failed: failed}
+	}
+	return nil
+}
+
+// writePart is the most records one plan holds.
+const writePart = 1000
+
+// writePart applies one part of a Write and returns its records that
+// failed permanently, indexed into part.
+func (s *Sink) writePart(ctx context.Context, part []pipeline.Record, now time.Time) ([]pipeline.RecordError, error) {
+	recs, back, failed := s.checkShapes(part)
 	tbs, more := upsert.Prepare(recs, stager{new([]byte)}, tablePrefix)
 	for _, f := range more {
 		f.Index = back(f.Index)
@@ -97,18 +130,10 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			err = s.apply(ctx, p)
 		}
 		if err != nil {
-			if cerr := ctx.Err(); cerr != nil {
-				return cerr
-			}
-			return fmt.Errorf("bleve sink: %w", err)
+			return nil, err
 		}
 	}
-	s.purge(ctx, now)
-	if len(failed) > 0 {
-		// Invariant 7: the runtime dead-letters these; the rest is durable.
-		return &pipeline.BatchError{Failed: failed}
-	}
-	return nil
+	return failed, nil
 }
 
 // checkShapes fails the records whose shape gives a column another type

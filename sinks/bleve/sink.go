@@ -44,7 +44,7 @@ type Options struct {
 	BatchMaxBytes int
 }
 
-const defaultBatchMaxBytes = 32 << 20
+const defaultBatchMaxBytes = 4 << 20
 
 var (
 	// ErrLocked is returned (wrapped) when another process holds the index:

@@ -35,6 +35,14 @@ type Options struct {
 	// must exceed the longest replay horizon: a record
 	// older than a purged tombstone could bring its row back.
 	TombstoneTTL time.Duration
+	// MemoryLimit caps DuckDB's own memory (its buffer manager; beyond it
+	// DuckDB spills to temporary files beside the database), in bytes; 0
+	// keeps DuckDB's default (80% of the machine). The tables' primary-key
+	// indexes stay in memory and must fit, or writes fail.
+	MemoryLimit int64
+	// Threads is DuckDB's worker count; 0 takes one less than the CPUs
+	// (at least one), leaving a core to the source and the runtime.
+	Threads int
 }
 
 const (
@@ -118,6 +126,10 @@ func (s *Sink) Open(ctx context.Context) error {
 		return fmt.Errorf("duckdb sink: open %s: %w", s.opts.Path, err)
 	}
 	s.db, s.conn = db, conn
+	threads, limit := s.opts.Threads, s.opts.MemoryLimit
+	if threads <= 0 {
+		threads = max(1, runtime.NumCPU()-1)
+	}
 	setup := []string{
 		"SET TimeZone = 'UTC'",
 		// DuckDB checkpoints its WAL into the file every 16 MB by default:
@@ -127,12 +139,15 @@ func (s *Sink) Open(ctx context.Context) error {
 		"SET checkpoint_threshold = '256MB'",
 		// Leave a core to the source and the runtime, which feed DuckDB
 		// on the same machine.
-		"SET threads = " + strconv.Itoa(max(1, runtime.NumCPU()-1)),
+		"SET threads = " + strconv.Itoa(threads),
 		"CREATE SCHEMA IF NOT EXISTS " + quote(s.opts.Schema),
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(barrierTable) +
 			` ("table" VARCHAR PRIMARY KEY, version BLOB NOT NULL, updated_at TIMESTAMPTZ)`,
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(snapshotTable) + ` ("table" VARCHAR PRIMARY KEY, snapshot_at TIMESTAMPTZ NOT NULL)`,
 		"CREATE TABLE IF NOT EXISTS " + s.qualified(generationTable) + ` (one BOOLEAN PRIMARY KEY, generation UBIGINT NOT NULL)`,
+	}
+	if limit > 0 {
+		setup = append(setup, "SET memory_limit = '"+strconv.FormatInt(max(limit>>20, 1), 10)+"MiB'")
 	}
 	for _, q := range setup {
 		if _, err = conn.ExecContext(ctx, q); err != nil {
