@@ -41,7 +41,9 @@ type DecoderOptions struct {
 	// Refetch reads the current values of cols of the row whose key is
 	// the key columns' text in key (see refetchUnchanged); found is false
 	// when no such row exists any more. Nil: such values stay unchanged.
-	Refetch func(ctx context.Context, s *TableShape, key []string, cols []int) (values []any, found bool, err error)
+	// xid is the change's transaction, committed (its commit record was
+	// decoded) but possibly not yet visible to other sessions.
+	Refetch func(ctx context.Context, xid uint32, s *TableShape, key []string, cols []int) (values []any, found bool, err error)
 	// Generation leads every version (Invariant 10, docs/versions.md).
 	Generation uint64
 	// HeartbeatPrefix is the logical message prefix of heartbeats
@@ -528,7 +530,7 @@ func (d *Decoder) update(ctx context.Context, tx *txnState, m *pglogrepl.UpdateM
 		if err := d.add(tx, pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: before}, emit); err != nil {
 			return err
 		}
-		if err := d.refetchUnchanged(ctx, s, m.NewTuple, after); err != nil {
+		if err := d.refetchUnchanged(ctx, tx.xid, s, m.NewTuple, after); err != nil {
 			return err
 		}
 		return d.add(tx, pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: after}, emit)

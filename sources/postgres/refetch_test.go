@@ -1,8 +1,12 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -51,4 +55,36 @@ func TestKeyUpdateCarriesUnchangedToastedValue(t *testing.T) {
 		t.Fatalf("%d key moves seen, want 3", moved)
 	}
 	equalRows(t, "public.t", r.sink.table("public.t"), selectRows(t, ctx, pg, "SELECT id, body, n FROM t"))
+}
+
+// waitVisible tells a committed transaction (visible at once) from one
+// still open (never visible within the wait), by its 32-bit xid.
+func TestWaitVisible(t *testing.T) {
+	pg, ctx := testDB(t)
+	pool, err := pgxpool.New(ctx, pg.DSN("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var committed int64
+	if err := pool.QueryRow(ctx, "SELECT txid_current()").Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
+	if !waitVisible(ctx, pool, uint32(committed)) {
+		t.Fatalf("committed xid %d not visible", committed)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var open int64
+	if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if waitVisible(short, pool, uint32(open)) {
+		t.Fatalf("open xid %d reported visible", open)
+	}
 }
