@@ -399,8 +399,30 @@ func (r *reader) reachLSN(ctx context.Context, lsn pglogrepl.LSN) {
 
 func equalRows(t *testing.T, what string, got, want []string) {
 	t.Helper()
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("%s: sink has %d rows, table has %d\nsink:  %.600s\ntable: %.600s", what, len(got), len(want),
-			strings.Join(got, " | "), strings.Join(want, " | "))
+	if strings.Join(got, "\n") == strings.Join(want, "\n") {
+		return
 	}
+	// Name the rows only one side has (a row whose values differ is on both
+	// lists, once with each value).
+	in := func(rows []string) map[string]bool {
+		m := make(map[string]bool, len(rows))
+		for _, r := range rows {
+			m[r] = true
+		}
+		return m
+	}
+	g, w := in(got), in(want)
+	var onlySink, onlyTable []string
+	for _, r := range got {
+		if !w[r] {
+			onlySink = append(onlySink, r)
+		}
+	}
+	for _, r := range want {
+		if !g[r] {
+			onlyTable = append(onlyTable, r)
+		}
+	}
+	t.Fatalf("%s: sink has %d rows, table has %d\nonly in the sink:  %.1000s\nonly in the table: %.1000s", what, len(got), len(want),
+		strings.Join(onlySink, " | "), strings.Join(onlyTable, " | "))
 }
