@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,7 +101,7 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 	}
 	var kinds []backlogSink
 	for _, k := range backlogSinks {
-		if len(only) == 0 || contains(only, k.kind) {
+		if len(only) == 0 || slices.Contains(only, k.kind) {
 			kinds = append(kinds, k)
 		}
 	}
@@ -190,15 +191,6 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 			Figure{Name: k.kind + " drain / pg_recvlogical", Unit: "ratio", Value: ref.Seconds() / took.Seconds()})
 	}
 	return figs, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func writeBacklogConfig(path, kind, dsn, sinkYAML string) error {

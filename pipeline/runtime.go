@@ -261,46 +261,36 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	// Sinks open first: their recorded generations decide the source's
-	// (Invariant 10).
-	closeSinks := func(n int) {
+	// startFailed closes the first n sinks after a failed start: stopped
+	// during start-up (nothing was read, nothing to commit) is a clean
+	// stop, anything else a failure.
+	startFailed := func(n int, err error) error {
 		for _, o := range r.sinks[:n] {
 			_ = o.Sink.Close(workCtx)
 		}
+		if ctx.Err() != nil {
+			r.state.Store("stopped")
+			return nil
+		}
+		r.state.Store("failed")
+		return err
 	}
+	// Sinks open first: their recorded generations decide the source's
+	// (Invariant 10).
 	for i, s := range r.sinks {
 		if err := r.openSink(ctx, s); err != nil {
-			closeSinks(i)
-			if ctx.Err() != nil {
-				r.state.Store("stopped")
-				return nil
-			}
-			r.state.Store("failed")
-			return err
+			return startFailed(i, err)
 		}
 	}
 	if g, ok := r.src.(Generational); ok {
 		floor, held, err := r.heldGeneration(ctx)
 		if err != nil {
-			closeSinks(len(r.sinks))
-			if ctx.Err() != nil {
-				r.state.Store("stopped")
-				return nil
-			}
-			r.state.Store("failed")
-			return err
+			return startFailed(len(r.sinks), err)
 		}
 		g.FloorGeneration(floor, held)
 	}
 	if err := r.src.Open(ctx, from); err != nil {
-		closeSinks(len(r.sinks))
-		if ctx.Err() != nil {
-			// Stopped during start-up: nothing was read, nothing to commit.
-			r.state.Store("stopped")
-			return nil
-		}
-		r.state.Store("failed")
-		return &OpenError{What: "source", Err: err}
+		return startFailed(len(r.sinks), &OpenError{What: "source", Err: err})
 	}
 	closeSource := func() {
 		cctx, cancel := context.WithTimeout(workCtx, 10*time.Second)
