@@ -129,12 +129,12 @@ runtime: {checkpoint_interval: 100ms}
 			var err error
 			switch rng.IntN(6) {
 			case 0:
-				_, err = c.Exec(wctx, `DELETE FROM restored_items WHERE id = $1`, id)
+				_, err = c.Exec(ctx, `DELETE FROM restored_items WHERE id = $1`, id)
 			case 1:
-				_, err = c.Exec(wctx, `INSERT INTO restored_items VALUES ($1, 'new', 0)`, next)
+				_, err = c.Exec(ctx, `INSERT INTO restored_items VALUES ($1, 'new', 0)`, next)
 				next++
 			default:
-				_, err = c.Exec(wctx, `UPDATE restored_items SET v = v || '.', n = n + 1 WHERE id = $1`, id)
+				_, err = c.Exec(ctx, `UPDATE restored_items SET v = v || '.', n = n + 1 WHERE id = $1`, id)
 			}
 			if err != nil && wctx.Err() == nil {
 				t.Error(err)

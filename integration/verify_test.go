@@ -92,12 +92,12 @@ runtime: {checkpoint_interval: 50ms}
 				var err error
 				switch rng.IntN(5) {
 				case 0:
-					_, err = c.Exec(wctx, `DELETE FROM t WHERE id = $1`, id)
+					_, err = c.Exec(ctx, `DELETE FROM t WHERE id = $1`, id)
 				case 1:
-					_, err = c.Exec(wctx, `INSERT INTO t VALUES ($1, 'new', 1.5, now(), 0) ON CONFLICT (id) DO UPDATE SET v = 'back'`, next)
+					_, err = c.Exec(ctx, `INSERT INTO t VALUES ($1, 'new', 1.5, now(), 0) ON CONFLICT (id) DO UPDATE SET v = 'back'`, next)
 					next++
 				default:
-					_, err = c.Exec(wctx, `UPDATE t SET v = v || '+', n = n + 0.25, f = f * -1 WHERE id = $1`, id)
+					_, err = c.Exec(ctx, `UPDATE t SET v = v || '+', n = n + 0.25, f = f * -1 WHERE id = $1`, id)
 				}
 				if err != nil && wctx.Err() == nil {
 					t.Error(err)

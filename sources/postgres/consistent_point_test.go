@@ -48,11 +48,11 @@ func TestInitialLoadRepeatedUnderConcurrentCommits(t *testing.T) {
 					var err error
 					switch rnd.Intn(8) {
 					case 0:
-						_, err = c.Exec(writeCtx, "DELETE FROM t WHERE id = $1", id)
+						_, err = c.Exec(ctx, "DELETE FROM t WHERE id = $1", id)
 					case 1:
-						_, err = c.Exec(writeCtx, "INSERT INTO t VALUES ($1, 0) ON CONFLICT (id) DO NOTHING", id)
+						_, err = c.Exec(ctx, "INSERT INTO t VALUES ($1, 0) ON CONFLICT (id) DO NOTHING", id)
 					default:
-						_, err = c.Exec(writeCtx, "UPDATE t SET n = n + 1 WHERE id = $1", id)
+						_, err = c.Exec(ctx, "UPDATE t SET n = n + 1 WHERE id = $1", id)
 					}
 					if err != nil && writeCtx.Err() == nil {
 						t.Error(err)

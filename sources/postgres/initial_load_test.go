@@ -50,14 +50,14 @@ func TestInitialLoadWithConcurrentWrites(t *testing.T) {
 			var err error
 			switch rnd.Intn(4) {
 			case 0:
-				_, err = c.Exec(writeCtx, "INSERT INTO t VALUES ($1, 'new', 1)", next)
+				_, err = c.Exec(ctx, "INSERT INTO t VALUES ($1, 'new', 1)", next)
 				next++
 			case 1:
-				_, err = c.Exec(writeCtx, "UPDATE t SET v = v || '+', n = n + 1 WHERE id = $1", 1+rnd.Intn(next-1))
+				_, err = c.Exec(ctx, "UPDATE t SET v = v || '+', n = n + 1 WHERE id = $1", 1+rnd.Intn(next-1))
 			case 2:
-				_, err = c.Exec(writeCtx, "DELETE FROM t WHERE id = $1", 1+rnd.Intn(next-1))
+				_, err = c.Exec(ctx, "DELETE FROM t WHERE id = $1", 1+rnd.Intn(next-1))
 			case 3:
-				_, err = c.Exec(writeCtx, "UPDATE c SET payload = coalesce(payload, '') || E'\\t+' WHERE b = $1", 1+rnd.Intn(3000))
+				_, err = c.Exec(ctx, "UPDATE c SET payload = coalesce(payload, '') || E'\\t+' WHERE b = $1", 1+rnd.Intn(3000))
 			}
 			if err != nil && writeCtx.Err() == nil {
 				t.Error(err)
