@@ -424,6 +424,21 @@ func (s *Sink) purge(ctx context.Context) {
 // types (columns the target lacks read as nil). It is a verification
 // helper; an absent target table has no rows.
 func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
+	return s.rowsWhere(ctx, table, nil)
+}
+
+// RowsByKey returns the live rows among keys as Rows returns rows
+// (verify.KeyReader). It takes the sink's lock, so it waits for a write
+// in progress and the next write waits for it.
+func (s *Sink) RowsByKey(ctx context.Context, table *pipeline.Table, keys [][]any) ([][]any, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return s.rowsWhere(ctx, table, keys)
+}
+
+// rowsWhere reads the live rows of table, all of them when keys is nil.
+func (s *Sink) rowsWhere(ctx context.Context, table *pipeline.Table, keys [][]any) ([][]any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.ready(ctx); err != nil {
@@ -449,14 +464,23 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 	for _, k := range table.KeyIdx {
 		order = append(order, quote(table.Columns[k].Name))
 	}
-	q := "SELECT " + strings.Join(exprs, ", ") + " FROM " + s.qualified(target) + " WHERE NOT " + quote(colDeleted)
+	where := "NOT " + quote(colDeleted)
+	var args []any
+	if keys != nil {
+		match, a, err := keyMatch(table, keys)
+		if err != nil {
+			return nil, err
+		}
+		where, args = where+" AND ("+match+")", a
+	}
+	q := "SELECT " + strings.Join(exprs, ", ") + " FROM " + s.qualified(target) + " WHERE " + where
 	if len(order) > 0 {
 		q += " ORDER BY " + strings.Join(order, ", ")
 	}
 	if len(exprs) == 0 {
-		q = "SELECT FROM " + s.qualified(target) + " WHERE NOT " + quote(colDeleted)
+		q = "SELECT FROM " + s.qualified(target) + " WHERE " + where
 	}
-	rows, err := s.conn.Query(ctx, q)
+	rows, err := s.conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -476,6 +500,34 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 		out = append(out, row)
 	}
 	return out, rows.Err()
+}
+
+// keyMatch is a condition matching any of keys, each value staged and cast
+// to its column's type as writes stage them.
+func keyMatch(table *pipeline.Table, keys [][]any) (string, []any, error) {
+	if len(table.KeyIdx) == 0 {
+		return "", nil, fmt.Errorf("table %s has no key", table.ID)
+	}
+	var or []string
+	var args []any
+	for _, key := range keys {
+		if len(key) != len(table.KeyIdx) {
+			return "", nil, fmt.Errorf("table %s: a key of %d values for %d key columns", table.ID, len(key), len(table.KeyIdx))
+		}
+		and := make([]string, len(key))
+		for i, idx := range table.KeyIdx {
+			c := &table.Columns[idx]
+			v, err := toStage(c, key[i])
+			if err != nil {
+				return "", nil, fmt.Errorf("table %s key column %s: %w", table.ID, c.Name, err)
+			}
+			args = append(args, v)
+			ct := typeOf(c)
+			and[i] = quote(c.Name) + " = " + ct.cast("$"+strconv.Itoa(len(args))+"::"+ct.stage)
+		}
+		or = append(or, "("+strings.Join(and, " AND ")+")")
+	}
+	return strings.Join(or, " OR "), args, nil
 }
 
 // targetName is the target table of a source table.

@@ -307,3 +307,19 @@ func (m *Model) Live(t *pipeline.Table) map[string][]any {
 	}
 	return out
 }
+
+// Keys returns the key values of every row the model has seen for t, live
+// or deleted, in RowKey order.
+func (m *Model) Keys(t *pipeline.Table) [][]any {
+	keys := slices.Sorted(maps.Keys(m.rows[t]))
+	out := make([][]any, 0, len(keys))
+	for _, k := range keys {
+		row := m.rows[t][k]
+		key := make([]any, len(t.KeyIdx))
+		for i, idx := range t.KeyIdx {
+			key[i] = row.vals[idx]
+		}
+		out = append(out, key)
+	}
+	return out
+}

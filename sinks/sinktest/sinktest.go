@@ -128,6 +128,7 @@ func testReplays(t *testing.T, h Harness) {
 		}
 	}
 	check(t, h, m, "after the log in order")
+	checkKeyReads(t, s, m, "after the log in order")
 	rng := rand.New(rand.NewPCG(7, 7))
 	for round := 1; round <= 3; round++ {
 		for _, b := range shuffledWithDuplicates(rng, log.Batches) {
@@ -135,6 +136,7 @@ func testReplays(t *testing.T, h Harness) {
 		}
 		check(t, h, m, fmt.Sprintf("after shuffled replay %d", round))
 	}
+	checkKeyReads(t, s, m, "after the shuffled replays")
 }
 
 // shuffledWithDuplicates permutes the batches and appends to some of them

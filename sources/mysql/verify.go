@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -15,51 +16,17 @@ import (
 // with the zero-date policy of opts. It is for verification: comparing a
 // sink with its source.
 func TableRows(ctx context.Context, opts Options, db, table string) (*pipeline.Table, [][]any, error) {
-	opts.Tables = []string{db + "." + table}
-	s, err := New(opts, nil, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := s.connect(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer c.Close()
-	cs, err := loadCharsets(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	descs, err := catalogDescs(c, db, table)
-	if err != nil {
-		return nil, nil, err
-	}
-	zeroNull := s.opts.ZeroDates == ZeroDatesNull
-	t := buildTable(pipeline.TableID{Database: db, Schema: db, Table: table}, descs, 1, zeroNull)
-	cols := make([]string, len(descs))
-	for i, d := range descs {
-		cols[i] = quoteIdent(d.name)
-	}
-	stmt, err := c.Prepare("SELECT " + strings.Join(cols, ", ") + " FROM " + quoteIdent(db) + "." + quoteIdent(table))
-	if err != nil {
-		return nil, nil, err
-	}
-	defer stmt.Close()
-	conv := converter{zeroNull: zeroNull, charsets: cs}
-	var rows [][]any
-	var result gomysql.Result
-	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
-		out := make([]any, len(row))
-		for i, fv := range row {
-			v, err := conv.value(&descs[i], fieldValue(fv), false)
-			if err != nil {
-				return fmt.Errorf("column %s: %w", descs[i].name, err)
-			}
-			out[i] = v
-		}
-		rows = append(rows, out)
-		return nil
-	}, nil)
+	t, rows, _, err := readTable(ctx, opts, db, table, nil, false)
 	return t, rows, err
+}
+
+// KeyRows reads the rows of db.table among keys (each key's values in
+// the table's key order, in the record model's types) as TableRows reads
+// rows, and then the server's binlog position: once a checkpoint covers
+// it, every change the read saw is durable in every sink. Keys with no
+// row are absent. It is for continuous verification.
+func KeyRows(ctx context.Context, opts Options, db, table string, keys [][]any) (*pipeline.Table, [][]any, Position, error) {
+	return readTable(ctx, opts, db, table, keys, true)
 }
 
 // CurrentPosition is the server's binlog position now: once a checkpoint
@@ -75,11 +42,144 @@ func CurrentPosition(ctx context.Context, opts Options) (Position, error) {
 		return Position{}, err
 	}
 	defer c.Close()
+	return s.positionNow(ctx, c)
+}
+
+func (s *Source) positionNow(ctx context.Context, c *client.Conn) (Position, error) {
 	srv, err := Preflight(ctx, c, PreflightOptions{Tables: s.opts.Tables, ServerID: s.opts.ServerID, ReportHost: s.reportHost()})
 	if err != nil {
 		return Position{}, err
 	}
 	return currentPosition(c, srv)
+}
+
+// readTable reads db.table's rows (only those among keys when byKey),
+// then, when byKey, the position after the read.
+func readTable(ctx context.Context, opts Options, db, table string, keys [][]any, byKey bool) (*pipeline.Table, [][]any, Position, error) {
+	opts.Tables = []string{db + "." + table}
+	s, err := New(opts, nil, nil)
+	if err != nil {
+		return nil, nil, Position{}, err
+	}
+	c, err := s.connect(ctx)
+	if err != nil {
+		return nil, nil, Position{}, err
+	}
+	defer c.Close()
+	cs, err := loadCharsets(c)
+	if err != nil {
+		return nil, nil, Position{}, err
+	}
+	descs, err := catalogDescs(c, db, table)
+	if err != nil {
+		return nil, nil, Position{}, err
+	}
+	zeroNull := s.opts.ZeroDates == ZeroDatesNull
+	t := buildTable(pipeline.TableID{Database: db, Schema: db, Table: table}, descs, 1, zeroNull)
+	cols := make([]string, len(descs))
+	for i, d := range descs {
+		cols[i] = quoteIdent(d.name)
+	}
+	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + quoteIdent(db) + "." + quoteIdent(table)
+	var args []any
+	if byKey {
+		where, a, err := keyFilter(t, keys)
+		if err != nil {
+			return nil, nil, Position{}, err
+		}
+		q, args = q+" WHERE "+where, a
+	}
+	var rows [][]any
+	if !byKey || len(keys) > 0 {
+		if rows, err = selectRows(c, q, args, descs, converter{zeroNull: zeroNull, charsets: cs}); err != nil {
+			return nil, nil, Position{}, err
+		}
+	}
+	if !byKey {
+		return t, rows, Position{}, nil
+	}
+	pos, err := s.positionNow(ctx, c)
+	return t, rows, pos, err
+}
+
+// selectRows runs q with args and decodes every row with conv.
+func selectRows(c *client.Conn, q string, args []any, descs []colDesc, conv converter) ([][]any, error) {
+	stmt, err := c.Prepare(q)
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	var rows [][]any
+	var result gomysql.Result
+	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
+		out := make([]any, len(row))
+		for i, fv := range row {
+			v, err := conv.value(&descs[i], fieldValue(fv), false)
+			if err != nil {
+				return fmt.Errorf("column %s: %w", descs[i].name, err)
+			}
+			out[i] = v
+		}
+		rows = append(rows, out)
+		return nil
+	}, nil, args...)
+	return rows, err
+}
+
+// keyFilter is a WHERE clause matching any of keys, with the key values
+// as parameters in the forms the server compares with each column.
+func keyFilter(t *pipeline.Table, keys [][]any) (string, []any, error) {
+	if len(t.KeyIdx) == 0 {
+		return "", nil, fmt.Errorf("table %s has no key", t.ID)
+	}
+	var or []string
+	var args []any
+	for _, key := range keys {
+		if len(key) != len(t.KeyIdx) {
+			return "", nil, fmt.Errorf("table %s: a key of %d values for %d key columns", t.ID, len(key), len(t.KeyIdx))
+		}
+		var and []string
+		for i, idx := range t.KeyIdx {
+			v, err := keyParam(key[i])
+			if err != nil {
+				return "", nil, fmt.Errorf("table %s column %s: %w", t.ID, t.Columns[idx].Name, err)
+			}
+			args = append(args, v)
+			and = append(and, quoteIdent(t.Columns[idx].Name)+" = ?")
+		}
+		or = append(or, "("+strings.Join(and, " AND ")+")")
+	}
+	return strings.Join(or, " OR "), args, nil
+}
+
+// keyParam is a key value as a statement parameter.
+func keyParam(v any) (any, error) {
+	switch v := v.(type) {
+	case int64, int32, int16, uint8, uint16, uint32, uint64, string, []byte, float64, float32:
+		return v, nil
+	case pipeline.Decimal:
+		return v.String(), nil
+	case pipeline.Date:
+		return v.String(), nil
+	case pipeline.Timestamp:
+		// DATETIME and TIMESTAMP keys: the session reads TIMESTAMP in UTC.
+		return v.String(), nil
+	case pipeline.Interval:
+		return formatTimeKey(v), nil
+	case nil:
+		return nil, fmt.Errorf("a NULL key value")
+	}
+	return nil, fmt.Errorf("a key of type %T is not supported", v)
+}
+
+// formatTimeKey is a TIME value (an Interval of microseconds) as text.
+func formatTimeKey(i pipeline.Interval) string {
+	us := i.Micros
+	sign := ""
+	if us < 0 {
+		sign, us = "-", -us
+	}
+	return fmt.Sprintf("%s%d:%02d:%02d.%06d", sign, us/3600_000_000, us/60_000_000%60, us/1_000_000%60, us%1_000_000)
 }
 
 // Covers reports whether every transaction in mark's GTID set is in p's:
