@@ -248,6 +248,16 @@ http:
 			},
 		},
 		{
+			name: "continuous verification without a database",
+			src:  minimal + "verify:\n  sample: {rate: 0.5}\n",
+			want: []string{`pipe.yaml:8:18: verify.sample.rate: continuous verification reads the source database, and the generate source has none (hint: use a postgres or mysql source, or set rate: 0)`},
+		},
+		{
+			name: "sample rate above 1",
+			src:  minimal + "verify:\n  sample: {rate: 2}\n",
+			want: []string{`pipe.yaml:8:18: verify.sample.rate: must be between 0 and 1, got 2 (hint: the default is 0)`},
+		},
+		{
 			name: "default slot name too long",
 			src:  "pipeline: " + strings.Repeat("p", 60) + "\nsource:\n  postgres: {dsn: 'host=h', tables: [t], slot: s}\nsinks:\n  - duckdb: {path: x}\n",
 			want: []string{`pipe.yaml:1:11: pipeline: too long for the default publication name sluice_<pipeline> (at most 63 characters) (hint: shorten pipeline to at most 56 characters, or set source.postgres.publication)`},

@@ -118,6 +118,8 @@ func TestDefaults(t *testing.T) {
 			PipelinedWrites:    3,
 			WriteTargetLatency: Duration(2 * time.Second), DegradedAfter: Duration(30 * time.Second),
 			Retry: Retry{Initial: Duration(100 * time.Millisecond), Max: Duration(30 * time.Second)}},
+		Verify: Verify{Sample: VerifySample{Delay: Duration(10 * time.Second), Interval: Duration(5 * time.Second),
+			MaxKeysPerSecond: 100, MaxPending: 10000, Settle: Duration(time.Minute)}},
 		HTTP: HTTP{Listen: "127.0.0.1:9090"},
 		Log:  Log{Level: "info", Format: "json"},
 		File: "pipe.yaml",

@@ -17,6 +17,7 @@ type Config struct {
 	Offsets    Offsets     `yaml:"offsets"`
 	DLQ        DLQ         `yaml:"dlq"`
 	Runtime    Runtime     `yaml:"runtime"`
+	Verify     Verify      `yaml:"verify"`
 	HTTP       HTTP        `yaml:"http"`
 	Log        Log         `yaml:"log"`
 
@@ -441,6 +442,25 @@ type Retry struct {
 	Initial     Duration `yaml:"initial" default:"100ms" min:"1ms"`
 	Max         Duration `yaml:"max" default:"30s" min:"1ms"`
 	MaxAttempts int      `yaml:"max_attempts" default:"0" min:"0"` // 0: retry forever
+}
+
+// Verify configures continuous verification.
+type Verify struct {
+	Sample VerifySample `yaml:"sample"`
+}
+
+// VerifySample makes the running daemon compare a sample of recently
+// changed keys with every sink that can read rows by key, once a
+// checkpoint covers their change (see verify.Sampler).
+type VerifySample struct {
+	// Rate is the fraction of changes whose key is checked; 0 turns
+	// continuous verification off.
+	Rate             float64  `yaml:"rate" default:"0" min:"0" max:"1"`
+	Delay            Duration `yaml:"delay" default:"10s" min:"0s"`
+	Interval         Duration `yaml:"interval" default:"5s" min:"10ms"`
+	MaxKeysPerSecond int      `yaml:"max_keys_per_second" default:"100" min:"1"`
+	MaxPending       int      `yaml:"max_pending" default:"10000" min:"1"`
+	Settle           Duration `yaml:"settle" default:"1m" min:"1ms"`
 }
 
 // HTTP configures the metrics/status server.

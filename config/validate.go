@@ -79,6 +79,10 @@ func (d *decoder) validate(c *Config) {
 				`e.g. 127.0.0.1:9090 or :9090; use "" to disable the server`)
 		}
 	}
+	if c.Verify.Sample.Rate > 0 && c.Source.Generate != nil && !d.failed("verify.sample.rate") {
+		d.errAt("verify.sample.rate", "continuous verification reads the source database, and the generate source has none",
+			"use a postgres or mysql source, or set rate: 0")
+	}
 	if c.Offsets.Dir == "" && !d.failed("offsets.dir") {
 		d.errAt("offsets.dir", "must not be empty", "leave the key out for the default ./.sluice")
 	}

@@ -164,8 +164,12 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 	if err != nil {
 		return err
 	}
+	sampler, err := buildSampler(cfg, sinks, reg, log)
+	if err != nil {
+		return &pipeline.OpenError{What: "continuous verification", Err: err}
+	}
 	rt, err := pipeline.New(runtimeConfig(cfg), src, sinks, st, pipeline.Options{
-		Operators: ops, DLQ: deadLetters, Observer: metricsObserver{metrics}, Log: log.Named("runtime"),
+		Operators: ops, DLQ: deadLetters, Observer: metricsObserver{metrics}, Log: log.Named("runtime"), Tap: tapOf(sampler),
 	})
 	if err != nil {
 		return err
@@ -213,7 +217,9 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 		}
 	}
 	log.Info("pipeline starting", zap.String("source", cfg.Source.Kind()), zap.Int("sinks", len(sinks)))
+	stopSampler := startSampler(ctx, sampler)
 	err = rt.Run(ctx)
+	stopSampler()
 	if err != nil {
 		log.Error("pipeline stopped with an error", zap.Error(err))
 		return err

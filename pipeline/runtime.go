@@ -114,6 +114,7 @@ type Runtime struct {
 	dlq   DLQ
 	obs   Observer
 	log   *zap.Logger
+	tap   Tap // nil: none
 
 	ledger *ledger
 	state  atomic.Value // string
@@ -132,6 +133,23 @@ type Options struct {
 	DLQ       DLQ
 	Observer  Observer
 	Log       *zap.Logger
+	// Tap, when set, watches the source's batches and the committed
+	// checkpoints (continuous verification).
+	Tap Tap
+}
+
+// Tap watches what the runtime moves without taking part in it. Its
+// methods are called from the runtime's goroutines, one call at a time per
+// method, and must return quickly without blocking.
+type Tap interface {
+	// Read sees every batch the source handed over, before the operators
+	// run. It must not change the records or keep them (or their images)
+	// past the call: it copies what it needs.
+	Read(b *Batch)
+	// Committed is called after each checkpoint commit with its position:
+	// every record the source put at or before it is durable in every
+	// sink (Invariant 1).
+	Committed(pos Position)
 }
 
 // New builds a runtime. Stateful operators are refused until the checkpoint
@@ -148,7 +166,7 @@ func New(cfg Config, src Source, sinks []NamedSink, store OffsetStore, opts Opti
 		}
 	}
 	r := &Runtime{cfg: cfg, src: src, ops: opts.Operators, sinks: sinks, store: store, dlq: opts.DLQ,
-		obs: opts.Observer, log: opts.Log, written: map[string]int64{}}
+		obs: opts.Observer, log: opts.Log, tap: opts.Tap, written: map[string]int64{}}
 	if r.obs == nil {
 		r.obs = NopObserver{}
 	}

@@ -46,6 +46,9 @@ func (r *Runtime) read(ctx context.Context, items chan<- item) error {
 		if err != nil {
 			return err
 		}
+		if r.tap != nil {
+			r.tap.Read(&b)
+		}
 		recs := b.Records
 		for _, op := range r.ops {
 			t0 := time.Now()
@@ -205,6 +208,9 @@ func (r *Runtime) commit(ctx context.Context) error {
 		return fmt.Errorf("commit checkpoint: %w", err)
 	}
 	r.obs.CheckpointCommitted(time.Since(t0), cp.CommittedAt, cp.Seq)
+	if r.tap != nil {
+		r.tap.Committed(r.pendingPos)
+	}
 	r.mu.Lock()
 	r.lastCP = cp
 	r.mu.Unlock()
