@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-cdc/sluice/config"
 	"github.com/sluice-cdc/sluice/offsets"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/kafka"
 	"github.com/sluice-cdc/sluice/sources/mysql"
 	"github.com/sluice-cdc/sluice/sources/postgres"
 	"github.com/sluice-cdc/sluice/verify"
@@ -46,13 +47,23 @@ func Verify(ctx context.Context, cfg *config.Config, flags VerifyFlags, log *zap
 		return verify.Report{}, err
 	}
 	var sinks []verify.NamedSink
-	for _, s := range built {
+	for i, s := range built {
 		if flags.Sink != "" && s.Name != flags.Sink {
 			continue
 		}
 		vs := verify.NamedSink{Name: s.Name, Route: s.Route}
+		ks, isKafka := s.Sink.(*kafka.Sink)
 		if r, ok := s.Sink.(verify.Sink); !ok {
 			vs.Err = fmt.Errorf("sink %s: %w", s.Name, verify.ErrNotSupported)
+		} else if isKafka {
+			// A topic is read by a client of its own, without Open: Open
+			// would fence a running exactly-once pipeline's producer and
+			// create the DLQ and offsets topics.
+			if err := useRegistryLookup(ks, cfg.Sinks[i].Kafka); err != nil {
+				vs.Err = fmt.Errorf("sink %s: %w", s.Name, err)
+			} else {
+				vs.Sink = r
+			}
 		} else if err := s.Sink.Open(ctx); err != nil {
 			vs.Err = fmt.Errorf("open sink %s: %w (an embedded sink cannot be read while the daemon holds it: stop the pipeline, or verify the other sinks with --sink)", s.Name, err)
 		} else {
@@ -72,6 +83,21 @@ func Verify(ctx context.Context, cfg *config.Config, flags VerifyFlags, log *zap
 		return pipeline.Position(cp.Position), nil
 	}
 	return verify.Run(ctx, src, sinks, verify.Options{Tables: flags.Tables, Checkpoint: checkpoint, Progress: flags.Progress, Settle: flags.Settle})
+}
+
+// useRegistryLookup gives a kafka sink the registry lookup by id its Rows
+// decodes with (the registry client the sink is built with only
+// registers).
+func useRegistryLookup(s *kafka.Sink, k *config.KafkaSink) error {
+	r := k.Registry
+	l, err := kafka.NewRegistryLookup(kafka.RegistryOptions{URL: r.URL, Username: r.Username, Password: r.Password,
+		Timeout: r.Timeout.Std(), TLS: kafka.TLSOptions{Enabled: r.TLS.Enabled, CAFile: r.TLS.CAFile, CertFile: r.TLS.CertFile,
+			KeyFile: r.TLS.KeyFile, InsecureSkipVerify: r.TLS.InsecureSkipVerify}})
+	if err != nil {
+		return err
+	}
+	s.SetSchemaLookup(l)
+	return nil
 }
 
 func verifySource(cfg *config.Config) (verify.Source, error) {

@@ -58,4 +58,10 @@
 // changes the mark covers are dropped, so read_committed consumers see each
 // change once (txn.go states the limits). Without it, replays show up as
 // duplicates that consumers absorb by key and version.
+//
+// Reading back (Rows, for sluice verify): a table's topic is read from the
+// start with read_committed, every record decoded with its writer schema
+// from the registry (SchemaLookup), and folded as an upsert consumer
+// folds it: per key the highest sluice.version wins, deletes and
+// tombstones remove the key, truncate events are version barriers.
 package kafka

@@ -117,15 +117,6 @@ func endOffsets(t *testing.T, k *harness.Kafka, topic string) map[int32]int64 {
 	return out
 }
 
-func header(r *kgo.Record, key string) (string, bool) {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value), true
-		}
-	}
-	return "", false
-}
-
 func decimal(s string) pipeline.Decimal {
 	d, err := pipeline.ParseDecimal(s)
 	if err != nil {

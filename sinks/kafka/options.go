@@ -227,16 +227,18 @@ func (o *Options) normalize() error {
 // masked, modulo the partition count), so Kafka Streams and ksqlDB
 // co-partition with sluice's topics.
 func (o *Options) clientOpts() ([]kgo.Opt, error) {
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(o.Brokers...),
-		kgo.ClientID("sluice-" + o.Name),
+	opts, err := o.connOpts("sluice-" + o.Name)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts,
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.ProducerLinger(o.Producer.Linger),
 		kgo.MaxBufferedRecords(o.MaxBufferedRecords),
 		kgo.RecordDeliveryTimeout(o.Producer.DeliveryTimeout),
 		kgo.ProducerBatchCompression(compression(o.Producer.Compression)),
-	}
+	)
 	if !o.ExactlyOnce {
 		// Bounded delivery: a record still unacknowledged after
 		// DeliveryTimeout fails (Write returns an error and the runtime
@@ -250,6 +252,13 @@ func (o *Options) clientOpts() ([]kgo.Opt, error) {
 	if o.Producer.BatchMaxBytes > 0 {
 		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(min(o.Producer.BatchMaxBytes, 1<<30))))
 	}
+	return opts, nil
+}
+
+// connOpts are the connection options every client of the sink shares:
+// the brokers, clientID, TLS and SASL; nothing of the producer.
+func (o *Options) connOpts(clientID string) ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(o.Brokers...), kgo.ClientID(clientID)}
 	if o.TLS.Enabled {
 		cfg, err := o.TLS.config()
 		if err != nil {

@@ -40,6 +40,8 @@ type Sink struct {
 	topics     map[string]*topicState
 	// txn is the high-water mark state of an ExactlyOnce sink (txn.go).
 	txn txnState
+	// lookup finds writer schemas by id for Rows (SetSchemaLookup).
+	lookup SchemaLookup
 }
 
 var _ pipeline.Sink = (*Sink)(nil)

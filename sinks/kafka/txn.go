@@ -32,7 +32,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -48,6 +47,8 @@ const (
 	txnEndTimeout = 30 * time.Second
 	// maxTxnTimeout is the broker's default transaction.max.timeout.ms.
 	maxTxnTimeout = 15 * time.Minute
+	// markReadWait bounds a read of OffsetsTopic that makes no progress.
+	markReadWait = 10 * time.Second
 )
 
 // txnState is what an ExactlyOnce sink knows of its high-water mark.
@@ -179,47 +180,25 @@ func (s *Sink) loadMark(ctx context.Context) error {
 	fail := func(err error) error {
 		return fmt.Errorf("kafka sink %s: read offsets topic %s: %w", s.opts.Name, topic, err)
 	}
-	md, err := s.admin.Metadata(ctx, topic)
-	if err != nil {
-		return fail(err)
-	}
-	td, ok := md.Topics[topic]
-	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+	key := []byte(s.opts.markKey())
+	var newest *kgo.Record
+	// Up to the last stable offset: nothing of an open transaction of
+	// another producer is waited for (ours was just fenced).
+	err := scanTopic(ctx, s.client, topic, false, markReadWait, func(r *kgo.Record) error {
+		if string(r.Key) == string(key) && (newest == nil || r.Timestamp.After(newest.Timestamp) ||
+			(r.Partition == newest.Partition && r.Offset > newest.Offset)) {
+			newest = r
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNoTopic):
 		if s.opts.CreateTopics.Enabled {
 			return fail(errTopicNotYet)
 		}
 		return pipeline.Fatal(fail(errors.New("the topic does not exist and create_topics is disabled: create it (cleanup.policy=compact)")))
-	}
-	if td.Err != nil {
-		return fail(td.Err)
-	}
-	starts, err := s.admin.ListStartOffsets(ctx, topic)
-	if err != nil {
+	case err != nil:
 		return fail(err)
-	}
-	// The last stable offset: nothing of an open transaction of another
-	// producer is waited for (ours was just fenced).
-	ends, err := s.admin.ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		return fail(err)
-	}
-	key := []byte(s.opts.markKey())
-	var newest *kgo.Record
-	for p, pd := range td.Partitions {
-		start, ok1 := starts.Lookup(topic, p)
-		end, ok2 := ends.Lookup(topic, p)
-		if !ok1 || !ok2 || start.Err != nil || end.Err != nil {
-			return fail(fmt.Errorf("partition %d: no offsets: %w", p, errors.Join(start.Err, end.Err)))
-		}
-		err := s.fetchCommitted(ctx, topic, td.ID, p, pd.Leader, start.Offset, end.Offset, func(r *kgo.Record) {
-			if string(r.Key) == string(key) && (newest == nil || r.Timestamp.After(newest.Timestamp) ||
-				(r.Partition == newest.Partition && r.Offset > newest.Offset)) {
-				newest = r
-			}
-		})
-		if err != nil {
-			return fail(err)
-		}
 	}
 	st := txnState{loaded: true}
 	if newest != nil && newest.Value != nil {
@@ -266,72 +245,6 @@ func (s *Sink) Generation(ctx context.Context) (uint64, bool, error) {
 		}
 	}
 	return s.txn.gen.Gen, s.txn.gen.Held, nil
-}
-
-// fetchCommitted reads partition p of topic from start up to end with
-// read_committed fetches sent to the leader, calling fn for every committed
-// record. Control records and aborted batches advance the offset without
-// being returned, so the loop ends exactly at end.
-func (s *Sink) fetchCommitted(ctx context.Context, topic string, id kadm.TopicID, p, leader int32, start, end int64, fn func(*kgo.Record)) error {
-	off := start
-	for stalls := 0; off < end; {
-		req := kmsg.NewPtrFetchRequest()
-		req.ReplicaID = -1
-		req.MaxWaitMillis = 100
-		req.MaxBytes = 16 << 20
-		req.IsolationLevel = 1
-		rt := kmsg.NewFetchRequestTopic()
-		rt.Topic, rt.TopicID = topic, id
-		rp := kmsg.NewFetchRequestTopicPartition()
-		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = p, off, 8<<20, -1, -1
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		kresp, err := s.client.Broker(int(leader)).Request(ctx, req)
-		if err != nil {
-			return err
-		}
-		resp := kresp.(*kmsg.FetchResponse)
-		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-			return err
-		}
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return fmt.Errorf("partition %d: unexpected fetch response shape", p)
-		}
-		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-			Offset: off, IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: p,
-		}, &resp.Topics[0].Partitions[0], kgo.DefaultDecompressor(), nil)
-		if fp.Err != nil {
-			return fmt.Errorf("partition %d offset %d: %w", p, off, fp.Err)
-		}
-		for _, r := range fp.Records {
-			if r.Offset < end {
-				fn(r)
-			}
-		}
-		if next <= off {
-			stalls++
-			if stalls > 50 {
-				return fmt.Errorf("partition %d: no progress at offset %d (end %d)", p, off, end)
-			}
-			if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
-				return err
-			}
-			continue
-		}
-		stalls, off = 0, next
-	}
-	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // skip reports whether r is a stream change Kafka already holds.

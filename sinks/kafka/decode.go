@@ -1,0 +1,324 @@
+package kafka
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/schema"
+	"github.com/sluice-cdc/sluice/verify"
+)
+
+// SchemaLookup finds the schema a registry holds under an id, as every
+// consumer of the Confluent wire format does; Rows decodes with it.
+type SchemaLookup interface {
+	// SchemaByID returns the schema text registered under id. It blocks
+	// until the registry answered and honours ctx.
+	SchemaByID(ctx context.Context, id int) (string, error)
+}
+
+// SetSchemaLookup gives Rows the registry lookup it decodes with. It is
+// needed unless the sink's schema.Registry is a SchemaLookup itself (the
+// srclient-backed one is not). Call it before Rows, not concurrently with
+// it; it does not block.
+func (s *Sink) SetSchemaLookup(l SchemaLookup) { s.lookup = l }
+
+// schemaLookup returns the lookup Rows uses, nil when there is none.
+func (s *Sink) schemaLookup() SchemaLookup {
+	if l, ok := s.reg.(SchemaLookup); ok {
+		return l
+	}
+	return s.lookup
+}
+
+// RegistryOptions locate a Confluent-API schema registry for
+// NewRegistryLookup.
+type RegistryOptions struct {
+	URL string // e.g. http://127.0.0.1:8081
+	// Username and Password enable HTTP basic authentication (both or
+	// neither).
+	Username, Password string
+	// TLS, when Enabled, sets the roots and client certificate of HTTPS;
+	// without it https uses the system roots.
+	TLS TLSOptions
+	// Timeout bounds every request; zero means 10s.
+	Timeout time.Duration
+}
+
+// NewRegistryLookup returns a SchemaLookup that asks the registry
+// (GET /schemas/ids/{id}) and caches every answer, since an id never
+// changes its schema. It fails only on unreadable TLS files; it does not
+// contact the registry.
+func NewRegistryLookup(o RegistryOptions) (SchemaLookup, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if o.TLS.Enabled {
+		cfg, err := o.TLS.config()
+		if err != nil {
+			return nil, fmt.Errorf("schema registry %s: %w", o.URL, err)
+		}
+		tr.TLSClientConfig = cfg
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	return &registryLookup{opts: o, base: strings.TrimRight(o.URL, "/"), http: &http.Client{Timeout: o.Timeout, Transport: tr},
+		texts: map[int]string{}}, nil
+}
+
+type registryLookup struct {
+	opts RegistryOptions
+	base string
+	http *http.Client
+
+	mu    sync.Mutex
+	texts map[int]string
+}
+
+func (r *registryLookup) SchemaByID(ctx context.Context, id int) (string, error) {
+	r.mu.Lock()
+	text, ok := r.texts[id]
+	r.mu.Unlock()
+	if ok {
+		return text, nil
+	}
+	fail := func(err error) error { return fmt.Errorf("schema registry %s: schema id %d: %w", r.base, id, err) }
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/schemas/ids/%d", r.base, id), nil)
+	if err != nil {
+		return "", fail(err)
+	}
+	req.Header.Set("Accept", "application/vnd.schemaregistry.v1+json, application/json")
+	if r.opts.Username != "" {
+		req.SetBasicAuth(r.opts.Username, r.opts.Password)
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return "", fail(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return "", fail(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fail(fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body))))
+	}
+	var answer struct {
+		Schema     string `json:"schema"`
+		SchemaType string `json:"schemaType"`
+	}
+	if err := json.Unmarshal(body, &answer); err != nil {
+		return "", fail(err)
+	}
+	if answer.SchemaType != "" && !strings.EqualFold(answer.SchemaType, "AVRO") {
+		return "", fail(fmt.Errorf("a %s schema, not Avro", answer.SchemaType))
+	}
+	r.mu.Lock()
+	r.texts[id] = answer.Schema
+	r.mu.Unlock()
+	return answer.Schema, nil
+}
+
+// decoder turns the records of a table topic back into the record model,
+// in one table shape.
+type decoder struct {
+	// exact is the shape's own codec; relaxed has every non-key column
+	// nullable, so that Avro schema resolution can read events of other
+	// shapes into it (a column an event lacks becomes null).
+	exact, relaxed *schema.Codec
+	row            bool // the row envelope, else Debezium's
+	lookup         SchemaLookup
+	compat         *avro.SchemaCompatibility
+	readers        map[readerKey]*reader
+}
+
+type readerKey struct {
+	id  int
+	key bool
+}
+
+// reader reads the payloads written under one schema id.
+type reader struct {
+	// other: the schema is another table's (a topic that several tables
+	// share, as with the record name strategy); its records are skipped.
+	other bool
+	codec *schema.Codec
+	// resolved reads the writer's payload in the shape of codec's schema
+	// target, which the payload is encoded in again; nil when the writer
+	// schema is codec's own.
+	resolved, target avro.Schema
+}
+
+func newDecoder(table *pipeline.Table, opts schema.Options, row bool, lookup SchemaLookup) (*decoder, error) {
+	exact, err := schema.NewCodec(table, opts)
+	if err != nil {
+		return nil, err
+	}
+	loose := *table
+	loose.Columns = slices.Clone(table.Columns)
+	for i := range loose.Columns {
+		if !slices.Contains(table.KeyIdx, i) {
+			loose.Columns[i].Nullable = true
+		}
+	}
+	relaxed, err := schema.NewCodec(&loose, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &decoder{exact: exact, relaxed: relaxed, row: row, lookup: lookup, compat: avro.NewSchemaCompatibility(),
+		readers: map[readerKey]*reader{}}, nil
+}
+
+// side is the schema of c that a key (or value) is written in.
+func (d *decoder) side(c *schema.Codec, key bool) avro.Schema {
+	switch {
+	case key:
+		return c.KeySchema()
+	case d.row:
+		return c.ValueSchema()
+	}
+	return c.EnvelopeSchema()
+}
+
+// reader returns how to read payloads written under schema id.
+func (d *decoder) reader(ctx context.Context, id int, key bool) (*reader, error) {
+	rk := readerKey{id, key}
+	if r, ok := d.readers[rk]; ok {
+		return r, nil
+	}
+	text, err := d.lookup.SchemaByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	w, err := schema.ParseSchemaText(text)
+	if err != nil {
+		return nil, fmt.Errorf("schema id %d: %w", id, err)
+	}
+	r, err := d.readerFor(id, w, key)
+	if err != nil {
+		return nil, err
+	}
+	d.readers[rk] = r
+	return r, nil
+}
+
+// readerFor chooses how to read payloads written in schema w (id): not at
+// all when it is another table's (another record name), with a codec whose
+// own schema it is, or resolved into the relaxed shape.
+func (d *decoder) readerFor(id int, w avro.Schema, key bool) (*reader, error) {
+	own := d.side(d.exact, key).(avro.NamedSchema)
+	if n, ok := w.(avro.NamedSchema); !ok || n.FullName() != own.FullName() {
+		return &reader{other: true}, nil
+	}
+	for _, c := range []*schema.Codec{d.exact, d.relaxed} {
+		if d.side(c, key).String() == w.String() {
+			return &reader{codec: c}, nil
+		}
+	}
+	target := d.side(d.relaxed, key)
+	res, err := d.compat.Resolve(target, w)
+	if err != nil {
+		return nil, fmt.Errorf("schema id %d cannot be read in the table's shape: %w", id, err)
+	}
+	return &reader{codec: d.relaxed, resolved: res, target: target}, nil
+}
+
+// payload unframes b and returns its Avro payload in the reader's schema.
+func (d *decoder) payload(ctx context.Context, b []byte, key bool) (*reader, []byte, error) {
+	id, p, err := schema.Unframe(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := d.reader(ctx, id, key)
+	if err != nil || r.other || r.resolved == nil {
+		return r, p, err
+	}
+	var m map[string]any
+	if err := r.codec.API().Unmarshal(r.resolved, p, &m); err != nil {
+		return nil, nil, fmt.Errorf("schema id %d: %w", id, err)
+	}
+	if p, err = r.codec.API().Marshal(r.target, m); err != nil {
+		return nil, nil, fmt.Errorf("schema id %d: %w", id, err)
+	}
+	return r, p, nil
+}
+
+// decode reads one record: its version header, its value (nil: a
+// tombstone) and, unless it is a truncate event, its key. A record of
+// another table comes back with other set.
+func (d *decoder) decode(ctx context.Context, rec *kgo.Record) (event, error) {
+	var ev event
+	vs, ok := header(rec, headerVersion)
+	if !ok {
+		return ev, fmt.Errorf("no %s header", headerVersion)
+	}
+	v, err := pipeline.ParseVersion(vs)
+	if err != nil {
+		return ev, fmt.Errorf("header %s: %w", headerVersion, err)
+	}
+	ev.version = v
+	if rec.Value != nil {
+		r, p, err := d.payload(ctx, rec.Value, false)
+		if err != nil {
+			return ev, fmt.Errorf("value: %w", err)
+		}
+		if r.other {
+			ev.other = true
+			return ev, nil
+		}
+		if d.row {
+			row, err := r.codec.DecodeValue(p)
+			if err != nil {
+				return ev, fmt.Errorf("value: %w", err)
+			}
+			if !row.Deleted && row.Op != "d" {
+				ev.row = row.Values
+			}
+		} else {
+			env, err := r.codec.DecodeEnvelope(p)
+			if err != nil {
+				return ev, fmt.Errorf("value: %w", err)
+			}
+			switch env.Op {
+			case "t":
+				ev.truncate = true
+				return ev, nil
+			case "d":
+			case "c", "u", "r":
+				if env.After == nil {
+					return ev, fmt.Errorf("a %q event without an after image", env.Op)
+				}
+				ev.row = env.After
+			default:
+				return ev, fmt.Errorf("unknown op %q", env.Op)
+			}
+		}
+	}
+	if rec.Key == nil {
+		return ev, errors.New("a change event without a key")
+	}
+	r, p, err := d.payload(ctx, rec.Key, true)
+	if err != nil {
+		return ev, fmt.Errorf("key: %w", err)
+	}
+	if r.other {
+		ev.other = true
+		return ev, nil
+	}
+	key, err := r.codec.DecodeKey(p)
+	if err != nil {
+		return ev, fmt.Errorf("key: %w", err)
+	}
+	ev.key = verify.Key(key)
+	return ev, nil
+}
