@@ -9,7 +9,6 @@ import (
 	"maps"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/blevesearch/bleve/v2"
@@ -313,8 +312,7 @@ func (s *Sink) planRows(ctx context.Context, r index.IndexReader, p *plan, ts *t
 	for j := range tb.Cols {
 		pos[ts.byName[tb.Cols[j].Name]] = j
 	}
-	var keyBuf, rowBuf []byte
-	var idBuf strings.Builder
+	var keyBuf, rowBuf, idBuf []byte
 	for i := range tb.Rows {
 		row := &tb.Rows[i]
 		if barrier != nil && row.Version.Less(*barrier) {
@@ -325,17 +323,14 @@ func (s *Sink) planRows(ctx context.Context, r index.IndexReader, p *plan, ts *t
 				return err
 			}
 		}
-		idBuf.Reset()
-		idBuf.WriteString(tb.Target)
+		idBuf = append(idBuf[:0], tb.Target...)
 		keyBuf = append(keyBuf[:0], '[')
 		for n, j := range tb.Keys {
 			c := &tb.Cols[j]
-			k, err := keyText(c.Type, c.Elem, row.Vals[j])
-			if err != nil {
+			var err error
+			if idBuf, err = appendIDPart(idBuf, c, row.Vals[j]); err != nil {
 				return fmt.Errorf("key column %s: %w", c.Name, err)
 			}
-			idBuf.WriteByte('/')
-			idBuf.WriteString(escape(k, false))
 			if n > 0 {
 				keyBuf = append(keyBuf, ',')
 			}
@@ -344,7 +339,7 @@ func (s *Sink) planRows(ctx context.Context, r index.IndexReader, p *plan, ts *t
 			}
 		}
 		keyBuf = append(keyBuf, ']')
-		id := idBuf.String()
+		id := string(idBuf)
 		var st *stored
 		doc, err := r.Document(id)
 		if err != nil {

@@ -403,6 +403,17 @@ func keyText(t, elem pipeline.Type, v any) (string, error) {
 	return string(b), nil
 }
 
+// appendIDPart appends one key value's part of a document id to id: '/'
+// and the value's escaped key text. A document id is the table's prefix
+// (tablePrefix) and the part of each key value in key order.
+func appendIDPart(id []byte, c *pipeline.Column, v any) ([]byte, error) {
+	k, err := keyText(c.Type, c.Elem, v)
+	if err != nil {
+		return id, err
+	}
+	return append(append(id, '/'), escape(k, false)...), nil
+}
+
 // valueKeyType is the column type keyText assumes for a fold key value of
 // a sink-specific Go type (one type per Go type: the text stays injective).
 func valueKeyType(x any) (pipeline.Type, bool) {

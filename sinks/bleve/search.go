@@ -211,6 +211,90 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 	return out, err
 }
 
+// RowsByKey implements verify.KeyReader: it returns the live rows among
+// keys (each key's values in table.KeyIdx order) that Rows returns (no
+// tombstones; a truncate removes the rows below it), aligned with
+// table.Columns as Rows aligns them, each at most once. It looks each key's
+// document up by the id Write gives it, in one snapshot of the index, so
+// its cost follows len(keys), not the table's size; a key with a value the
+// sink could not have written (another type, text that is not UTF-8) has
+// no document. It runs concurrently with writes (seeing every Write that
+// returned before it started) and with other reads, holds off Close until
+// it returns, and honours ctx cancellation between lookups.
+func (s *Sink) RowsByKey(ctx context.Context, table *pipeline.Table, keys [][]any) ([][]any, error) {
+	if len(table.KeyIdx) == 0 {
+		return nil, fmt.Errorf("bleve sink: table %s has no key", table.ID)
+	}
+	s.idxMu.RLock()
+	defer s.idxMu.RUnlock()
+	if s.idx == nil {
+		return nil, ErrClosed
+	}
+	adv, err := s.idx.Advanced()
+	if err != nil {
+		return nil, err
+	}
+	r, err := adv.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	prefix := tablePrefix(table.ID)
+	seen := make(map[string]bool, len(keys))
+	var out [][]any
+	var buf []byte
+	for i, key := range keys {
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		if len(key) != len(table.KeyIdx) {
+			return nil, fmt.Errorf("bleve sink: a key of %d values for table %s, which has %d key columns",
+				len(key), table.ID, len(table.KeyIdx))
+		}
+		var ok bool
+		if buf, ok = appendKeyParts(append(buf[:0], prefix...), table, key); !ok || seen[string(buf)] {
+			continue
+		}
+		id := string(buf)
+		seen[id] = true
+		doc, err := r.Document(id)
+		if err != nil {
+			return nil, fmt.Errorf("look up %s: %w", id, err)
+		}
+		if doc == nil {
+			continue
+		}
+		st, err := readStored(doc)
+		if err != nil {
+			return nil, fmt.Errorf("document %s: %w", id, err)
+		}
+		if st.deleted {
+			continue
+		}
+		row, err := decodeRow(table, st.row)
+		if err != nil {
+			return nil, fmt.Errorf("document %s: %w", id, err)
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}
+
+// appendKeyParts appends to id the parts of a row's key values (in
+// table.KeyIdx order; appendIDPart); false when a value has no key text:
+// the sink could not have written it, so no document has that key.
+func appendKeyParts(id []byte, table *pipeline.Table, key []any) ([]byte, bool) {
+	for n, idx := range table.KeyIdx {
+		var err error
+		if id, err = appendIDPart(id, &table.Columns[idx], key[n]); err != nil {
+			return id, false
+		}
+	}
+	return id, true
+}
+
 // deadQuery matches the tombstones.
 func deadQuery() query.Query {
 	q := query.NewTermQuery("true")

@@ -382,17 +382,133 @@ func (s *Sink) purge(ctx context.Context) {
 // types (columns the target lacks read as nil). It is a verification
 // helper; an absent target table has no rows.
 func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
+	return s.readRows(ctx, table, "NOT "+quote(colDeleted), nil)
+}
+
+// keyGroup is the most keys one RowsByKey query looks up: a one-column
+// key's IN list of that many values stays below DuckDB's
+// index_scan_max_count (2048), so DuckDB answers it from the primary
+// key's index.
+const keyGroup = 1000
+
+// RowsByKey implements verify.KeyReader: it returns the live rows the
+// target holds among keys (each key's values in table.KeyIdx order),
+// aligned with table.Columns as Rows aligns them, each at most once;
+// tombstones (deleted and truncated rows) and keys never written are
+// absent, and so are keys with a value the sink could not have written (a
+// NULL, a value of another type or out of the column's range). Key values
+// are bound as Write binds them. It queries keyGroup keys at a time, each
+// query under the sink's lock: it waits for a running Write (the sink has
+// one connection) and sees only committed writes, and Writes run between
+// its queries. It honours ctx once it holds the lock. A one-column key is
+// looked up in the primary key's index; DuckDB has no index lookup for a
+// compound key, so that one is matched as a semi-join (a scan of the key
+// columns).
+func (s *Sink) RowsByKey(ctx context.Context, table *pipeline.Table, keys [][]any) ([][]any, error) {
+	if len(table.KeyIdx) == 0 {
+		return nil, fmt.Errorf("duckdb sink: table %s has no key", table.ID)
+	}
+	var out [][]any
+	var tuples []string
+	var args []any
+	flush := func() error {
+		if len(tuples) == 0 {
+			return nil
+		}
+		rows, err := s.readRows(ctx, table, keyCondition(table, tuples), args)
+		out = append(out, rows...)
+		tuples, args = tuples[:0], nil
+		return err
+	}
+	seen := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		tuple, targs, ok, err := keyParams(table, key)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		id := fmt.Sprintf("%#v", targs) // the values as bound: each distinct key once
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		tuples, args = append(tuples, tuple), append(args, targs...)
+		if len(tuples) == keyGroup {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// keyParams returns the SQL tuple of a key's values and its parameters,
+// each value converted as Write converts it (param). ok is false when the
+// sink cannot hold one of the values: no row has that key.
+func keyParams(table *pipeline.Table, key []any) (tuple string, args []any, ok bool, err error) {
+	if len(key) != len(table.KeyIdx) {
+		return "", nil, false, fmt.Errorf("duckdb sink: a key of %d values for table %s, which has %d key columns",
+			len(key), table.ID, len(table.KeyIdx))
+	}
+	exprs := make([]string, len(key))
+	for i, idx := range table.KeyIdx {
+		if key[i] == nil {
+			return "", nil, false, nil
+		}
+		expr, a, err := param(&table.Columns[idx], key[i])
+		if errors.Is(err, errValue) {
+			return "", nil, false, nil
+		}
+		if err != nil {
+			return "", nil, false, err
+		}
+		exprs[i], args = expr, append(args, a...)
+	}
+	return strings.Join(exprs, ", "), args, true, nil
+}
+
+// keyCondition is the SQL condition on the target's key columns that
+// matches the keys of tuples (keyParams). It is an IN list for a one-column
+// key, which DuckDB turns into an index scan, and a semi-join with the
+// list of tuples for a compound key.
+func keyCondition(table *pipeline.Table, tuples []string) string {
+	cols := make([]string, len(table.KeyIdx))
+	for i, idx := range table.KeyIdx {
+		cols[i] = quote(table.Columns[idx].Name)
+	}
+	if len(cols) == 1 {
+		return cols[0] + " IN (" + strings.Join(tuples, ", ") + ")"
+	}
+	return "(" + strings.Join(cols, ", ") + ") IN (SELECT * FROM (VALUES (" + strings.Join(tuples, "), (") + ")))"
+}
+
+// readRows reads the target's live rows of table that match where (an SQL
+// condition with args), ordered by key, with values aligned with
+// table.Columns in the record model's value types (columns the target
+// lacks read as nil). It drops the tombstones the query returns: Rows
+// also filters them out in where, RowsByKey cannot (a condition on a
+// column other than the key keeps DuckDB from an index scan). It holds the
+// sink's lock for the query; an absent target table has no rows.
+func (s *Sink) readRows(ctx context.Context, table *pipeline.Table, where string, args []any) ([][]any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn == nil {
 		return nil, errors.New("duckdb sink: read before open")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	target := targetName(table.ID)
 	have, ok := s.tables[strings.ToLower(target)]
 	if !ok {
 		return nil, nil
 	}
-	exprs := make([]string, len(table.Columns))
+	exprs := make([]string, len(table.Columns), len(table.Columns)+1)
 	for i := range table.Columns {
 		c := &table.Columns[i]
 		if _, ok := have[strings.ToLower(c.Name)]; !ok {
@@ -404,36 +520,41 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 			exprs[i] = ct.read(quote(c.Name))
 		}
 	}
+	exprs = append(exprs, quote(colDeleted))
 	order := make([]string, 0, len(table.KeyIdx))
 	for _, k := range table.KeyIdx {
 		order = append(order, quote(table.Columns[k].Name))
 	}
-	q := "SELECT " + strings.Join(exprs, ", ") + " FROM " + s.qualified(target) +
-		" WHERE NOT " + quote(colDeleted)
+	q := "SELECT " + strings.Join(exprs, ", ") + " FROM " + s.qualified(target) + " WHERE " + where
 	if len(order) > 0 {
 		q += " ORDER BY " + strings.Join(order, ", ")
 	}
-	rows, err := s.conn.QueryContext(ctx, q)
+	rows, err := s.conn.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out [][]any
+	n := len(table.Columns)
 	for rows.Next() {
-		raw := make([]any, len(exprs))
-		ptrs := make([]any, len(exprs))
+		raw := make([]any, n+1)
+		ptrs := make([]any, n+1)
 		for i := range raw {
 			ptrs[i] = &raw[i]
 		}
 		if err := rows.Scan(ptrs...); err != nil {
 			return nil, err
 		}
-		for i := range raw {
-			if raw[i], err = fromRead(&table.Columns[i], raw[i]); err != nil {
+		if deleted, _ := raw[n].(bool); deleted {
+			continue
+		}
+		row := raw[:n:n]
+		for i := range row {
+			if row[i], err = fromRead(&table.Columns[i], row[i]); err != nil {
 				return nil, err
 			}
 		}
-		out = append(out, raw)
+		out = append(out, row)
 	}
 	return out, rows.Err()
 }

@@ -69,6 +69,7 @@ func nodeTests(t *testing.T, engine harness.SearchEngine) {
 		{"AsyncDurabilityIsFatal", testAsyncDurability},
 		{"WrongKindIsFatal", testWrongKind},
 		{"NodeUnreachable", testUnreachable},
+		{"KeyReadsDuringWrites", testKeyReadsDuringWrites},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, n) })
 	}

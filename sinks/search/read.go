@@ -184,39 +184,16 @@ func (s *Sink) purge(ctx context.Context) {
 func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.eng == nil {
-		return nil, errNotOpen
-	}
-	name := s.target(table.ID)
-	if err := s.names[table.ID].err; err != nil {
-		return nil, err
-	}
-	barrier := ""
-	status, body, err := s.call(ctx, "state of "+name, http.MethodGet, s.statePath(name), nil, nil, 404)
+	name, barrier, err := s.readTarget(ctx, table.ID)
 	if err != nil {
 		return nil, err
-	}
-	if status == 200 {
-		var doc struct {
-			Source struct {
-				Barrier string `json:"barrier"`
-			} `json:"_source"`
-		}
-		if err := json.Unmarshal(body, &doc); err != nil {
-			return nil, err
-		}
-		barrier = doc.Source.Barrier
 	}
 	var out [][]any
 	err = s.scroll(ctx, name, string(liveFilter(barrier)), "true", func(hits []hit) error {
 		for _, h := range hits {
-			row := make([]any, len(table.Columns))
-			for i := range table.Columns {
-				v, err := decodeColumn(&table.Columns[i], h.Source[table.Columns[i].Name])
-				if err != nil {
-					return fmt.Errorf("document %s: %w", h.ID, err)
-				}
-				row[i] = v
+			row, err := decodeRow(table, h.ID, h.Source)
+			if err != nil {
+				return err
 			}
 			out = append(out, row)
 		}
@@ -227,4 +204,43 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 		return nil, nil
 	}
 	return out, err
+}
+
+// readTarget returns the index of a table and its truncate barrier ("" for
+// none), for a read; the caller holds s.mu.
+func (s *Sink) readTarget(ctx context.Context, id pipeline.TableID) (name, barrier string, err error) {
+	if s.eng == nil {
+		return "", "", errNotOpen
+	}
+	name = s.target(id)
+	if err := s.names[id].err; err != nil {
+		return "", "", err
+	}
+	status, body, err := s.call(ctx, "state of "+name, http.MethodGet, s.statePath(name), nil, nil, 404)
+	if err != nil || status != http.StatusOK {
+		return name, "", err
+	}
+	var doc struct {
+		Source struct {
+			Barrier string `json:"barrier"`
+		} `json:"_source"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return "", "", fmt.Errorf("state of %s: %w", name, err)
+	}
+	return name, doc.Source.Barrier, nil
+}
+
+// decodeRow reads a document's source into values aligned with
+// table.Columns.
+func decodeRow(table *pipeline.Table, id string, src map[string]json.RawMessage) ([]any, error) {
+	row := make([]any, len(table.Columns))
+	for i := range table.Columns {
+		v, err := decodeColumn(&table.Columns[i], src[table.Columns[i].Name])
+		if err != nil {
+			return nil, fmt.Errorf("document %s: %w", id, err)
+		}
+		row[i] = v
+	}
+	return row, nil
 }

@@ -202,13 +202,24 @@ func recordID(r *pipeline.Record) (string, bool) {
 	if r.Op == pipeline.OpDelete || img == nil {
 		img = r.Before
 	}
-	keys := make([]int, len(r.Table.KeyIdx))
-	vals := make([]any, len(r.Table.KeyIdx))
+	key := make([]any, len(r.Table.KeyIdx))
 	for k, idx := range r.Table.KeyIdx {
 		if idx >= len(img) {
 			return "", false
 		}
-		v, err := conv{}.Stage(&r.Table.Columns[idx], img[idx])
+		key[k] = img[idx]
+	}
+	return keyID(r.Table, key)
+}
+
+// keyID is the document id of a row of t with the key values key (in
+// t.KeyIdx order), staged as Write stages them; false when a value cannot
+// be staged (no document has that key).
+func keyID(t *pipeline.Table, key []any) (string, bool) {
+	keys := make([]int, len(key))
+	vals := make([]any, len(key))
+	for k, idx := range t.KeyIdx {
+		v, err := conv{}.Stage(&t.Columns[idx], key[k])
 		if err != nil {
 			return "", false
 		}

@@ -1,0 +1,147 @@
+package search
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/sinktest"
+	"github.com/sluice-cdc/sluice/verify"
+)
+
+var _ verify.KeyReader = (*Sink)(nil)
+
+// TestLive checks the document-side form of liveFilter.
+func TestLive(t *testing.T) {
+	barrier := pipeline.Version{0, 100, 0, 20}.String()
+	below, above := pipeline.Version{0, 100, 0, 19}.String(), pipeline.Version{0, 100, 0, 21}.String()
+	doc := func(deleted, version string) map[string]json.RawMessage {
+		src := map[string]json.RawMessage{"id": json.RawMessage("1")}
+		if deleted != "" {
+			src[fieldDeleted] = json.RawMessage(deleted)
+		}
+		if version != "" {
+			src[fieldVersion] = json.RawMessage(`"` + version + `"`)
+		}
+		return src
+	}
+	for _, c := range []struct {
+		src     map[string]json.RawMessage
+		barrier string
+		want    bool
+	}{
+		{doc("false", below), "", true},
+		{doc("", ""), "", true},
+		{doc("true", above), "", false},
+		{doc(`"true"`, above), "", false},
+		{doc("false", above), barrier, true},
+		{doc("false", barrier), barrier, true},
+		{doc("false", below), barrier, false},
+		{doc("false", ""), barrier, false},
+		{doc("true", above), barrier, false},
+	} {
+		if got := live(c.src, c.barrier); got != c.want {
+			t.Errorf("live(%s, %q) = %v, want %v", c.src, c.barrier, got, c.want)
+		}
+	}
+}
+
+// TestKeyIDMatchesRecordID checks that a key read looks up the document id
+// a write of that key uses, and that keys the sink cannot stage have none.
+func TestKeyIDMatchesRecordID(t *testing.T) {
+	for _, r := range []pipeline.Record{row(pipeline.OpInsert, 1, 42, "a", nil), row(pipeline.OpDelete, 2, -7, nil, nil)} {
+		want, _ := recordID(&r)
+		img := r.After
+		if img == nil {
+			img = r.Before
+		}
+		if got, ok := keyID(acct, []any{img[0]}); !ok || got != want {
+			t.Errorf("keyID = %q, %v; the write uses %q", got, ok, want)
+		}
+	}
+	if id, ok := keyID(acct, []any{int32(42)}); ok {
+		t.Errorf("an int32 key value has id %q", id)
+	}
+}
+
+// testKeyReadsDuringWrites reads chosen keys while another goroutine
+// writes batches (updates, deletes, inserts) to the same open sink: every
+// read succeeds with well-formed rows of the keys asked, the keys never
+// deleted are always there, and once the writes stop the reads agree with
+// Rows.
+func testKeyReadsDuringWrites(t *testing.T, n *harness.SearchNode) {
+	s := openSink(t, target(n, Options{}))
+	if rows, err := s.RowsByKey(ctx, acct, [][]any{{int64(1)}}); err != nil || len(rows) != 0 {
+		t.Fatalf("RowsByKey before any write (no index): %v, %v", rows, err)
+	}
+	var initial []pipeline.Record
+	for id := int64(1); id <= 200; id++ {
+		initial = append(initial, row(pipeline.OpInsert, 1, id, "initial", nil))
+	}
+	mustWrite(t, s, initial...)
+	const batches = 20
+	done := make(chan error, 1)
+	go func() {
+		for b := int64(1); b <= batches; b++ {
+			v := uint64(b + 1)
+			var recs []pipeline.Record
+			for id := int64(1); id <= 100; id++ {
+				recs = append(recs, row(pipeline.OpUpdate, v, id, fmt.Sprintf("v%d", b), "note"))
+			}
+			recs = append(recs, row(pipeline.OpDelete, v, 100+b, nil, nil), row(pipeline.OpInsert, v, 1000+b, "new", nil))
+			if err := s.Write(ctx, recs); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	keys := [][]any{{int64(-1)}, {int32(5)}}
+	for id := int64(1); id <= 200; id++ {
+		keys = append(keys, []any{id})
+	}
+	for b := int64(1); b <= batches; b++ {
+		keys = append(keys, []any{1000 + b})
+	}
+	read := func() map[string][]any {
+		t.Helper()
+		rows, err := s.RowsByKey(ctx, acct, keys)
+		if err != nil {
+			t.Fatalf("RowsByKey: %v", err)
+		}
+		got := map[string][]any{}
+		for _, r := range rows {
+			k := sinktest.RowKey(acct, r)
+			id, ok := r[0].(int64)
+			_, named := r[1].(string)
+			if len(r) != len(acct.Columns) || !ok || !named || id < 1 || (id > 200 && id <= 1000) || got[k] != nil {
+				t.Fatalf("RowsByKey: row %v is malformed, not asked for or repeated", r)
+			}
+			got[k] = r
+		}
+		for id := int64(1); id <= 100; id++ { // never deleted
+			if got[sinktest.Key([]any{id})] == nil {
+				t.Fatalf("RowsByKey: live key %d is missing", id)
+			}
+		}
+		return got
+	}
+	reads := 0
+	for running := true; running; reads++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+		default:
+		}
+		read()
+	}
+	t.Logf("%d reads during %d writes", reads, batches)
+	if d := sinktest.Diff(acct, readMap(t, s, acct), read()); d != "" {
+		t.Fatalf("RowsByKey differs from Rows:\n%s", d)
+	}
+}
