@@ -51,6 +51,8 @@ source:
 sinks:
   - postgres: {dsn: "%s"}
   - redis: {addr: "%s"}
+  - duckdb: {path: ./sink.duckdb}
+  - bleve: {path: ./sink.bleve}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 50ms}
 verify:
@@ -145,6 +147,14 @@ verify:
 	}
 	if p, r := mismatches("postgres"), mismatches("redis"); p != 1 || r != 1 {
 		t.Fatalf("mismatches: postgres %v, redis %v; want exactly the frozen key in each\n%s", p, r, d.logs())
+	}
+	// The embedded sinks, read in the daemon's process while it writes
+	// them, hold every key.
+	for _, sink := range []string{"duckdb", "bleve"} {
+		checked := metricWith(t, base, "sluice_verify_checked_total", `sink="`+sink+`"`)
+		if m := mismatches(sink); m != 0 || checked < 200 {
+			t.Fatalf("%s: %v keys equal, %v mismatches\n%s", sink, checked, m, d.logs())
+		}
 	}
 	logs := d.logs()
 	for _, want := range []string{`"sink":"postgres","table":"public.t","key":"int64:77","kind":"values","columns":"v: source string:\"real\", sink string:\"frozen\"; n: source int64:7700, sink int64:77"`,
