@@ -133,8 +133,8 @@ type pgVerify struct {
 
 func (p pgVerify) Tables() []pipeline.TableID { return p.tables }
 
-func (p pgVerify) Rows(ctx context.Context, id pipeline.TableID) (*pipeline.Table, [][]any, error) {
-	return postgres.TableRows(ctx, p.dsn, id.Schema, id.Table)
+func (p pgVerify) Scan(ctx context.Context, id pipeline.TableID, shape func(*pipeline.Table) error, row func([]any) error) error {
+	return postgres.ScanTable(ctx, p.dsn, id.Schema, id.Table, shape, row)
 }
 
 func (p pgVerify) Now(ctx context.Context) (verify.Mark, error) {
@@ -162,8 +162,8 @@ type mysqlVerify struct {
 
 func (m mysqlVerify) Tables() []pipeline.TableID { return m.tables }
 
-func (m mysqlVerify) Rows(ctx context.Context, id pipeline.TableID) (*pipeline.Table, [][]any, error) {
-	return mysql.TableRows(ctx, m.opts, id.Schema, id.Table)
+func (m mysqlVerify) Scan(ctx context.Context, id pipeline.TableID, shape func(*pipeline.Table) error, row func([]any) error) error {
+	return mysql.ScanTable(ctx, m.opts, id.Schema, id.Table, shape, row)
 }
 
 func (m mysqlVerify) Now(ctx context.Context) (verify.Mark, error) {

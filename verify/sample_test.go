@@ -37,8 +37,8 @@ type sampleDB struct {
 }
 
 func (f *sampleDB) Tables() []pipeline.TableID { return []pipeline.TableID{sampleTable.ID} }
-func (f *sampleDB) Rows(context.Context, pipeline.TableID) (*pipeline.Table, [][]any, error) {
-	return nil, nil, fmt.Errorf("not used")
+func (f *sampleDB) Scan(context.Context, pipeline.TableID, func(*pipeline.Table) error, func([]any) error) error {
+	return fmt.Errorf("not used")
 }
 func (f *sampleDB) Now(context.Context) (Mark, error) { return numMark(f.pos), nil }
 func (f *sampleDB) MarkOf(pos pipeline.Position) (Mark, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"maps"
 	"sort"
 	"time"
 
@@ -14,10 +16,13 @@ import (
 type Source interface {
 	// Tables lists the captured tables.
 	Tables() []pipeline.TableID
-	// Rows returns the table's current shape and every current row,
-	// decoded exactly as the source decodes changes. It blocks until
-	// the read is done and honours ctx.
-	Rows(ctx context.Context, id pipeline.TableID) (*pipeline.Table, [][]any, error)
+	// Scan reads the table's current shape, calls shape with it once, then
+	// calls row for every current row, decoded exactly as the source
+	// decodes changes, in no particular order; row owns the slice it gets.
+	// It streams (its memory does not grow with the table), blocks until
+	// the read is done, returns the first error of a callback, and
+	// honours ctx.
+	Scan(ctx context.Context, id pipeline.TableID, shape func(*pipeline.Table) error, row func([]any) error) error
 	// Now returns the source's current log position: once the pipeline's
 	// checkpoint covers it, every change committed before Now is durable
 	// in every sink.
@@ -37,6 +42,16 @@ type Sink interface {
 	// Rows returns the live rows the sink holds for table (a source
 	// shape, routed), aligned with table.Columns.
 	Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
+}
+
+// Scanner is a Sink that streams its rows: Run prefers Scan to Rows, so
+// its memory does not grow with the table.
+type Scanner interface {
+	// Scan calls row for every live row the sink holds for table, as Rows
+	// returns them, in no particular order; row owns the slice it gets.
+	// It blocks until the read is done, returns the first error of row,
+	// and honours ctx.
+	Scan(ctx context.Context, table *pipeline.Table, row func([]any) error) error
 }
 
 // NamedSink is a sink with its name and the route the pipeline gives it.
@@ -68,6 +83,10 @@ type Options struct {
 	// MaxDiffs caps the differences kept per table and sink (default 50;
 	// all are counted).
 	MaxDiffs int
+	// Buckets is how many buckets each pass sums rows into (default
+	// 4096): a difference costs a second pass holding the rows of its
+	// bucket, about rows/Buckets of them.
+	Buckets int
 }
 
 // Result is the comparison of one table with one sink.
@@ -80,6 +99,10 @@ type Result struct {
 	// them.
 	Differing int    `json:"differing"`
 	Diffs     []Diff `json:"diffs,omitempty"`
+	// Narrowed counts the rows (source and sink) held and compared key by
+	// key because their bucket differed; the rest were compared by bucket
+	// sums only.
+	Narrowed int `json:"narrowed_rows,omitempty"`
 	// Rechecked is set when the first pass differed and the keys were
 	// compared again after the checkpoint caught up.
 	Rechecked bool `json:"rechecked,omitempty"`
@@ -130,13 +153,17 @@ func (r Report) Outcome() int {
 	return code
 }
 
-type job struct {
-	id   pipeline.TableID
-	sink NamedSink
-}
-
 // Run compares every captured table (or opts.Tables) with every sink that
 // receives it.
+//
+// Each comparison streams: one pass over the source (shared by every
+// sink) and one over each sink sum the rows into Buckets buckets by key
+// (a row count and a sum of row hashes over canonical forms), so memory
+// does not grow with the table. Only when buckets differ does a second
+// pass hold the rows of those buckets, on both sides, and compare them
+// key by key. Differences are rechecked after the checkpoint catches up
+// by reading only the differing keys (KeySource and KeyReader), or the
+// differing buckets again where a side cannot read by key.
 func Run(ctx context.Context, src Source, sinks []NamedSink, opts Options) (Report, error) {
 	if opts.Settle <= 0 {
 		opts.Settle = 2 * time.Minute
@@ -146,6 +173,9 @@ func Run(ctx context.Context, src Source, sinks []NamedSink, opts Options) (Repo
 	}
 	if opts.Rechecks <= 0 {
 		opts.Rechecks = 3
+	}
+	if opts.Buckets <= 0 {
+		opts.Buckets = 4096
 	}
 	want := map[string]bool{}
 	for _, t := range opts.Tables {
@@ -160,58 +190,117 @@ func Run(ctx context.Context, src Source, sinks []NamedSink, opts Options) (Repo
 	}
 	done, total := 0, len(ids)*len(sinks)
 	for _, id := range ids {
-		// The first pass of every sink compares with one read of the
-		// source; rechecks read both sides again.
-		var first *sourceRead
-		read := func() (*sourceRead, error) {
-			if first == nil {
-				table, rows, err := src.Rows(ctx, id)
-				if err != nil {
-					return nil, err
-				}
-				first = &sourceRead{table, rows}
-			}
-			return first, nil
+		results, err := compareTable(ctx, src, id, sinks, opts)
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
 		}
-		for _, s := range sinks {
-			r, routed := compareOne(ctx, src, job{id: id, sink: s}, read, opts)
-			if ctx.Err() != nil {
-				return rep, ctx.Err()
-			}
+		for _, r := range results {
 			done++
-			if !routed {
+			if r == nil {
 				continue // the sink does not receive this table
 			}
-			rep.Results = append(rep.Results, r)
+			if err != nil && r.Error == "" {
+				r.Error = err.Error()
+			}
+			rep.Results = append(rep.Results, *r)
 			if opts.Progress != nil {
-				opts.Progress(done, total, r)
+				opts.Progress(done, total, *r)
 			}
 		}
 	}
 	return rep, nil
 }
 
-// sourceRead is one read of a table from the source.
-type sourceRead struct {
-	table *pipeline.Table
-	rows  [][]any
+// side is one sink's comparison of a table in progress.
+type side struct {
+	sink   NamedSink
+	routed *pipeline.Table
+	src    summary // the source's rows, routed to this sink
+	res    *Result
 }
 
-func compareOne(ctx context.Context, src Source, j job, read func() (*sourceRead, error), opts Options) (Result, bool) {
-	r := Result{Table: j.id.Schema + "." + j.id.Table, Sink: j.sink.Name}
-	if j.sink.Err != nil {
-		r.Error = j.sink.Err.Error()
-		return r, true
+// compareTable compares one table with every sink; a nil result means
+// the sink does not receive the table. The error is the source's: every
+// sink's result carries it.
+func compareTable(ctx context.Context, src Source, id pipeline.TableID, sinks []NamedSink, opts Options) ([]*Result, error) {
+	name := id.Schema + "." + id.Table
+	sides := make([]*side, len(sinks))
+	results := make([]*Result, len(sinks))
+	for i, s := range sinks {
+		results[i] = &Result{Table: name, Sink: s.Name}
+		if s.Err != nil {
+			results[i].Error = s.Err.Error()
+			continue
+		}
+		sides[i] = &side{sink: s, res: results[i], src: newSummary(opts.Buckets)}
 	}
-	first, err := pass(ctx, j, read)
-	if errors.Is(err, errNotRouted) {
-		return r, false
-	}
+	// One source pass sums the rows for every sink.
+	var table *pipeline.Table
+	err := src.Scan(ctx, id, func(t *pipeline.Table) error {
+		table = t
+		for i, sd := range sides {
+			if sd == nil {
+				continue
+			}
+			if sd.routed = sd.sink.Route.Shape(t); sd.routed == nil {
+				sides[i], results[i] = nil, nil
+			}
+		}
+		return nil
+	}, func(row []any) error {
+		for _, sd := range sides {
+			if sd != nil {
+				sd.src.add(sd.routed, project(sd.sink.Route, sd.routed, table, row))
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		r.Error = err.Error()
-		return r, true
+		return results, fmt.Errorf("source: %w", err)
 	}
-	for round := 0; round < opts.Rechecks && len(first.diffs) > 0 && opts.Checkpoint != nil; round++ {
+	for _, sd := range sides {
+		if sd == nil {
+			continue
+		}
+		if err := compareSide(ctx, src, table, sd, opts); err != nil {
+			sd.res.Error = err.Error()
+		}
+	}
+	return results, nil
+}
+
+// project routes a source row of table to routed, the route's shape of it.
+func project(route *pipeline.Route, routed, table *pipeline.Table, row []any) []any {
+	if routed == table {
+		return row
+	}
+	recs := route.Apply([]pipeline.Record{{Op: pipeline.OpRead, Table: table, After: row}})
+	if len(recs) == 0 {
+		return nil
+	}
+	return recs[0].After
+}
+
+// compareSide sums the sink's rows, narrows to the differing buckets and
+// rechecks what differs there.
+func compareSide(ctx context.Context, src Source, table *pipeline.Table, sd *side, opts Options) error {
+	held := newSummary(opts.Buckets)
+	if err := scanSink(ctx, sd.sink, sd.routed, func(row []any) error {
+		held.add(sd.routed, row)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("sink %s: %w", sd.sink.Name, err)
+	}
+	sd.res.SourceRows, sd.res.SinkRows = sd.src.rows, held.rows
+	buckets := sd.src.differing(held)
+	if len(buckets) == 0 {
+		return nil
+	}
+	diffs, err := narrow(ctx, src, table, sd, buckets, held)
+	if err != nil {
+		return err
+	}
+	for round := 0; round < opts.Rechecks && len(diffs.diffs) > 0 && opts.Checkpoint != nil; round++ {
 		// The differences may be changes still on their way: wait until
 		// the checkpoint covers a position taken now, then keep only the
 		// keys that still differ. A key rewritten again meanwhile may be
@@ -219,75 +308,208 @@ func compareOne(ctx context.Context, src Source, j job, read func() (*sourceRead
 		// in every round.
 		if err := settle(ctx, src, opts); err != nil {
 			if ctx.Err() != nil {
-				r.Error = err.Error()
-				return r, true
+				return err
 			}
 			// The pipeline is stopped or stuck: the differences stand as
 			// found, with the reason they could not be rechecked.
-			r.Unconfirmed = err.Error()
+			sd.res.Unconfirmed = err.Error()
 			break
 		}
-		again, err := pass(ctx, j, func() (*sourceRead, error) {
-			table, rows, err := src.Rows(ctx, j.id)
-			return &sourceRead{table, rows}, err
-		})
+		again, err := recheck(ctx, src, table, sd, diffs, held)
 		if err != nil {
-			r.Error = err.Error()
-			return r, true
+			return err
 		}
-		still := map[string]Diff{}
-		for k, d := range again.diffs {
-			if _, ok := first.diffs[k]; ok {
-				still[k] = d
+		for k := range diffs.diffs {
+			if d, ok := again[k]; ok {
+				diffs.diffs[k] = d
+			} else {
+				delete(diffs.diffs, k)
+				delete(diffs.keys, k)
 			}
 		}
-		first.diffs, first.source, first.sink = still, again.source, again.sink
-		r.Rechecked = true
+		sd.res.Rechecked = true
 	}
-	r.SourceRows, r.SinkRows, r.Differing = first.source, first.sink, len(first.diffs)
-	keys := make([]string, 0, len(first.diffs))
-	for k := range first.diffs {
+	sd.res.Differing = len(diffs.diffs)
+	keys := make([]string, 0, len(diffs.diffs))
+	for k := range diffs.diffs {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys[:min(len(keys), opts.MaxDiffs)] {
-		r.Diffs = append(r.Diffs, first.diffs[k])
+		sd.res.Diffs = append(sd.res.Diffs, diffs.diffs[k])
 	}
-	return r, true
+	return nil
 }
 
-var errNotRouted = errors.New("not routed to this sink")
-
-type passResult struct {
-	source, sink int
-	diffs        map[string]Diff
+// found is the differing keys of one comparison and their key values.
+type found struct {
+	diffs map[string]Diff
+	keys  map[string][]any
 }
 
-// pass compares the table as read reads it from the source with what the
-// sink holds now.
-func pass(ctx context.Context, j job, read func() (*sourceRead, error)) (passResult, error) {
-	sr, err := read()
+// narrow reads the rows of the differing buckets on both sides and
+// compares them key by key.
+func narrow(ctx context.Context, src Source, table *pipeline.Table, sd *side, buckets map[int]bool, held summary) (found, error) {
+	want, got := map[string][]any{}, map[string][]any{}
+	err := src.Scan(ctx, table.ID, func(t *pipeline.Table) error {
+		table = t
+		sd.routed = sd.sink.Route.Shape(t)
+		if sd.routed == nil {
+			return fmt.Errorf("the table is no longer routed to sink %s", sd.sink.Name)
+		}
+		return nil
+	}, func(row []any) error {
+		if r := project(sd.sink.Route, sd.routed, table, row); r != nil {
+			if k := RowKey(sd.routed, r); buckets[held.bucket(k)] {
+				want[k] = r
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return passResult{}, fmt.Errorf("source: %w", err)
+		return found{}, fmt.Errorf("source: %w", err)
 	}
-	table, rows := sr.table, sr.rows
-	routed := j.sink.Route.Shape(table)
-	if routed == nil {
-		return passResult{}, errNotRouted
+	if err := scanSink(ctx, sd.sink, sd.routed, func(row []any) error {
+		if k := RowKey(sd.routed, row); buckets[held.bucket(k)] {
+			got[k] = row
+		}
+		return nil
+	}); err != nil {
+		return found{}, fmt.Errorf("sink %s: %w", sd.sink.Name, err)
 	}
-	want := map[string][]any{}
-	for _, rec := range j.sink.Route.Apply(readRecords(table, rows)) {
-		want[RowKey(routed, rec.After)] = rec.After
+	sd.res.Narrowed += len(want) + len(got)
+	f := found{diffs: Compare(sd.routed, want, got), keys: map[string][]any{}}
+	for k := range f.diffs {
+		row := want[k]
+		if row == nil {
+			row = got[k]
+		}
+		f.keys[k] = keyValues(sd.routed, row)
 	}
-	held, err := j.sink.Sink.Rows(ctx, routed)
+	return f, nil
+}
+
+// recheck compares the differing keys again: by key where both sides can
+// read by key, else by their buckets.
+func recheck(ctx context.Context, src Source, table *pipeline.Table, sd *side, f found, held summary) (map[string]Diff, error) {
+	ks, okSrc := src.(KeySource)
+	kr, okSink := sd.sink.Sink.(KeyReader)
+	if !okSrc || !okSink {
+		buckets := map[int]bool{}
+		for k := range f.diffs {
+			buckets[held.bucket(k)] = true
+		}
+		again, err := narrow(ctx, src, table, sd, buckets, held)
+		return again.diffs, err
+	}
+	keys := make([][]any, 0, len(f.keys))
+	for _, k := range f.keys {
+		keys = append(keys, k)
+	}
+	out := map[string]Diff{}
+	for from := 0; from < len(keys); from += keyChunk {
+		chunk := keys[from:min(from+keyChunk, len(keys))]
+		t, rows, _, err := ks.KeyRows(ctx, table.ID, chunk)
+		if err != nil {
+			return nil, fmt.Errorf("source: %w", err)
+		}
+		routed := sd.sink.Route.Shape(t)
+		if routed == nil {
+			return nil, fmt.Errorf("the table is no longer routed to sink %s", sd.sink.Name)
+		}
+		want, got := map[string][]any{}, map[string][]any{}
+		for _, row := range rows {
+			if r := project(sd.sink.Route, routed, t, row); r != nil {
+				want[RowKey(routed, r)] = r
+			}
+		}
+		held, err := kr.RowsByKey(ctx, routed, chunk)
+		if err != nil {
+			return nil, fmt.Errorf("sink %s: %w", sd.sink.Name, err)
+		}
+		for _, row := range held {
+			got[RowKey(routed, row)] = row
+		}
+		maps.Copy(out, Compare(routed, want, got))
+	}
+	return out, nil
+}
+
+// keyChunk is how many keys one keyed read asks for.
+const keyChunk = 500
+
+// scanSink streams the sink's rows of table: Scan where the sink can,
+// else its Rows.
+func scanSink(ctx context.Context, s NamedSink, table *pipeline.Table, row func([]any) error) error {
+	if sc, ok := s.Sink.(Scanner); ok {
+		return sc.Scan(ctx, table, row)
+	}
+	rows, err := s.Sink.Rows(ctx, table)
 	if err != nil {
-		return passResult{}, fmt.Errorf("sink %s: %w", j.sink.Name, err)
+		return err
 	}
-	got := make(map[string][]any, len(held))
-	for _, row := range held {
-		got[RowKey(routed, row)] = row
+	for _, r := range rows {
+		if err := row(r); err != nil {
+			return err
+		}
 	}
-	return passResult{source: len(want), sink: len(got), diffs: Compare(routed, want, got)}, nil
+	return nil
+}
+
+func keyValues(table *pipeline.Table, row []any) []any {
+	k := make([]any, len(table.KeyIdx))
+	for i, idx := range table.KeyIdx {
+		k[i] = row[idx]
+	}
+	return k
+}
+
+// summary is a table's rows summed into buckets by key: a count and a
+// sum of row hashes per bucket, whatever order the rows come in.
+type summary struct {
+	rows  int
+	count []int64
+	sum   []uint64
+	seed  maphash.Seed
+}
+
+// summarySeed is shared by every summary of a run, so buckets match.
+var summarySeed = maphash.MakeSeed()
+
+func newSummary(buckets int) summary {
+	return summary{count: make([]int64, buckets), sum: make([]uint64, buckets), seed: summarySeed}
+}
+
+// bucket is the bucket of a key (its RowKey).
+func (s summary) bucket(key string) int { return int(maphash.String(s.seed, key) % uint64(len(s.count))) }
+
+// add sums a row (aligned with table.Columns) into its bucket.
+func (s *summary) add(table *pipeline.Table, row []any) {
+	if row == nil {
+		return
+	}
+	key := RowKey(table, row)
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	for _, v := range row {
+		h.WriteString(Canon(v))
+		h.WriteByte(0)
+	}
+	b := s.bucket(key)
+	s.rows++
+	s.count[b]++
+	s.sum[b] += h.Sum64()
+}
+
+// differing returns the buckets whose count or sum differ.
+func (s summary) differing(o summary) map[int]bool {
+	out := map[int]bool{}
+	for i := range s.count {
+		if s.count[i] != o.count[i] || s.sum[i] != o.sum[i] {
+			out[i] = true
+		}
+	}
+	return out
 }
 
 func readRecords(table *pipeline.Table, rows [][]any) []pipeline.Record {

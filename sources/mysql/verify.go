@@ -11,13 +11,22 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
-// TableRows reads every row of db.table now, decoded exactly as the
-// source's snapshot decodes them (same catalog shape, same converter),
-// with the zero-date policy of opts. It is for verification: comparing a
-// sink with its source.
+// TableRows reads every row of db.table as ScanTable does, into memory.
 func TableRows(ctx context.Context, opts Options, db, table string) (*pipeline.Table, [][]any, error) {
-	t, rows, _, err := readTable(ctx, opts, db, table, nil, false)
+	var t *pipeline.Table
+	var rows [][]any
+	err := ScanTable(ctx, opts, db, table, func(s *pipeline.Table) error { t = s; return nil },
+		func(row []any) error { rows = append(rows, row); return nil })
 	return t, rows, err
+}
+
+// ScanTable reads db.table's shape (given to shape) and streams every row
+// to row, decoded exactly as the source's snapshot decodes them (same
+// catalog shape, same converter), with the zero-date policy of opts. It
+// is for verification: comparing a sink with its source.
+func ScanTable(ctx context.Context, opts Options, db, table string, shape func(*pipeline.Table) error, row func([]any) error) error {
+	_, err := readTable(ctx, opts, db, table, nil, false, shape, row)
+	return err
 }
 
 // KeyRows reads the rows of db.table among keys (each key's values in
@@ -26,7 +35,11 @@ func TableRows(ctx context.Context, opts Options, db, table string) (*pipeline.T
 // it, every change the read saw is durable in every sink. Keys with no
 // row are absent. It is for continuous verification.
 func KeyRows(ctx context.Context, opts Options, db, table string, keys [][]any) (*pipeline.Table, [][]any, Position, error) {
-	return readTable(ctx, opts, db, table, keys, true)
+	var t *pipeline.Table
+	var rows [][]any
+	pos, err := readTable(ctx, opts, db, table, keys, true, func(s *pipeline.Table) error { t = s; return nil },
+		func(row []any) error { rows = append(rows, row); return nil })
+	return t, rows, pos, err
 }
 
 // CurrentPosition is the server's binlog position now: once a checkpoint
@@ -53,29 +66,33 @@ func (s *Source) positionNow(ctx context.Context, c *client.Conn) (Position, err
 	return currentPosition(c, srv)
 }
 
-// readTable reads db.table's rows (only those among keys when byKey),
-// then, when byKey, the position after the read.
-func readTable(ctx context.Context, opts Options, db, table string, keys [][]any, byKey bool) (*pipeline.Table, [][]any, Position, error) {
+// readTable reads db.table's shape and rows (only those among keys when
+// byKey), then, when byKey, the position after the read.
+func readTable(ctx context.Context, opts Options, db, table string, keys [][]any, byKey bool,
+	shape func(*pipeline.Table) error, row func([]any) error) (Position, error) {
 	opts.Tables = []string{db + "." + table}
 	s, err := New(opts, nil, nil)
 	if err != nil {
-		return nil, nil, Position{}, err
+		return Position{}, err
 	}
 	c, err := s.connect(ctx)
 	if err != nil {
-		return nil, nil, Position{}, err
+		return Position{}, err
 	}
 	defer c.Close()
 	cs, err := loadCharsets(c)
 	if err != nil {
-		return nil, nil, Position{}, err
+		return Position{}, err
 	}
 	descs, err := catalogDescs(c, db, table)
 	if err != nil {
-		return nil, nil, Position{}, err
+		return Position{}, err
 	}
 	zeroNull := s.opts.ZeroDates == ZeroDatesNull
 	t := buildTable(pipeline.TableID{Database: db, Schema: db, Table: table}, descs, 1, zeroNull)
+	if err := shape(t); err != nil {
+		return Position{}, err
+	}
 	cols := make([]string, len(descs))
 	for i, d := range descs {
 		cols[i] = quoteIdent(d.name)
@@ -85,33 +102,30 @@ func readTable(ctx context.Context, opts Options, db, table string, keys [][]any
 	if byKey {
 		where, a, err := keyFilter(t, keys)
 		if err != nil {
-			return nil, nil, Position{}, err
+			return Position{}, err
 		}
 		q, args = q+" WHERE "+where, a
 	}
-	var rows [][]any
 	if !byKey || len(keys) > 0 {
-		if rows, err = selectRows(c, q, args, descs, converter{zeroNull: zeroNull, charsets: cs}); err != nil {
-			return nil, nil, Position{}, err
+		if err := selectRows(c, q, args, descs, converter{zeroNull: zeroNull, charsets: cs}, row); err != nil {
+			return Position{}, err
 		}
 	}
 	if !byKey {
-		return t, rows, Position{}, nil
+		return Position{}, nil
 	}
-	pos, err := s.positionNow(ctx, c)
-	return t, rows, pos, err
+	return s.positionNow(ctx, c)
 }
 
-// selectRows runs q with args and decodes every row with conv.
-func selectRows(c *client.Conn, q string, args []any, descs []colDesc, conv converter) ([][]any, error) {
+// selectRows runs q with args and decodes every row with conv for fn.
+func selectRows(c *client.Conn, q string, args []any, descs []colDesc, conv converter, fn func([]any) error) error {
 	stmt, err := c.Prepare(q)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer stmt.Close()
-	var rows [][]any
 	var result gomysql.Result
-	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
+	return stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
 		out := make([]any, len(row))
 		for i, fv := range row {
 			v, err := conv.value(&descs[i], fieldValue(fv), false)
@@ -120,10 +134,8 @@ func selectRows(c *client.Conn, q string, args []any, descs []colDesc, conv conv
 			}
 			out[i] = v
 		}
-		rows = append(rows, out)
-		return nil
+		return fn(out)
 	}, nil, args...)
-	return rows, err
 }
 
 // keyFilter is a WHERE clause matching any of keys, with the key values

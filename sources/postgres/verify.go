@@ -13,22 +13,34 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
-// TableRows reads every current row of schema.table under the source's
-// session settings, in text form, decoded with DecodeText exactly as the
-// initial load and the stream decode them. It is for verification:
-// comparing a sink with its source.
+// TableRows reads every current row of schema.table as ScanTable does,
+// into memory.
 func TableRows(ctx context.Context, dsn, schema, table string) (*pipeline.Table, [][]any, error) {
+	var t *pipeline.Table
+	var rows [][]any
+	err := ScanTable(ctx, dsn, schema, table, func(s *pipeline.Table) error { t = s; return nil },
+		func(row []any) error { rows = append(rows, row); return nil })
+	return t, rows, err
+}
+
+// ScanTable reads schema.table's shape (given to shape) and streams every
+// current row to row, under the source's session settings, in text form,
+// decoded with DecodeText exactly as the initial load and the stream
+// decode them. It is for verification: comparing a sink with its source.
+func ScanTable(ctx context.Context, dsn, schema, table string, shape func(*pipeline.Table) error, row func([]any) error) error {
 	conn, database, err := verifyConn(ctx, dsn)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	defer conn.Close(context.Background())
-	shape, err := LoadTableShape(ctx, conn, database, TableRef{Schema: schema, Name: table})
+	ts, err := LoadTableShape(ctx, conn, database, TableRef{Schema: schema, Name: table})
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	rows, err := readRows(ctx, conn, shape, "", nil)
-	return shape.Table, rows, err
+	if err := shape(ts.Table); err != nil {
+		return err
+	}
+	return scanRows(ctx, conn, ts, "", nil, row)
 }
 
 // KeyRows reads the current rows of schema.table among keys (each key's
@@ -129,9 +141,16 @@ func keyText(v any) (string, error) {
 // bcDays is 0001-01-01 in days since 1970-01-01.
 const bcDays = -719162
 
-// readRows runs SELECT of shape's columns (WHERE where, when set) in text
-// form and decodes each row with DecodeText.
+// readRows is scanRows into memory.
 func readRows(ctx context.Context, conn *pgx.Conn, shape *TableShape, where string, args []any) ([][]any, error) {
+	var out [][]any
+	err := scanRows(ctx, conn, shape, where, args, func(row []any) error { out = append(out, row); return nil })
+	return out, err
+}
+
+// scanRows runs SELECT of shape's columns (WHERE where, when set) in text
+// form and decodes each row with DecodeText for fn.
+func scanRows(ctx context.Context, conn *pgx.Conn, shape *TableShape, where string, args []any, fn func([]any) error) error {
 	cols := make([]string, len(shape.Columns))
 	for i, c := range shape.Columns {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()
@@ -142,10 +161,9 @@ func readRows(ctx context.Context, conn *pgx.Conn, shape *TableShape, where stri
 	}
 	rows, err := conn.Query(ctx, q, append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, args...)...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	var out [][]any
 	for rows.Next() {
 		raw := rows.RawValues()
 		row := make([]any, len(raw))
@@ -154,12 +172,14 @@ func readRows(ctx context.Context, conn *pgx.Conn, shape *TableShape, where stri
 				continue
 			}
 			if row[i], err = DecodeText(shape.Columns[i], b); err != nil {
-				return nil, fmt.Errorf("column %s: %w", shape.Columns[i].Name, err)
+				return fmt.Errorf("column %s: %w", shape.Columns[i].Name, err)
 			}
 		}
-		out = append(out, row)
+		if err := fn(row); err != nil {
+			return err
+		}
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // CurrentLSN is the server's WAL write position now: once a checkpoint
