@@ -424,7 +424,16 @@ func (s *Sink) purge(ctx context.Context) {
 // types (columns the target lacks read as nil). It is a verification
 // helper; an absent target table has no rows.
 func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
-	return s.rowsWhere(ctx, table, nil)
+	var out [][]any
+	err := s.Scan(ctx, table, func(row []any) error { out = append(out, row); return nil })
+	return out, err
+}
+
+// Scan streams the rows Rows returns (verify.Scanner). It holds the
+// sink's lock for the whole read, so writes wait for it; row must not
+// call back into the sink.
+func (s *Sink) Scan(ctx context.Context, table *pipeline.Table, row func([]any) error) error {
+	return s.rowsWhere(ctx, table, nil, row)
 }
 
 // RowsByKey returns the live rows among keys as Rows returns rows
@@ -434,20 +443,23 @@ func (s *Sink) RowsByKey(ctx context.Context, table *pipeline.Table, keys [][]an
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	return s.rowsWhere(ctx, table, keys)
+	var out [][]any
+	err := s.rowsWhere(ctx, table, keys, func(row []any) error { out = append(out, row); return nil })
+	return out, err
 }
 
-// rowsWhere reads the live rows of table, all of them when keys is nil.
-func (s *Sink) rowsWhere(ctx context.Context, table *pipeline.Table, keys [][]any) ([][]any, error) {
+// rowsWhere reads the live rows of table for fn, all of them when keys is
+// nil.
+func (s *Sink) rowsWhere(ctx context.Context, table *pipeline.Table, keys [][]any, fn func([]any) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.ready(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	target := s.targetName(table.ID)
 	have, ok := s.tables[target]
 	if !ok {
-		return nil, nil
+		return nil
 	}
 	exprs := make([]string, len(table.Columns))
 	infos := make([]pgsrc.ColumnInfo, len(table.Columns))
@@ -469,7 +481,7 @@ func (s *Sink) rowsWhere(ctx context.Context, table *pipeline.Table, keys [][]an
 	if keys != nil {
 		match, a, err := keyMatch(table, keys)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		where, args = where+" AND ("+match+")", a
 	}
@@ -482,10 +494,9 @@ func (s *Sink) rowsWhere(ctx context.Context, table *pipeline.Table, keys [][]an
 	}
 	rows, err := s.conn.Query(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	var out [][]any
 	for rows.Next() {
 		raw := rows.RawValues()
 		row := make([]any, len(table.Columns))
@@ -494,12 +505,14 @@ func (s *Sink) rowsWhere(ctx context.Context, table *pipeline.Table, keys [][]an
 				continue
 			}
 			if row[i], err = fromText(&table.Columns[i], infos[i], raw[i]); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		out = append(out, row)
+		if err := fn(row); err != nil {
+			return err
+		}
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // keyMatch is a condition matching any of keys, each value staged and cast

@@ -5,20 +5,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
-// Rows returns the live rows of a source table, ordered by key, with
-// values aligned with table.Columns in the record model's value types. It
-// reads what a consumer following the package's contract sees: tombstones
-// and keys older than the table's barrier are absent. It is a
-// verification helper (SCAN over the table's keys).
+// Rows returns the live rows of a source table, with values aligned with
+// table.Columns in the record model's value types. It reads what a
+// consumer following the package's contract sees: tombstones and keys
+// older than the table's barrier are absent. It is a verification helper
+// (SCAN over the table's keys).
 func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
-	return s.rows(ctx, table, nil)
+	var out [][]any
+	err := s.Scan(ctx, table, func(row []any) error { out = append(out, row); return nil })
+	return out, err
+}
+
+// Scan streams the rows Rows returns, one SCAN page at a time
+// (verify.Scanner); a key SCAN returns twice (while Redis rehashes) is
+// read twice. It holds the sink's lock for the whole read, so writes wait
+// for it; row must not call back into the sink.
+func (s *Sink) Scan(ctx context.Context, table *pipeline.Table, row func([]any) error) error {
+	return s.read(ctx, table, nil, row)
 }
 
 // RowsByKey returns the live rows among keys as Rows returns rows
@@ -28,45 +37,67 @@ func (s *Sink) RowsByKey(ctx context.Context, table *pipeline.Table, keys [][]an
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	return s.rows(ctx, table, keys)
+	var out [][]any
+	err := s.read(ctx, table, keys, func(row []any) error { out = append(out, row); return nil })
+	return out, err
 }
 
-// rows reads the live rows of table among keys, all of them (SCAN) when
-// keys is nil.
-func (s *Sink) rows(ctx context.Context, table *pipeline.Table, keys [][]any) ([][]any, error) {
+// read reads the live rows of table among keys for fn, all of them (SCAN)
+// when keys is nil.
+func (s *Sink) read(ctx context.Context, table *pipeline.Table, keys [][]any, fn func([]any) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.client == nil {
-		return nil, errors.New("redis sink: read before open")
+		return errors.New("redis sink: read before open")
 	}
 	ti := s.info(table)
 	barrier, err := s.client.Get(ctx, ti.barrier).Result()
 	if err != nil && !errors.Is(err, goredis.Nil) {
-		return nil, err
+		return err
 	}
 	kind := "hash"
 	if s.opts.Format == "json" {
 		kind = "string"
 	}
-	var names []string
 	if keys == nil {
-		if names, err = s.scanKeys(ctx, ti.pattern, kind); err != nil {
-			return nil, err
+		var cursor uint64
+		for {
+			page, next, err := s.client.ScanType(ctx, cursor, ti.pattern, scanCount, kind).Result()
+			if err != nil {
+				return err
+			}
+			if err := s.fetch(ctx, table, page, barrier, kind, fn); err != nil {
+				return err
+			}
+			if next == 0 {
+				return nil
+			}
+			cursor = next
 		}
 	}
+	names := make([]string, 0, len(keys))
 	img := make([]any, len(table.Columns))
 	for _, key := range keys {
 		if len(key) != len(table.KeyIdx) {
-			return nil, fmt.Errorf("table %s: a key of %d values for %d key columns", table.ID, len(key), len(table.KeyIdx))
+			return fmt.Errorf("table %s: a key of %d values for %d key columns", table.ID, len(key), len(table.KeyIdx))
 		}
 		for i, idx := range table.KeyIdx {
 			img[idx] = key[i]
 		}
 		name, err := s.rowKey(table, ti, img)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		names = append(names, name)
+	}
+	return s.fetch(ctx, table, names, barrier, kind, fn)
+}
+
+// fetch reads the named keys in one pipeline and hands the live rows
+// (not tombstones, not below barrier) to fn.
+func (s *Sink) fetch(ctx context.Context, table *pipeline.Table, names []string, barrier, kind string, fn func([]any) error) error {
+	if len(names) == 0 {
+		return nil
 	}
 	pipe := s.client.Pipeline()
 	cmds := make([]goredis.Cmder, len(names))
@@ -77,49 +108,29 @@ func (s *Sink) rows(ctx context.Context, table *pipeline.Table, keys [][]any) ([
 			cmds[i] = pipe.Get(ctx, k)
 		}
 	}
-	if len(names) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-			return nil, err
-		}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return err
 	}
-	var out [][]any
 	for i, cmd := range cmds {
 		if absent(cmd) {
 			continue // a key asked for that the sink does not hold
 		}
 		v, deleted, vals, err := stored(cmd)
 		if err != nil {
-			return nil, fmt.Errorf("key %s: %w", names[i], err)
+			return fmt.Errorf("key %s: %w", names[i], err)
 		}
 		if deleted || v < barrier {
 			continue
 		}
 		row, err := decodeRow(table, vals)
 		if err != nil {
-			return nil, fmt.Errorf("key %s: %w", names[i], err)
+			return fmt.Errorf("key %s: %w", names[i], err)
 		}
-		out = append(out, row)
+		if err := fn(row); err != nil {
+			return err
+		}
 	}
-	return out, nil
-}
-
-// scanKeys lists the keys matching pattern of kind, sorted.
-func (s *Sink) scanKeys(ctx context.Context, pattern, kind string) ([]string, error) {
-	var keys []string
-	var cursor uint64
-	for {
-		page, next, err := s.client.ScanType(ctx, cursor, pattern, scanCount, kind).Result()
-		if err != nil {
-			return nil, err
-		}
-		keys = append(keys, page...)
-		if next == 0 {
-			break
-		}
-		cursor = next
-	}
-	sort.Strings(keys)
-	return keys, nil
+	return nil
 }
 
 // absent reports a read of a key that does not exist.
