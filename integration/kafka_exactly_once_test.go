@@ -21,6 +21,8 @@ import (
 
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/schema"
+	"github.com/sluice-cdc/sluice/sinks/kafka"
 )
 
 // The real binary streams PostgreSQL to a real broker in exactly-once mode
@@ -322,6 +324,40 @@ runtime:
 	}
 	t.Logf("%d kills, %d of them cut an open transaction: %d committed marks, %d aborted marks; %d aborted records in the table topics, %d of them duplicates of committed changes, none visible to read_committed",
 		kills, cutTxns, len(marks), abortedMarks, aborted, abortedDup)
+
+	// sluice verify reads the topics the same way and finds them equal;
+	// an event written behind sluice's back with a higher version is
+	// named with its key and column.
+	expectVerifyEqual(t, cfg)
+	table, want := pgRows(t, ctx, dsn, "keo", "public", "items")
+	var row []any
+	for _, r := range want {
+		if row == nil || r[0].(int64) < row[0].(int64) {
+			row = r
+		}
+	}
+	row = append([]any(nil), row...)
+	orig := row[1]
+	row[1] = "forged"
+	forger, err := kafka.New(kafka.Options{Name: "forger", Brokers: []string{k.Addr()}, ServerName: "keo", Envelope: "debezium",
+		ConnectorName: "postgresql", Pipeline: "keo", IncompatiblePolicy: "new_subject_version"}, schema.NewSRClient(reg.URL(), schema.SRClientOptions{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := forger.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	forged := pipeline.Record{Op: pipeline.OpUpdate, Table: table, After: row, Version: pipeline.Version{maxVersion[0], maxVersion[1] + 1, 0, 2}}
+	if err := forger.Write(ctx, []pipeline.Record{forged}); err != nil {
+		t.Fatal(err)
+	}
+	if err := forger.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantDiff := fmt.Sprintf(`key int64:%d column name: source string:%q, sink string:"forged"`, row[0], orig)
+	if code, out := runVerify(t, cfg, "--sink", "kafka", "--table", "public.items", "--settle", "5s"); code != 1 || !strings.Contains(out, wantDiff) {
+		t.Fatalf("verify after a forged event: exit %d, want 1 and %q\n%s", code, wantDiff, out)
+	}
 }
 
 // eoReadTopic reads every record of topic up to its end offsets at the
