@@ -291,6 +291,11 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 			s.log.Warn("a sink holds versions of a later epoch than the checkpoint (a run stopped before its first checkpoint after a failover); versions move above it",
 				zap.Uint64("checkpoint_epoch", p.Epoch), zap.Uint64("sinks_hold", s.floor), zap.Uint64("epoch", epoch))
 		}
+		if !moved {
+			if err := checkSameHistory(c, srv, p); err != nil {
+				return err
+			}
+		}
 		p.Server, p.Epoch = server, epoch
 		if err := checkNotPurged(c, srv, p); err != nil {
 			return err

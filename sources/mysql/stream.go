@@ -110,8 +110,8 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 	// may reach another server, whose binlog files and offsets say nothing
 	// about the old one's. Check who answers on every session; a new
 	// server moves versions to a new epoch, above everything before.
-	if id, err := st.identity(ctx); err != nil {
-		return false, fmt.Errorf("mysql source: identify the server: %w", err)
+	if id, err := st.identity(ctx, *last); err != nil {
+		return false, err
 	} else if last.Server != "" && id != last.Server {
 		st.log.Warn("the stream reconnected to another server (failover, or a proxy that moved); versions move to a new epoch",
 			zap.String("was", last.Server), zap.String("now", id), zap.Uint64("epoch", last.Epoch+1))
@@ -156,21 +156,30 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 }
 
 // identity names the server the source reaches now, in Position.Server's
-// form (MySQL: @@server_uuid; MariaDB: server_id=N).
-func (st *streamer) identity(ctx context.Context) (string, error) {
+// form (MySQL: @@server_uuid; MariaDB: server_id=N). When it is the server
+// last was read from, its binlog must still be last's history (a RESET
+// MASTER between two sessions is fatal, never resumed).
+func (st *streamer) identity(ctx context.Context, last Position) (string, error) {
 	c, err := st.s.connect(ctx)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("mysql source: identify the server: %w", err)
 	}
 	defer c.Close()
 	vars, err := variables(c, "server_id", "server_uuid")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("mysql source: identify the server: %w", err)
 	}
+	id := vars["server_uuid"]
 	if st.s.flavor == FlavorMariaDB {
-		return "server_id=" + vars["server_id"], nil
+		id = "server_id=" + vars["server_id"]
 	}
-	return vars["server_uuid"], nil
+	if id == last.Server {
+		srv := &Server{MariaDB: st.s.flavor == FlavorMariaDB}
+		if err := checkSameHistory(c, srv, last); err != nil {
+			return "", pipeline.Fatal(err)
+		}
+	}
+	return id, nil
 }
 
 func (st *streamer) setConnected(up bool) {
