@@ -116,7 +116,7 @@ func TestDefaults(t *testing.T) {
 			ShutdownTimeout:    Duration(30 * time.Second),
 			WriteTimeout:       Duration(2 * time.Minute),
 			PipelinedWrites:    3,
-			WriteTargetLatency: Duration(2 * time.Second), DegradedAfter: Duration(30 * time.Second),
+			WriteTargetLatency: Duration(2 * time.Second), DegradedAfter: Duration(30 * time.Second), Quarantine: "dlq",
 			Retry: Retry{Initial: Duration(100 * time.Millisecond), Max: Duration(30 * time.Second)}},
 		Verify: Verify{Sample: VerifySample{Delay: Duration(10 * time.Second), Interval: Duration(5 * time.Second),
 			MaxKeysPerSecond: 100, MaxPending: 10000, Settle: Duration(time.Minute)}},

@@ -434,7 +434,11 @@ type Runtime struct {
 	PipelinedWrites    int      `yaml:"pipelined_writes" default:"3" min:"1"`
 	WriteTargetLatency Duration `yaml:"write_target_latency" default:"2s" min:"1ms"`
 	DegradedAfter      Duration `yaml:"degraded_after" default:"30s" min:"1ms"`
-	Retry              Retry    `yaml:"retry"`
+	// Quarantine is what happens to the changes of a table a sink refused
+	// permanently: "dlq" (to the dead-letter queue) or "hold" (kept in the
+	// source's log, no checkpoint passes them).
+	Quarantine string `yaml:"quarantine" default:"dlq" enum:"dlq|hold"`
+	Retry      Retry  `yaml:"retry"`
 }
 
 // Retry bounds the exponential backoff of failed sink writes.

@@ -236,5 +236,6 @@ func runtimeConfig(cfg *config.Config) pipeline.Config {
 		RetryInitial:       r.Retry.Initial.Std(),
 		RetryMax:           r.Retry.Max.Std(),
 		RetryMaxAttempts:   r.Retry.MaxAttempts,
+		QuarantineHold:     r.Quarantine == "hold",
 	}
 }

@@ -243,7 +243,7 @@ func Report(name string, started time.Time, rt *pipeline.Runtime, src pipeline.S
 	}
 	for _, h := range s.Sinks {
 		ss := obs.SinkStatus{Name: h.Name, RecordsWritten: s.Written[h.Name],
-			FailingSince: h.FailingSince, LastError: h.LastError, BatchLimit: h.BatchLimit, Undrained: h.Undrained}
+			FailingSince: h.FailingSince, LastError: h.LastError, BatchLimit: h.BatchLimit, Undrained: h.Undrained, Holding: h.Holding}
 		for _, q := range h.Quarantined {
 			ss.Quarantined = append(ss.Quarantined, obs.QuarantinedTable{Table: q.Table.String(), Since: q.Since, Reason: obs.Redact(q.Reason)})
 		}

@@ -65,6 +65,9 @@ type SinkStatus struct {
 	BatchLimit int `json:"batch_limit,omitempty"`
 	// Undrained counts records handed to it and not yet durable in it.
 	Undrained int64 `json:"undrained"`
+	// Holding counts the undrained records held for its quarantined
+	// tables (runtime.quarantine: hold).
+	Holding int64 `json:"holding,omitempty"`
 	// Quarantined lists the tables it refused permanently: their records
 	// go to the DLQ until a restart after the fix.
 	Quarantined []QuarantinedTable `json:"quarantined,omitempty"`
@@ -131,8 +134,11 @@ func RenderStatus(w io.Writer, r StatusReport) error {
 		}
 		row("sink "+s.Name, "%s", line)
 		for _, q := range s.Quarantined {
-			row("  quarantined", "%s since %s: %s (its records go to the dead-letter queue; fix it, restart, then re-snapshot the table)",
-				q.Table, q.Since.UTC().Format(time.RFC3339), Redact(q.Reason))
+			what := "its records go to the dead-letter queue; fix it, restart, then re-snapshot the table"
+			if s.Holding > 0 {
+				what = fmt.Sprintf("%d records held in the source's log, no checkpoint passes them; fix it and restart", s.Holding)
+			}
+			row("  quarantined", "%s since %s: %s (%s)", q.Table, q.Since.UTC().Format(time.RFC3339), Redact(q.Reason), what)
 		}
 	}
 	if r.Error != "" {

@@ -86,6 +86,13 @@ func (e *UndrainedError) Error() string {
 			sep = ": "
 		}
 		fmt.Fprintf(&b, "%ssink %s holds %d undrained", sep, s.Name, s.Undrained)
+		if s.Holding > 0 {
+			tables := make([]string, len(s.Quarantined))
+			for i, q := range s.Quarantined {
+				tables[i] = q.Table.String()
+			}
+			fmt.Fprintf(&b, " (%d held for quarantined %s: fix the sink, then restart)", s.Holding, strings.Join(tables, ", "))
+		}
 		if s.LastError != "" {
 			fmt.Fprintf(&b, " (failing since %s: %s)", s.FailingSince.UTC().Format(time.RFC3339), s.LastError)
 		}

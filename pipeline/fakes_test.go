@@ -278,7 +278,19 @@ type listSource struct {
 	next    int
 }
 
-func (s *listSource) Open(context.Context, Position) error { return nil }
+// Open resumes after the batch a checkpoint position names.
+func (s *listSource) Open(_ context.Context, from Position) error {
+	if from != nil {
+		var p struct{ N int }
+		if err := json.Unmarshal(from, &p); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.next = p.N + 1
+		s.mu.Unlock()
+	}
+	return nil
+}
 func (s *listSource) Read(ctx context.Context) (Batch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

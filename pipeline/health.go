@@ -23,8 +23,12 @@ type SinkHealth struct {
 	// durable in it.
 	Undrained int64
 	// Quarantined lists the tables the sink refused permanently (a
-	// *TableError): their records go to the DLQ until a restart.
+	// *TableError): their records go to the DLQ until a restart, or are
+	// held (Config.QuarantineHold).
 	Quarantined []Quarantine
+	// Holding counts the records of items held for a quarantined table
+	// (Config.QuarantineHold); they are part of Undrained.
+	Holding int64
 }
 
 // Quarantine is one table a sink refused permanently.
@@ -39,6 +43,7 @@ type Quarantine struct {
 type sinkLane struct {
 	ad        *adaptive
 	undrained atomic.Int64
+	holding   atomic.Int64
 	limit     atomic.Int64
 
 	mu           sync.Mutex
@@ -78,7 +83,7 @@ func (l *sinkLane) health(name string) SinkHealth {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := SinkHealth{Name: name, FailingSince: l.failingSince, BatchLimit: int(l.limit.Load()),
-		Undrained: l.undrained.Load()}
+		Undrained: l.undrained.Load(), Holding: l.holding.Load()}
 	if !l.failingSince.IsZero() {
 		h.LastError = l.lastErr
 	}
@@ -99,6 +104,20 @@ func (l *sinkLane) quarantine(table TableID, err error) Quarantine {
 	l.quarantined[table] = q
 	l.mu.Unlock()
 	return q
+}
+
+// holds reports whether records hold one of a table quarantined in this
+// sink (lane goroutine only).
+func (l *sinkLane) holds(records []Record) bool {
+	if len(l.quarantined) == 0 {
+		return false
+	}
+	for i := range records {
+		if _, ok := l.held(&records[i]); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // held returns the quarantine of r's table, if any (lane goroutine only).

@@ -41,6 +41,14 @@ type Config struct {
 	// DegradedAfter is how long a sink's writes may keep failing before
 	// the runtime reports the pipeline degraded (default 30s).
 	DegradedAfter time.Duration
+	// QuarantineHold keeps the changes of a table a sink refused
+	// permanently (a *TableError) in the source's log instead of sending
+	// them to the DLQ: they are not written and never become durable in
+	// that sink, so no checkpoint passes the first of them (Invariant 1)
+	// and a restart after the fix reads them again. The other tables keep
+	// flowing until the held changes fill the in-flight cap; a stop exits
+	// undrained, naming the held records.
+	QuarantineHold bool
 }
 
 func (c *Config) defaults() {

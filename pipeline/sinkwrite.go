@@ -63,9 +63,15 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, sl *sinkLane, recs
 			// without the table's records.
 			q := sl.quarantine(te.Table, te.Err)
 			r.obs.SinkQuarantined(s.Name, len(sl.quarantined))
-			r.log.Error("sink refused a table permanently; its records go to the dead-letter queue and the other tables keep flowing "+
-				"until a restart after the fix (then re-snapshot the table to recover the dead-lettered rows)",
-				zap.String("sink", s.Name), zap.Stringer("table", q.Table), zap.String("error", q.Reason))
+			if r.cfg.QuarantineHold {
+				r.log.Error("sink refused a table permanently; its changes are held in the source's log (no checkpoint passes them) "+
+					"and the other tables keep flowing until the in-flight cap fills; restart after the fix to deliver them",
+					zap.String("sink", s.Name), zap.Stringer("table", q.Table), zap.String("error", q.Reason))
+			} else {
+				r.log.Error("sink refused a table permanently; its records go to the dead-letter queue and the other tables keep flowing "+
+					"until a restart after the fix (then re-snapshot the table to recover the dead-lettered rows)",
+					zap.String("sink", s.Name), zap.Stringer("table", q.Table), zap.String("error", q.Reason))
+			}
 			attempt = 0
 			continue
 		}
@@ -128,27 +134,36 @@ func (r *Runtime) writeSink(ctx context.Context, s NamedSink, sl *sinkLane, recs
 
 // dropQuarantined returns piece without the records of tables quarantined
 // in this sink, which it stores in the sink's DLQ with the quarantine's
-// reason (Invariant 7). piece itself is returned when nothing is held.
+// reason (Invariant 7), or, with QuarantineHold, leaves to the source's
+// log (the lane never finishes their items: see inflight.finish). piece
+// itself is returned when nothing is held.
 func (r *Runtime) dropQuarantined(ctx context.Context, s NamedSink, sl *sinkLane, piece []Record) ([]Record, error) {
 	if len(sl.quarantined) == 0 {
 		return piece, nil
 	}
 	var keep []Record
 	var letters []DeadLetter
+	dropped := false
 	for i := range piece {
 		q, held := sl.held(&piece[i])
 		if !held {
 			keep = append(keep, piece[i])
 			continue
 		}
+		dropped = true
+		if r.cfg.QuarantineHold {
+			continue
+		}
 		letters = append(letters, r.deadLetter("sink:"+s.Name, &piece[i],
 			fmt.Errorf("table %s is quarantined in sink %s since %s: %s", q.Table, s.Name, q.Since.UTC().Format(time.RFC3339), q.Reason)))
 	}
-	if len(letters) == 0 {
+	if !dropped {
 		return piece, nil
 	}
-	if err := r.putDLQTo(ctx, s.DLQ, "sink:"+s.Name, letters); err != nil {
-		return nil, err
+	if len(letters) > 0 {
+		if err := r.putDLQTo(ctx, s.DLQ, "sink:"+s.Name, letters); err != nil {
+			return nil, err
+		}
 	}
 	return keep, nil
 }
