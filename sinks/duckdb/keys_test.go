@@ -10,7 +10,10 @@ import (
 	"github.com/sluice-cdc/sluice/verify"
 )
 
-var _ verify.KeyReader = (*Sink)(nil)
+var (
+	_ verify.KeyReader = (*Sink)(nil)
+	_ verify.Scanner   = (*Sink)(nil)
+)
 
 // pairs has a compound key, which RowsByKey matches as a semi-join.
 var pairs = &pipeline.Table{

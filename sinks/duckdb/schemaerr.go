@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/duckdb/duckdb-go/v2"
+
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
@@ -45,8 +47,20 @@ func (s *Sink) ensureShape(ctx context.Context, tb *upsert.TableBatch) (err erro
 func tableError(ctx context.Context, err error) error {
 	var se *schemaError
 	if !errors.As(err, &se) || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "IO Error") {
+		errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "IO Error") || outOfMemory(err) {
 		return nil
 	}
 	return &pipeline.TableError{Table: se.table, Err: err}
+}
+
+// outOfMemory reports DuckDB running out of its memory_limit: not the
+// statement's fault, and a smaller write may pass (pipeline.Overloaded).
+// The appender reports it as text only.
+func outOfMemory(err error) bool {
+	var de *duckdb.Error
+	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "Out of Memory Error") || strings.Contains(msg, "could not allocate block")
 }

@@ -2,10 +2,12 @@ package duckdb
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"math"
 	"math/big"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -291,6 +293,44 @@ func TestWriteHonoursCancellation(t *testing.T) {
 	}
 }
 
+// TestScanStops checks that Scan returns its callback's error and a
+// cancelled ctx's error at once, and that the sink is usable after.
+func TestScanStops(t *testing.T) {
+	s := openSink(t, Options{})
+	var recs []pipeline.Record
+	for i := range 10 {
+		recs = append(recs, change(pipeline.OpInsert, uint64(i+1), int64(i), "n", nil))
+	}
+	mustWrite(t, s, recs...)
+	stop := errors.New("stop")
+	c, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, tc := range []struct {
+		ctx  context.Context
+		at3  func() error
+		want error
+	}{
+		{ctx, func() error { return stop }, stop},
+		{c, func() error { cancel(); return nil }, context.Canceled},
+	} {
+		n := 0
+		err := s.Scan(tc.ctx, people, func([]any) error {
+			if n++; n == 3 {
+				return tc.at3()
+			}
+			return nil
+		})
+		if !errors.Is(err, tc.want) || n != 3 {
+			t.Fatalf("scan: %v after %d rows, want %v after 3", err, n, tc.want)
+		}
+	}
+	mustWrite(t, s, del(11, 0)) // the scans released the lock
+	n := 0
+	if err := s.Scan(ctx, people, func([]any) error { n++; return nil }); err != nil || n != 9 {
+		t.Fatalf("scan: %v, %d rows, want 9", err, n)
+	}
+}
+
 func TestTypesRoundTrip(t *testing.T) {
 	cols := []pipeline.Column{
 		{Name: "k", Type: pipeline.TypeUUID, Key: true},
@@ -461,4 +501,36 @@ func TestBulkLoadPathFallsBackToMerge(t *testing.T) {
 func TestRefusedShapeChangeIsATableError(t *testing.T) {
 	s := openSink(t, Options{})
 	sinktest.RefusedShapeChange(t, func(r []pipeline.Record) error { return s.Write(ctx, r) }, people, ver)
+}
+
+// DuckDB running out of its memory_limit is not the batch's fault: the
+// sink reports it as pipeline.Overloaded, so the runtime writes smaller
+// pieces and retries one record with backoff, never quarantining the
+// table or dead-lettering the rows.
+func TestOutOfMemoryIsOverloaded(t *testing.T) {
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("SET memory_limit = '2MB'"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec("CREATE TABLE big AS SELECT range AS id, repeat('x', 1000) AS v FROM range(200000) ORDER BY random()")
+	if err == nil || !outOfMemory(err) {
+		t.Fatalf("a query over DuckDB's memory limit: %v; want an out-of-memory error", err)
+	}
+	if outOfMemory(errors.New("Constraint Error: duplicate key")) {
+		t.Fatal("a constraint error is not out of memory")
+	}
+	s := openSink(t, Options{MemoryLimit: 2 << 20})
+	var recs []pipeline.Record
+	for i := range 20000 {
+		recs = append(recs, change(pipeline.OpInsert, uint64(i+1), int64(i), strings.Repeat("n", 2000), nil))
+	}
+	err = s.Write(ctx, recs)
+	var te *pipeline.TableError
+	if err == nil || !pipeline.IsOverloaded(err) || errors.As(err, &te) {
+		t.Fatalf("a batch over DuckDB's memory limit: %v; want pipeline.Overloaded", err)
+	}
 }
