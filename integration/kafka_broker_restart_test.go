@@ -180,6 +180,7 @@ runtime:
 	events := dec.decode(t, recs)
 	replayed := checkKeyOrder(t, events)
 	diffState(t, table, want, fold(events), "kv")
+	expectVerifyEqual(t, cfg)
 	t.Logf("%d workload transactions, %d records, %d rows equal; %d keys saw replayed (duplicate) changes",
 		writes.Load(), len(recs), len(want), replayed)
 }
