@@ -103,11 +103,20 @@
 // segment, go on. It returns nil only when every call was answered; with
 // appendfsync always
 // (what sluice requires of a Redis used as a sink) an answered write is on
-// disk. A connection error or a transient server state (LOADING, BUSY,
-// OOM, READONLY, ...) fails the whole batch for the runtime to retry; an
-// error about one record (the key holds another type, a value that cannot
-// be encoded) fails that record permanently through a *pipeline.BatchError
-// so it is dead-lettered (Invariant 7).
+// disk. Failures (classify.go):
+//
+//   - an error about one record — a value the format cannot hold, a row
+//     key that holds another type (WRONGTYPE) or a string that is not a
+//     sluice document — fails that record permanently through a
+//     *pipeline.BatchError so it is dead-lettered (Invariant 7);
+//   - a table no write can store — a column named _v or _deleted (or, in
+//     the hash format, with an empty name), no key columns, its barrier
+//     key or held set holding another type, an ACL that denies the sink's
+//     user the table's keys — fails with a *pipeline.TableError, so the
+//     runtime quarantines that table in this sink and the others go on;
+//   - anything else — a lost connection, a transient server state
+//     (LOADING, BUSY, OOM, READONLY, MASTERDOWN, ...), an error reply not
+//     named above — fails the whole batch for the runtime to retry.
 //
 // The sink assumes a single Redis (not a cluster: a call's keys span hash
 // slots) and that it is the only writer of its key prefix. Column names _v

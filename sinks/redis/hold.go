@@ -66,29 +66,40 @@ func (s *Sink) loadSnapshots(ctx context.Context, c *goredis.Client) error {
 // stampSnapshots stores now as the snapshot time of records' tables with
 // snapshot records, where the stored one is older than upsert.StampEvery,
 // and sets each table's tombstone argument for this Write: held (-now)
-// while its snapshot runs, else the TTL.
+// while its snapshot runs, else the TTL. An ACL that denies the sink's
+// user a table's snapshot key fails that table (tableError).
 func (s *Sink) stampSnapshots(ctx context.Context, records []pipeline.Record, now time.Time) error {
 	ms := now.UnixMilli()
-	var stamp []string
+	var stamp []*tableInfo
 	for _, t := range upsert.SnapshotTables(records) {
-		base := s.info(t).base
-		if at, ok := s.snapshots[base]; (!ok || ms-at >= upsert.StampEvery.Milliseconds()) && !slices.Contains(stamp, base) {
-			stamp = append(stamp, base)
+		ti := s.info(t)
+		if at, ok := s.snapshots[ti.base]; (!ok || ms-at >= upsert.StampEvery.Milliseconds()) &&
+			!slices.ContainsFunc(stamp, func(x *tableInfo) bool { return x.base == ti.base }) {
+			stamp = append(stamp, ti)
 		}
 	}
 	if len(stamp) > 0 {
-		_, err := s.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-			for _, b := range stamp {
-				p.Set(ctx, snapshotKey(b), ms, 0)
-				p.SAdd(ctx, s.registryKey(), b)
+		cmds, err := s.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, ti := range stamp {
+				p.Set(ctx, snapshotKey(ti.base), ms, 0)
+				p.SAdd(ctx, s.registryKey(), ti.base)
 			}
 			return nil
 		})
 		if err != nil {
+			// A refused command fails the transaction (EXECABORT); its
+			// own error says why.
+			for k, ti := range stamp {
+				if 2*k < len(cmds) {
+					if te := tableError(ctx, ti, cmds[2*k].Err()); te != nil {
+						return te
+					}
+				}
+			}
 			return err
 		}
-		for _, b := range stamp {
-			s.snapshots[b] = ms
+		for _, ti := range stamp {
+			s.snapshots[ti.base] = ms
 		}
 	}
 	held := "-" + strconv.FormatInt(ms, 10)

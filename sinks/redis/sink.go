@@ -190,13 +190,17 @@ func (s *Sink) Close(ctx context.Context) error {
 
 // tableInfo is what a table shape needs for its keys.
 type tableInfo struct {
+	id      pipeline.TableID
 	prefix  string // every row key of the table starts with it
 	base    string // the barrier key without "#barrier": names the table's other keys
 	barrier string // the barrier key
 	tomb    string // this Write's tombstone TTL argument (hold.go)
 	pattern string // SCAN MATCH pattern of the row keys
-	badCol  string // a column whose name collides with a reserved field
-	names   []any  // the column names, boxed once for the script arguments
+	// reserved: badCol, a column's name, collides with a reserved field
+	// (see shapeError).
+	reserved bool
+	badCol   string
+	names    []any // the column names, boxed once for the script arguments
 }
 
 func (s *Sink) info(t *pipeline.Table) *tableInfo {
@@ -206,11 +210,11 @@ func (s *Sink) info(t *pipeline.Table) *tableInfo {
 	tmpl := strings.TrimSuffix(s.opts.KeyTemplate, "{pk}")
 	prefix := strings.NewReplacer("{database}", t.ID.Database, "{schema}", t.ID.Schema, "{table}", t.ID.Table).Replace(tmpl)
 	base := prefix[:len(prefix)-1]
-	ti := &tableInfo{prefix: prefix, base: base, barrier: barrierKey(base), pattern: globEscape(prefix) + "*", tomb: s.tombTTL}
+	ti := &tableInfo{id: t.ID, prefix: prefix, base: base, barrier: barrierKey(base), pattern: globEscape(prefix) + "*", tomb: s.tombTTL}
 	for _, c := range t.Columns {
 		ti.names = append(ti.names, c.Name)
 		if c.Name == fieldVersion || c.Name == fieldDeleted || (s.opts.Format == "hash" && c.Name == "") {
-			ti.badCol = c.Name
+			ti.reserved, ti.badCol = true, c.Name
 		}
 	}
 	s.tables[t] = ti
@@ -250,8 +254,8 @@ func (s *Sink) rowKey(t *pipeline.Table, ti *tableInfo, img []any) (string, erro
 func (s *Sink) args(r *pipeline.Record) (key string, argv []any, err error) {
 	t := r.Table
 	ti := s.info(t)
-	if ti.badCol != "" || len(t.KeyIdx) == 0 {
-		return "", nil, fmt.Errorf("table %s: column name %q is reserved or the table has no key", t.ID, ti.badCol)
+	if err := shapeError(t, ti); err != nil {
+		return "", nil, err // Write refuses the table before encoding
 	}
 	img := r.After
 	if r.Op == pipeline.OpDelete {
@@ -356,7 +360,10 @@ func count(n int) any {
 
 // Write applies the records and returns once Redis acknowledged every
 // script call (durable with appendfsync always). Truncates run first; the
-// other records go in one pipeline of EVALSHA calls, in order.
+// other records go in one pipeline of EVALSHA calls, in order. It fails
+// as classify.go describes: records in a *pipeline.BatchError, a table in
+// a *pipeline.TableError (nothing is written when its shape is refused),
+// or the whole batch.
 func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -374,7 +381,10 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	}
 	for i := range records {
 		if r := &records[i]; isRow(r) {
-			s.info(r.Table) // fill the cache before the encoders read it
+			// Fill the cache before the encoders read it.
+			if err := shapeError(r.Table, s.info(r.Table)); err != nil {
+				return err
+			}
 		}
 	}
 	if err := s.recordGeneration(ctx, records); err != nil {
@@ -393,9 +403,8 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			continue
 		}
 		if err := s.truncate(ctx, r); err != nil {
-			if perm, ok := s.classify(ctx, err); ok {
-				fail(i, perm)
-				continue
+			if te := tableError(ctx, s.info(r.Table), err); te != nil {
+				return te
 			}
 			return s.wrap(ctx, err)
 		}
@@ -439,6 +448,13 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		close(w)
 	}
 	wg.Wait()
+	for _, res := range results {
+		// A table's refusal first: it holds whatever else failed.
+		var te *pipeline.TableError
+		if errors.As(res.err, &te) {
+			return te
+		}
+	}
 	for _, res := range results {
 		if res.err != nil {
 			return s.wrap(ctx, res.err)
@@ -516,7 +532,7 @@ func (s *Sink) encodeSegment(recs []pipeline.Record, base int, fail func(int, er
 		o := open{partitionOf(e.key), s.tables[r.Table]}
 		c := last[o]
 		if c == nil || len(c.idx) == chunkSize {
-			c = &chunk{keys: []string{o.table.barrier}, argv: []any{"w", s.opts.Format[:1], s.liveTTL, o.table.tomb}}
+			c = &chunk{table: o.table, keys: []string{o.table.barrier}, argv: []any{"w", s.opts.Format[:1], s.liveTTL, o.table.tomb}}
 			parts[o.part] = append(parts[o.part], c)
 			last[o] = c
 		}
@@ -529,14 +545,15 @@ func (s *Sink) encodeSegment(recs []pipeline.Record, base int, fail func(int, er
 
 // chunk is one script call: the records idx of one table, in order.
 type chunk struct {
-	idx  []int
-	keys []string
-	argv []any
+	table *tableInfo
+	idx   []int
+	keys  []string
+	argv  []any
 }
 
 type partResult struct {
 	failed []pipeline.RecordError // permanent per-record failures
-	err    error                  // the batch failed (connection, transient)
+	err    error                  // the batch failed (a table's refusal, or transient)
 }
 
 func partitionOf(key string) int {
@@ -574,13 +591,10 @@ func (s *Sink) execPartition(ctx context.Context, chunks []*chunk) (out partResu
 					again = append(again, c)
 					continue
 				}
-				perm, ok := s.classify(ctx, err)
-				if !ok {
-					return partResult{err: err}
+				if te := tableError(ctx, c.table, err); te != nil {
+					return partResult{err: te}
 				}
-				for _, i := range c.idx {
-					out.failed = append(out.failed, pipeline.RecordError{Index: i, Err: perm, Permanent: true})
-				}
+				return partResult{err: err}
 			}
 		}
 		// Redis lost its script cache (a restart, SCRIPT FLUSH): re-run
@@ -641,23 +655,6 @@ func (s *Sink) run(ctx context.Context, keys []string, argv []any) error {
 		err = s.client.Eval(ctx, writeScript, keys, argv...).Err()
 	}
 	return err
-}
-
-// classify returns the permanent error of a record and true when err is
-// an error reply about that record (WRONGTYPE, a script error); false for
-// connection failures and transient server states, which fail the batch.
-func (s *Sink) classify(ctx context.Context, err error) (error, bool) {
-	var rerr goredis.Error
-	if ctx.Err() != nil || !errors.As(err, &rerr) {
-		return nil, false
-	}
-	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM",
-		"NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM", "MOVED", "ASK", "NOSCRIPT", "EXECABORT"} {
-		if goredis.HasErrorPrefix(err, p) {
-			return nil, false
-		}
-	}
-	return fmt.Errorf("redis: %w", err), true
 }
 
 func (s *Sink) wrap(ctx context.Context, err error) error {
