@@ -24,6 +24,7 @@ func TestKafkaSink(t *testing.T) {
 	t.Run("RowEnvelope", func(t *testing.T) { testRowEnvelope(t, k) })
 	t.Run("Evolution", func(t *testing.T) { testEvolution(t, k) })
 	t.Run("Unencodable", func(t *testing.T) { testUnencodable(t, k) })
+	t.Run("Refusals", func(t *testing.T) { testBrokerRefusals(t, k) })
 	t.Run("RowsExactlyOnce", func(t *testing.T) { testRows(t, k.Brokers(), rowsCase{EnvelopeDebezium, true}) })
 }
 

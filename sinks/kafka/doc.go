@@ -39,10 +39,15 @@
 // whole batch asynchronously and returns nil only after every record's
 // promise succeeded, which is when the runtime's ack ledger may advance
 // (Invariant 1). A produce error fails the batch (the runtime retries it;
-// consumers absorb the duplicates by key and version), except refusals no
-// retry can fix (record too large, invalid record), which are permanent
-// per-record failures, and authorization failures, which are fatal.
-// Records that cannot be encoded (decimal NaN, a value out of its column's
+// consumers absorb the duplicates by key and version), except (judge, in
+// classify.go): an invalid record, a permanent per-record failure; a
+// record batch refused as too large (MESSAGE_TOO_LARGE answers for a
+// partition's whole batch), pipeline.TooLarge, so the runtime writes the
+// records again in smaller pieces and dead-letters one refused alone; a
+// table's topic the principal may not write, or that does not exist while
+// the sink does not create it, a *pipeline.TableError, so the runtime
+// quarantines that table in this sink; and credentials or cluster-wide
+// authorization failures, which are fatal. Records that cannot be encoded (decimal NaN, a value out of its column's
 // range, unchanged TOAST values without Options.Unchanged) go to
 // Options.DLQTopic with their JSON form and the error in headers, or, with
 // no DLQ topic, come back as permanent failures so the runtime's
@@ -50,7 +55,8 @@
 //
 // Topics are created on first use when Options.CreateTopics.Enabled (with
 // cleanup.policy=compact when Compact, for tables with a key); an existing
-// topic is used as it is.
+// topic is used as it is, also when the broker refuses the principal the
+// creation. The client never asks the broker to auto-create a topic.
 //
 // Exactly-once (Options.ExactlyOnce): every Write is one Kafka transaction
 // holding the batch's events, tombstones and DLQ-topic records plus a

@@ -268,10 +268,11 @@ func TestKfakeTransientProduceError(t *testing.T) {
 	}
 }
 
-// Non-retriable refusals (INVALID_RECORD, MESSAGE_TOO_LARGE) are permanent
-// per-record failures in a *pipeline.BatchError, and the sink goes on.
+// A non-retriable refusal (INVALID_RECORD) is a permanent per-record
+// failure in a *pipeline.BatchError, and the sink goes on. (A batch refused
+// as too large is split instead: TestKfakeTooLarge.)
 func TestKfakePermanentProduceError(t *testing.T) {
-	for _, e := range []*kerr.Error{kerr.InvalidRecord, kerr.MessageTooLarge} {
+	for _, e := range []*kerr.Error{kerr.InvalidRecord} {
 		t.Run(e.Message, func(t *testing.T) {
 			c := fakeCluster(t)
 			var refuse atomic.Bool

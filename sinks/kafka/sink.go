@@ -6,10 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
@@ -137,13 +137,6 @@ func (s *Sink) closeLocked() {
 	}
 }
 
-// pending is what one input record turned into: the Kafka records to
-// produce (a delete and its tombstone share the input's index).
-type pending struct {
-	idx  int
-	recs []*kgo.Record
-}
-
 // Write produces the batch and returns nil only when the broker
 // acknowledged every record (acks=all, idempotent producer), which is what
 // lets the runtime's ack ledger advance (Invariant 1).
@@ -153,11 +146,13 @@ type pending struct {
 // asynchronously, and waits for every promise. Records that cannot be
 // encoded go to DLQTopic
 // or come back as permanent failures in a *pipeline.BatchError (Invariant
-// 7). A record the broker refuses for good (too large, invalid) is a
-// permanent failure too; any other produce error fails the whole batch with
-// a plain error so the runtime retries it: a replay only duplicates events,
-// which consumers absorb because they upsert by key and every record
-// carries its version (Invariant 4).
+// 7). A record the broker refuses for good (invalid) is a permanent
+// failure too; a batch refused as too large, a table's topic the sink may
+// not write or that does not exist, and a fatal answer fail it as judge
+// describes; any other produce error fails the whole batch with a plain
+// error so the runtime retries it: a replay only duplicates events, which
+// consumers absorb because they upsert by key and every record carries
+// its version (Invariant 4).
 func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	p, err := s.Start(ctx, records)
 	if err != nil {
@@ -244,7 +239,7 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 			}
 			return nil, err
 		default:
-			p := pending{i, recs}
+			p := s.pendingOf(i, r, recs)
 			b.work = append(b.work, p)
 			b.f.produce(ctx, s.client, p)
 		}
@@ -259,7 +254,7 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 	// DLQ topic, or back to the runtime as a permanent failure.
 	if s.opts.DLQTopic != "" {
 		for _, f := range b.bad {
-			p := pending{f.Index, []*kgo.Record{s.deadLetter(&records[f.Index], f.Err)}}
+			p := pending{idx: f.Index, recs: []*kgo.Record{s.deadLetter(&records[f.Index], f.Err)}}
 			b.work = append(b.work, p)
 			b.f.produce(ctx, s.client, p)
 		}
@@ -279,31 +274,20 @@ type batch struct {
 
 func (b *batch) Done() <-chan struct{} { return b.f.done }
 
-// Err classifies the promises' errors once Done is closed.
+// Err classifies the promises' errors (judge) once Done is closed.
 func (b *batch) Err() error {
-	errs := b.f.result()
+	refused, err := b.s.judge(b.work, b.f.result())
+	if err != nil {
+		return err
+	}
 	bad := b.bad
-	var transient, fatal error
 	for _, p := range b.work {
-		e := errs[p.idx]
-		if e == nil {
-			continue
-		}
-		switch {
-		case isPermanent(e):
+		if e, ok := refused[p.idx]; ok {
 			bad = append(bad, pipeline.RecordError{Index: p.idx, Err: fmt.Errorf("broker refused the record: %w", e), Permanent: true})
-		case isFatal(e):
-			fatal = e
-		case transient == nil:
-			transient = e
 		}
 	}
-	switch {
-	case fatal != nil:
-		return pipeline.Fatal(fmt.Errorf("kafka sink %s: %w", b.s.opts.Name, fatal))
-	case transient != nil:
-		return fmt.Errorf("kafka sink %s: not every record was acknowledged: %w", b.s.opts.Name, transient)
-	case len(bad) > 0:
+	if len(bad) > 0 {
+		sort.Slice(bad, func(i, j int) bool { return bad[i].Index < bad[j].Index })
 		return &pipeline.BatchError{Failed: bad}
 	}
 	// Invariant 1: nil only now, with every promise of the batch succeeded
@@ -425,6 +409,16 @@ func (s *Sink) prepare(ctx context.Context, r *pipeline.Record) ([]*kgo.Record, 
 	return out, nil
 }
 
+// pendingOf is the pending of input record i, r, encoded as recs; s.mu
+// is held (r's shape is resolved).
+func (s *Sink) pendingOf(i int, r *pipeline.Record, recs []*kgo.Record) pending {
+	p := pending{idx: i, recs: recs, table: r.Table}
+	if sh := s.shapes[r.Table]; sh != nil {
+		p.topic = sh.state
+	}
+	return p
+}
+
 // deadLetter is the DLQTopic record of an unencodable record.
 func (s *Sink) deadLetter(r *pipeline.Record, cause error) *kgo.Record {
 	return &kgo.Record{Topic: s.opts.DLQTopic, Key: []byte(tableName(r)), Value: pipeline.MarshalRecord(r),
@@ -458,17 +452,4 @@ func tableName(r *pipeline.Record) string {
 		return ""
 	}
 	return r.Table.ID.String()
-}
-
-// isPermanent reports broker answers that no retry can change for this
-// record.
-func isPermanent(err error) bool {
-	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
-		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage)
-}
-
-// isFatal reports answers that need an operator (credentials, ACLs).
-func isFatal(err error) bool {
-	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
-		errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
 }

@@ -56,7 +56,9 @@ func (s *Sink) subject(topic string, isKey bool, sch avro.Schema) string {
 // produces any record, so a refused shape stops the batch with nothing of
 // it written. Errors: unencodable for shapes without an Avro form,
 // pipeline.Fatal for an incompatible shape under policy fail or a bad topic
-// template, plain errors for registry and broker trouble (retried).
+// template, a *pipeline.TableError for a topic that does not exist and that
+// the sink does not create, plain errors for registry and broker trouble
+// (retried).
 func (s *Sink) shapeOf(ctx context.Context, t *pipeline.Table) (*shape, error) {
 	if sh, ok := s.shapes[t]; ok {
 		return sh, nil
@@ -154,6 +156,10 @@ func (s *Sink) shapeOf(ctx context.Context, t *pipeline.Table) (*shape, error) {
 		*p.id = id
 	}
 	st, err := s.ensureTopic(ctx, topic, sh.keyID != 0)
+	var missing *missingTopicError
+	if errors.As(err, &missing) {
+		return nil, &pipeline.TableError{Table: t.ID, Err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink %s: %w", s.opts.Name, err)
 	}

@@ -43,11 +43,18 @@ type topicState struct {
 	// compacted: the topic has cleanup.policy compact, so the broker
 	// rejects records without a key.
 	compacted bool
+	// mayCreate: the sink created the topic or found it existing when it
+	// tried, so a produce that finds it unknown meets metadata lagging
+	// behind (retried), not a missing topic.
+	mayCreate bool
 }
 
 // ensureTopic creates topic when CreateTopics is enabled (an existing topic
 // is fine) and learns whether it is compacted. It runs once per topic and
-// process; errors are transient (the batch is retried).
+// process. A topic that does not exist and that the sink does not create
+// (CreateTopics off, or the broker refuses the sink's principal the
+// creation) is a *missingTopicError; other errors are transient (the batch
+// is retried).
 func (s *Sink) ensureTopic(ctx context.Context, topic string, compactable bool) (*topicState, error) {
 	if st, ok := s.topics[topic]; ok {
 		return st, nil
@@ -62,29 +69,38 @@ func (s *Sink) ensureTopic(ctx context.Context, topic string, compactable bool) 
 		resp, err := s.admin.CreateTopic(ctx, int32(s.opts.CreateTopics.Partitions), int16(s.opts.CreateTopics.ReplicationFactor), configs, topic)
 		switch {
 		case err == nil:
-			created = true
+			created, st.mayCreate = true, true
 			st.compacted = configs != nil
 			s.log.Info("topic created", zap.String("topic", topic), zap.Int32("partitions", resp.NumPartitions),
 				zap.Bool("compact", st.compacted))
 		case errors.Is(err, kerr.TopicAlreadyExists):
+			st.mayCreate = true
+		case errors.Is(err, kerr.TopicAuthorizationFailed):
+			// The broker checks CREATE before it looks for the topic: an
+			// existing topic the principal may write is still usable.
+			s.log.Warn("not authorized to create the topic; producing to it as it is", zap.String("topic", topic), zap.Error(err))
 		default:
 			return nil, fmt.Errorf("create topic %s: %w", topic, err)
 		}
 	}
 	if !created {
 		rcs, err := s.admin.DescribeTopicConfigs(ctx, topic)
-		if err == nil && len(rcs) == 1 && rcs[0].Err == nil {
+		err = errors.Join(err, firstErr(rcs))
+		switch {
+		case err == nil && len(rcs) == 1:
 			for _, c := range rcs[0].Configs {
 				if c.Key == "cleanup.policy" && strings.Contains(c.MaybeValue(), "compact") {
 					st.compacted = true
 				}
 			}
-		} else {
-			// An unknown topic (auto-created by the broker on first
-			// produce with its defaults) or no describe permission: keyless
-			// records are produced and a compacted topic's refusal makes
-			// them fail permanently.
-			s.log.Debug("topic config not readable", zap.String("topic", topic), zap.Error(errors.Join(err, firstErr(rcs))))
+		case !st.mayCreate && errors.Is(err, kerr.UnknownTopicOrPartition):
+			// The client never asks the broker to auto-create a topic.
+			return nil, s.missingTopic(topic)
+		default:
+			// No describe permission: keyless records are produced and a
+			// compacted topic's refusal makes them fail permanently; a
+			// missing topic shows when the records are produced (judge).
+			s.log.Debug("topic config not readable", zap.String("topic", topic), zap.Error(err))
 		}
 	}
 	s.topics[topic] = st

@@ -311,7 +311,7 @@ func (s *Sink) writeTxn(ctx context.Context, records []pipeline.Record) error {
 			}
 			return err
 		default:
-			work = append(work, pending{i, recs})
+			work = append(work, s.pendingOf(i, r, recs))
 		}
 	}
 	if skipped > 0 {
@@ -328,7 +328,7 @@ func (s *Sink) writeTxn(ctx context.Context, records []pipeline.Record) error {
 	// transaction, or back to the runtime as permanent failures.
 	if s.opts.DLQTopic != "" {
 		for _, f := range bad {
-			work = append(work, pending{f.Index, []*kgo.Record{s.deadLetter(&records[f.Index], f.Err)}})
+			work = append(work, pending{idx: f.Index, recs: []*kgo.Record{s.deadLetter(&records[f.Index], f.Err)}})
 		}
 		bad = nil
 	}
@@ -368,7 +368,7 @@ func (s *Sink) writeTxn(ctx context.Context, records []pipeline.Record) error {
 // commitTxn produces work and the new high-water mark in one transaction
 // and commits it. When the broker refuses records for good the transaction
 // is aborted and they are returned; any other failure aborts it and is
-// returned as the error.
+// returned as the error (classified by judge).
 func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []pending, bad []pipeline.RecordError) (map[int]error, error) {
 	next := s.txn
 	next.redo = nil
@@ -422,38 +422,21 @@ func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []
 	if err := s.client.BeginTransaction(); err != nil {
 		return nil, s.txnError("begin transaction", err)
 	}
-	all := append(append(make([]pending, 0, len(work)+1), work...), pending{-1, []*kgo.Record{markRec}})
+	all := append(append(make([]pending, 0, len(work)+1), work...), pending{idx: -1, recs: []*kgo.Record{markRec}})
 	errs, err := s.produce(ctx, all)
 	if err != nil {
 		s.abortTxn(ctx)
 		return nil, err // ctx's error
 	}
-	var refused map[int]error
-	var transient, fatal error
-	for idx, e := range errs {
-		switch {
-		case idx >= 0 && isPermanent(e):
-			if refused == nil {
-				refused = map[int]error{}
-			}
-			refused[idx] = e
-		case isFatal(e) || isFenced(e):
-			fatal = e
-		case transient == nil:
-			transient = e
-		}
-	}
-	if cerr := ctx.Err(); cerr != nil && fatal == nil {
+	refused, err := s.judge(all, errs)
+	if cerr := ctx.Err(); cerr != nil && !pipeline.IsFatal(err) {
 		s.abortTxn(ctx)
 		return nil, cerr
 	}
 	switch {
-	case fatal != nil:
+	case err != nil:
 		s.abortTxn(ctx)
-		return nil, pipeline.Fatal(fmt.Errorf("kafka sink %s: %w", s.opts.Name, fatal))
-	case transient != nil:
-		s.abortTxn(ctx)
-		return nil, fmt.Errorf("kafka sink %s: not every record was acknowledged; transaction aborted: %w", s.opts.Name, transient)
+		return nil, fmt.Errorf("%w (transaction aborted)", err)
 	case len(refused) > 0:
 		s.abortTxn(ctx)
 		return refused, nil

@@ -199,9 +199,12 @@ func TestOptions(t *testing.T) {
 }
 
 func TestErrorClasses(t *testing.T) {
-	wrapped := fmt.Errorf("produce: %w", kerr.MessageTooLarge)
+	wrapped := fmt.Errorf("produce: %w", kerr.InvalidRecord)
 	if !isPermanent(wrapped) || isFatal(wrapped) {
-		t.Error("message too large is not (only) permanent")
+		t.Error("an invalid record is not (only) permanent")
+	}
+	if isPermanent(kerr.MessageTooLarge) {
+		t.Error("message too large is permanent: the batch must be split first")
 	}
 	if !isFatal(kerr.TopicAuthorizationFailed) || isPermanent(kerr.TopicAuthorizationFailed) {
 		t.Error("authorization failure is not fatal")
