@@ -62,10 +62,13 @@ func (stager) AppendKey(b []byte, x any) ([]byte, bool) {
 // and synced the new segment and committed its root (see doc.go), and the
 // index directory is synced after the last one. It blocks while another
 // Write runs. Records the index cannot store fail permanently and are
-// reported in a *pipeline.BatchError; the others are applied. On any other
-// error (or when ctx is cancelled, then ctx.Err()) nothing of the batch
-// may be taken as durable, and a retry of the whole batch is harmless
-// (Invariant 4).
+// reported in a *pipeline.BatchError; the others are applied. A table
+// shape the index cannot take (a column whose type changed) fails the
+// whole Write, before anything is applied, with a *pipeline.TableError of
+// that table, so the runtime quarantines it and writes the rest again. On
+// any other error (or when ctx is cancelled, then ctx.Err()) nothing of
+// the batch may be taken as durable, and a retry of the whole batch is
+// harmless (Invariant 4).
 func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -79,6 +82,9 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		if err := s.reopenLocked(); err != nil {
 			return fmt.Errorf("bleve sink: reopen after a failed write: %w", err)
 		}
+	}
+	if err := s.checkShapes(records); err != nil {
+		return err
 	}
 	now := s.now()
 	// Invariant 6: a plan holds every document of its records, analysed,
@@ -114,17 +120,12 @@ const writePart = 1000
 // writePart applies one part of a Write and returns its records that
 // failed permanently, indexed into part.
 func (s *Sink) writePart(ctx context.Context, part []pipeline.Record, now time.Time) ([]pipeline.RecordError, error) {
-	recs, back, failed := s.checkShapes(part)
-	tbs, more := upsert.Prepare(recs, stager{new([]byte)}, tablePrefix)
-	for _, f := range more {
-		f.Index = back(f.Index)
-		failed = append(failed, f)
-	}
+	tbs, failed := upsert.Prepare(part, stager{new([]byte)}, tablePrefix)
 	sort.Slice(failed, func(a, b int) bool { return failed[a].Index < failed[b].Index })
 	// The runtime logs and counts each failed record as it dead-letters
 	// it (Invariant 9).
 	if len(tbs) > 0 {
-		p, err := s.plan(ctx, tbs, snapshotTables(recs), now, recs)
+		p, err := s.plan(ctx, tbs, snapshotTables(part), now, part)
 		if err == nil {
 			err = s.apply(ctx, p)
 		}
@@ -135,48 +136,46 @@ func (s *Sink) writePart(ctx context.Context, part []pipeline.Record, now time.T
 	return failed, nil
 }
 
-// checkShapes fails the records whose shape gives a column another type
-// than the index already holds for it (no migration of stored values). It
-// returns the records to fold and the map from their indexes back to
-// indexes into records.
-func (s *Sink) checkShapes(records []pipeline.Record) ([]pipeline.Record, func(int) int, []pipeline.RecordError) {
-	bad := map[*pipeline.Table]error{}
-	var failed []pipeline.RecordError
+// checkShapes returns the *pipeline.TableError of the first table of
+// records with a column whose type differs from the one the index holds
+// for it, or from the one an earlier shape of the table in records gives
+// it: stored values are not migrated, so no record of the table can be
+// written until the index is rebuilt. Nil when every shape fits.
+func (s *Sink) checkShapes(records []pipeline.Record) error {
+	type colType struct{ typ, elem pipeline.Type }
+	seen := map[*pipeline.Table]bool{}
+	known := map[string]map[string]colType{} // by table prefix, column name
 	for i := range records {
 		t := records[i].Table
-		if t == nil || !records[i].Op.IsData() {
+		if t == nil || !records[i].Op.IsData() || seen[t] {
 			continue
 		}
-		err, seen := bad[t]
-		if !seen {
-			if ts := s.state.Tables[tablePrefix(t.ID)]; ts != nil {
-				for _, c := range t.Columns {
-					if k, ok := ts.byName[c.Name]; ok && (ts.Columns[k].Type != c.Type || ts.Columns[k].Elem != c.Elem) {
-						err = valueErr("column %s changed type from %s to %s; index migration is not supported",
-							c.Name, typeText(ts.Columns[k].Type, ts.Columns[k].Elem), typeText(c.Type, c.Elem))
-						break
-					}
+		seen[t] = true
+		prefix := tablePrefix(t.ID)
+		cols := known[prefix]
+		if cols == nil {
+			cols = map[string]colType{}
+			if ts := s.state.Tables[prefix]; ts != nil {
+				for _, c := range ts.Columns {
+					cols[c.Name] = colType{c.Type, c.Elem}
 				}
 			}
-			bad[t] = err
+			known[prefix] = cols
 		}
-		if err != nil {
-			failed = append(failed, pipeline.RecordError{Index: i, Err: err, Permanent: true})
+		for _, c := range t.Columns {
+			was, ok := cols[c.Name]
+			if !ok {
+				cols[c.Name] = colType{c.Type, c.Elem}
+				continue
+			}
+			if was.typ != c.Type || was.elem != c.Elem {
+				return &pipeline.TableError{Table: t.ID, Err: fmt.Errorf("bleve: column %s changed type from %s to %s; "+
+					"the index does not migrate stored values: rebuild it (a new path, then a re-snapshot)",
+					c.Name, typeText(was.typ, was.elem), typeText(c.Type, c.Elem))}
+			}
 		}
 	}
-	if len(failed) == 0 {
-		return records, func(i int) int { return i }, nil
-	}
-	keep := make([]pipeline.Record, 0, len(records)-len(failed))
-	idx := make([]int, 0, cap(keep))
-	for i, f := 0, 0; i < len(records); i++ {
-		if f < len(failed) && failed[f].Index == i {
-			f++
-			continue
-		}
-		keep, idx = append(keep, records[i]), append(idx, i)
-	}
-	return keep, func(i int) int { return idx[i] }, failed
+	return nil
 }
 
 func typeText(t, elem pipeline.Type) string {

@@ -146,9 +146,13 @@
 // only). A record fails permanently, through a *pipeline.BatchError so
 // that the runtime dead-letters it (Invariant 7), when a value cannot be
 // stored exactly: a string that is not valid UTF-8, a json value that is
-// not valid JSON, a Go value of another type than its column's, or a
-// column whose type differs from the one the index holds for it (stored
-// values are not migrated). The rest of the batch applies.
+// not valid JSON, a Go value of another type than its column's. The rest
+// of the batch applies. A table shape with a column whose type differs
+// from the one the index holds for it (stored values are not migrated)
+// fails the Write before anything is applied, with a *pipeline.TableError:
+// the runtime quarantines that table in this sink and the other tables go
+// on. Any other failure (a full disk, an I/O error) fails the whole Write,
+// which the runtime retries.
 //
 // # Searching
 //

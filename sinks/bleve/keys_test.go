@@ -9,7 +9,10 @@ import (
 	"github.com/sluice-cdc/sluice/verify"
 )
 
-var _ verify.KeyReader = (*Sink)(nil)
+var (
+	_ verify.KeyReader = (*Sink)(nil)
+	_ verify.Scanner   = (*Sink)(nil)
+)
 
 // pairs has a compound key: its document ids have two key parts.
 var pairs = &pipeline.Table{

@@ -14,6 +14,7 @@ import (
 
 	"github.com/blevesearch/bleve/v2"
 	"github.com/blevesearch/bleve/v2/search/query"
+	index "github.com/blevesearch/bleve_index_api"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -188,27 +189,64 @@ func decodeJSON(s string, v any) error {
 
 // Rows returns the live rows of a source table, ordered by document id,
 // with values aligned with table.Columns in the record model's value types
-// (columns the index never held read as nil). It runs concurrently with
-// writes (seeing every Write that returned before it started), honours ctx
-// cancellation, and is a verification helper: it reads the whole table.
+// (columns the index never held read as nil): what Scan yields, collected.
+// It is a verification helper: it holds the whole table.
 func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
-	s.idxMu.RLock()
-	defer s.idxMu.RUnlock()
-	if s.idx == nil {
-		return nil, ErrClosed
-	}
-	q := query.NewBooleanQuery([]query.Query{tableQuery(tablePrefix(table.ID))}, nil, []query.Query{deadQuery()})
 	var out [][]any
-	err := eachDoc(ctx, s.idx, q, []string{fieldRow}, func(id string, fields map[string]any) error {
-		text, _ := fields[fieldRow].(string)
-		row, err := decodeRow(table, []byte(text))
-		if err != nil {
-			return fmt.Errorf("document %s: %w", id, err)
-		}
+	if err := s.Scan(ctx, table, func(row []any) error {
 		out = append(out, row)
 		return nil
-	})
-	return out, err
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Scan implements verify.Scanner: it calls row for every live row of a
+// source table (no tombstones; a truncate removes the rows below it),
+// aligned with table.Columns as Rows aligns them, in document id order;
+// row owns the slice it gets. It reads one snapshot of the index (every
+// Write that returned before it started, nothing of a Write that started
+// after): it walks the table's document ids in the snapshot's term
+// dictionary and loads one document at a time, so memory does not grow
+// with the table. It holds the index shared, as Search does: Writes and
+// other reads run alongside it, Close (and the reopen after a failed
+// Write) waits for it. It returns the first error of row and checks ctx
+// before each document.
+func (s *Sink) Scan(ctx context.Context, table *pipeline.Table, row func([]any) error) error {
+	s.idxMu.RLock()
+	defer s.idxMu.RUnlock()
+	r, err := s.snapshot()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	ids, err := r.FieldDictPrefix(fieldID, []byte(tablePrefix(table.ID)+"/"))
+	if err != nil {
+		return err
+	}
+	defer ids.Close()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e, err := ids.Next()
+		if err != nil || e == nil {
+			return err
+		}
+		// The dictionary lists each id once, including ids whose
+		// documents were deleted in segments not merged away yet:
+		// liveRow reads the snapshot's document of the id, if any.
+		values, ok, err := liveRow(r, table, e.Term)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if err := row(values); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // RowsByKey implements verify.KeyReader: it returns the live rows among
@@ -227,14 +265,7 @@ func (s *Sink) RowsByKey(ctx context.Context, table *pipeline.Table, keys [][]an
 	}
 	s.idxMu.RLock()
 	defer s.idxMu.RUnlock()
-	if s.idx == nil {
-		return nil, ErrClosed
-	}
-	adv, err := s.idx.Advanced()
-	if err != nil {
-		return nil, err
-	}
-	r, err := adv.Reader()
+	r, err := s.snapshot()
 	if err != nil {
 		return nil, err
 	}
@@ -259,27 +290,53 @@ func (s *Sink) RowsByKey(ctx context.Context, table *pipeline.Table, keys [][]an
 		}
 		id := string(buf)
 		seen[id] = true
-		doc, err := r.Document(id)
+		row, ok, err := liveRow(r, table, id)
 		if err != nil {
-			return nil, fmt.Errorf("look up %s: %w", id, err)
+			return nil, err
 		}
-		if doc == nil {
-			continue
+		if ok {
+			out = append(out, row)
 		}
-		st, err := readStored(doc)
-		if err != nil {
-			return nil, fmt.Errorf("document %s: %w", id, err)
-		}
-		if st.deleted {
-			continue
-		}
-		row, err := decodeRow(table, st.row)
-		if err != nil {
-			return nil, fmt.Errorf("document %s: %w", id, err)
-		}
-		out = append(out, row)
 	}
 	return out, nil
+}
+
+// snapshot opens a reader of the index's current snapshot; the caller
+// holds s.idxMu shared and closes the reader.
+func (s *Sink) snapshot() (index.IndexReader, error) {
+	if s.idx == nil {
+		return nil, ErrClosed
+	}
+	adv, err := s.idx.Advanced()
+	if err != nil {
+		return nil, err
+	}
+	return adv.Reader()
+}
+
+// liveRow reads the document with id from r: its row, aligned with
+// table.Columns, and true; false when r holds no such document or it is a
+// tombstone.
+func liveRow(r index.IndexReader, table *pipeline.Table, id string) ([]any, bool, error) {
+	doc, err := r.Document(id)
+	if err != nil {
+		return nil, false, fmt.Errorf("look up %s: %w", id, err)
+	}
+	if doc == nil {
+		return nil, false, nil
+	}
+	st, err := readStored(doc)
+	if err != nil {
+		return nil, false, fmt.Errorf("document %s: %w", id, err)
+	}
+	if st.deleted {
+		return nil, false, nil
+	}
+	row, err := decodeRow(table, st.row)
+	if err != nil {
+		return nil, false, fmt.Errorf("document %s: %w", id, err)
+	}
+	return row, true, nil
 }
 
 // appendKeyParts appends to id the parts of a row's key values (in

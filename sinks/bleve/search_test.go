@@ -225,3 +225,48 @@ func TestSearchDuringWrites(t *testing.T) {
 		t.Fatalf("final search: %d, %v", res.Total, err)
 	}
 }
+
+// TestScanStops checks that Scan reads one snapshot (a Write during the
+// scan changes nothing it yields), and that it returns its callback's
+// error and a cancelled ctx's error at once.
+func TestScanStops(t *testing.T) {
+	s := openSink(t, Options{})
+	for i := range 11 { // a batch each: several segments
+		mustWrite(t, s, change(pipeline.OpInsert, uint64(i+1), int64(i), "n", nil))
+	}
+	mustWrite(t, s, del(20, 10), product(pipeline.OpInsert, 21, 1, "t", "d", 1, 1))
+	var ids []int64
+	err := s.Scan(ctx, people, func(r []any) error {
+		if len(ids) == 0 {
+			mustWrite(t, s, del(22, 9), change(pipeline.OpInsert, 23, int64(30), "late", nil))
+		}
+		ids = append(ids, r[0].(int64))
+		return nil
+	})
+	slices.Sort(ids)
+	if want := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; err != nil || !slices.Equal(ids, want) {
+		t.Fatalf("scan: %v, ids %v, want %v", err, ids, want)
+	}
+	stop := errors.New("stop")
+	c, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, tc := range []struct {
+		ctx  context.Context
+		at3  func() error
+		want error
+	}{
+		{ctx, func() error { return stop }, stop},
+		{c, func() error { cancel(); return nil }, context.Canceled},
+	} {
+		n := 0
+		err := s.Scan(tc.ctx, people, func([]any) error {
+			if n++; n == 3 {
+				return tc.at3()
+			}
+			return nil
+		})
+		if !errors.Is(err, tc.want) || n != 3 {
+			t.Fatalf("scan: %v after %d rows, want %v after 3", err, n, tc.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,17 +203,42 @@ func TestPoisonRecordsApplyTheRest(t *testing.T) {
 		t.Fatalf("failed %v: %v", failed, err)
 	}
 	expectRows(t, s, docs, []any{int64(1), pipeline.JSON(`{"ok":true}`), "fine"}, []any{int64(5), pipeline.JSON(`"x"`), "fine too"})
-	// A later shape that changes a column's type is refused too.
-	docs2 := &pipeline.Table{ID: docs.ID, KeyIdx: []int{0}, Generation: 2,
-		Columns: []pipeline.Column{{Name: "id", Type: pipeline.TypeInt64, Key: true},
-			{Name: "body", Type: pipeline.TypeString}, {Name: "title", Type: pipeline.TypeString}}}
-	err = s.Write(ctx, []pipeline.Record{{Op: pipeline.OpUpdate, Table: docs2, After: []any{int64(1), "text", "t"}, Version: ver(9)},
-		rec(7, `{}`, "seven")})
-	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[0].Index != 0 || !be.Failed[0].Permanent {
-		t.Fatalf("type change: %v", err)
+}
+
+// A shape that changes a column's type — against the index, or against an
+// earlier shape in the same batch of a table the index does not hold yet —
+// refuses its table with a *pipeline.TableError before anything of the
+// batch is applied; the other tables go on.
+func TestTypeChangeRefusesTable(t *testing.T) {
+	s := openSink(t, Options{})
+	shape := func(name string, gen int, body pipeline.Type) *pipeline.Table {
+		return &pipeline.Table{ID: pipeline.TableID{Schema: "s", Table: name}, KeyIdx: []int{0}, Generation: gen,
+			Columns: []pipeline.Column{{Name: "id", Type: pipeline.TypeInt64, Key: true}, {Name: "body", Type: body}}}
 	}
-	expectRows(t, s, docs, []any{int64(1), pipeline.JSON(`{"ok":true}`), "fine"}, []any{int64(5), pipeline.JSON(`"x"`), "fine too"},
-		[]any{int64(7), pipeline.JSON(`{}`), "seven"})
+	rec := func(tbl *pipeline.Table, v uint64, id int64, body any) pipeline.Record {
+		return pipeline.Record{Op: pipeline.OpInsert, Table: tbl, After: []any{id, body}, Version: ver(v)}
+	}
+	docs, docs2 := shape("docs", 1, pipeline.TypeJSON), shape("docs", 2, pipeline.TypeString)
+	fresh, fresh2 := shape("fresh", 1, pipeline.TypeInt64), shape("fresh", 2, pipeline.TypeString)
+	mustWrite(t, s, rec(docs, 1, 1, pipeline.JSON(`{}`)))
+	for _, tc := range []struct {
+		table pipeline.TableID
+		recs  []pipeline.Record
+	}{
+		{docs.ID, []pipeline.Record{change(pipeline.OpInsert, 2, int64(1), "a", nil), rec(docs2, 3, 1, "text"), rec(docs, 4, 2, pipeline.JSON(`[]`))}},
+		{fresh.ID, []pipeline.Record{change(pipeline.OpInsert, 2, int64(1), "a", nil), rec(fresh, 3, 1, int64(7)), rec(fresh2, 4, 2, "seven")}},
+	} {
+		err := s.Write(ctx, tc.recs)
+		var te *pipeline.TableError
+		if !errors.As(err, &te) || te.Table != tc.table || !strings.Contains(err.Error(), "changed type") {
+			t.Fatalf("err = %v (%T), want a *pipeline.TableError of %s", err, err, tc.table)
+		}
+		t.Logf("refused: %v", err)
+		expectRows(t, s, people) // nothing of the batch was applied
+	}
+	expectRows(t, s, docs, []any{int64(1), pipeline.JSON(`{}`)})
+	mustWrite(t, s, change(pipeline.OpInsert, 5, int64(1), "a", nil))
+	expectRows(t, s, people, []any{int64(1), "a", nil})
 }
 
 func TestTombstonePurgeWaitsForSnapshot(t *testing.T) {
