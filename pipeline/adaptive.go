@@ -89,6 +89,12 @@ func Overloaded(err error) error {
 	return overloadedError{err}
 }
 
+// IsOverloaded reports whether err was marked with Overloaded.
+func IsOverloaded(err error) bool {
+	var o overloadedError
+	return errors.As(err, &o)
+}
+
 // timedOut reports whether a write that failed with err ran out of time
 // at some layer — the runtime's WriteTimeout (attempt ended while ctx
 // did not), a deadline of the sink's own, or a network read or write

@@ -234,6 +234,9 @@ func replyError(what string, status int, body []byte) error {
 	if len(msg) > 2000 {
 		msg = msg[:2000] + "…"
 	}
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
 	return &statusError{what: what, status: status, msg: msg}
 }
 

@@ -69,7 +69,10 @@ func nodeTests(t *testing.T, engine harness.SearchEngine) {
 		{"AsyncDurabilityIsFatal", testAsyncDurability},
 		{"WrongKindIsFatal", testWrongKind},
 		{"NodeUnreachable", testUnreachable},
+		{"IndexRefusalsQuarantineTable", testIndexRefusals},
+		{"TooLargeIsSplit", testTooLarge},
 		{"KeyReadsDuringWrites", testKeyReadsDuringWrites},
+		{"ScanStops", testScanStops},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, n) })
 	}

@@ -21,7 +21,8 @@
 // Options.Mappings["schema.table"] overrides the mapping: its
 // "properties" replace the derived field mappings field by field, its
 // other members (dynamic, _source, dynamic_templates, …) are added; a
-// mapping the engine refuses at creation is Fatal.
+// mapping the engine refuses, at creation or for added columns, fails
+// that table (below).
 //
 //	record model type                     document value                       mapping
 //	bool                                  true | false                         boolean
@@ -105,19 +106,32 @@
 // when that is newer than the stored document, else the stored value,
 // else NULL (a key not held, or a tombstone, which holds no values).
 //
-// Errors: a document the engine refuses (mapper_parsing_exception,
-// document_parsing_exception, illegal_argument_exception, …) fails the
+// Errors (refusal.go): a document the engine refuses
+// (mapper_parsing_exception, document_parsing_exception,
+// illegal_argument_exception, … : a bulk item answered 400) fails the
 // batch's records of that key permanently in a *pipeline.BatchError whose
 // error carries the engine's reason, so the runtime dead-letters them
 // (Invariant 7) while the rest of the batch is durable; values the sink
-// cannot encode fail their record the same way. An item refused with 429,
-// a 5xx or a missing index, a failed request or a lost connection fails
-// the whole batch for the runtime to retry. Invalid options and a Kind
-// that does not match the server are Fatal at Open.
+// cannot encode fail their record the same way. A table the engine will
+// not take — an index name or column name it cannot hold, a mapping it
+// refuses at creation or for added columns (a broken override, a type
+// clash, index.mapping.total_fields.limit), an index an operator closed
+// (index_closed_exception) or blocked for writes (index.blocks.write,
+// index.blocks.read_only) — fails the Write with a *pipeline.TableError,
+// so the runtime quarantines that table in this sink and the other tables
+// go on. A request refused as too large (413) is pipeline.TooLarge and an
+// item or request refused with 429 for a full queue
+// (es_rejected_execution_exception) pipeline.Overloaded: the runtime
+// writes the records again in smaller pieces. The flood-stage disk
+// watermark's read-only-allow-delete block (429), a 5xx, a missing index,
+// the cluster's shard limit, a permission (401/403), a failed request, a
+// lost connection and any other answer fail the whole batch for the
+// runtime to retry. Invalid options, a Kind that does not match the server
+// and an index with async translog durability are Fatal.
 //
 // Consumer contract: a document is a row when _sluice_deleted is false
 // and _sluice_version is not below the index's barrier; the live alias
-// and Sink.Rows implement it. The sink must be the only writer of its
+// and Sink.Scan (Rows) implement it. The sink must be the only writer of its
 // indices and state index.
 //
 // # Options

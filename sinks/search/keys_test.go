@@ -1,7 +1,9 @@
 package search
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -11,7 +13,10 @@ import (
 	"github.com/sluice-cdc/sluice/verify"
 )
 
-var _ verify.KeyReader = (*Sink)(nil)
+var (
+	_ verify.KeyReader = (*Sink)(nil)
+	_ verify.Scanner   = (*Sink)(nil)
+)
 
 // TestLive checks the document-side form of liveFilter.
 func TestLive(t *testing.T) {
@@ -143,5 +148,52 @@ func testKeyReadsDuringWrites(t *testing.T, n *harness.SearchNode) {
 	t.Logf("%d reads during %d writes", reads, batches)
 	if d := sinktest.Diff(acct, readMap(t, s, acct), read()); d != "" {
 		t.Fatalf("RowsByKey differs from Rows:\n%s", d)
+	}
+}
+
+// testScanStops reads pages of 3 hits: Scan skips tombstones, does not
+// hold the sink's lock while it pages (a Write from its callback goes
+// through, unseen by the scan), and returns its callback's error and a
+// cancelled ctx's error at once, midway through the second page.
+func testScanStops(t *testing.T, n *harness.SearchNode) {
+	s := openSink(t, target(n, Options{}))
+	s.page = 3
+	var recs []pipeline.Record
+	for i := int64(1); i <= 11; i++ {
+		recs = append(recs, row(pipeline.OpInsert, 10, i, "x", nil))
+	}
+	mustWrite(t, s, recs...)
+	mustWrite(t, s, row(pipeline.OpDelete, 11, 11, nil, nil))
+	seen := 0
+	err := s.Scan(ctx, acct, func(r []any) error {
+		if seen++; seen == 1 {
+			mustWrite(t, s, row(pipeline.OpInsert, 12, 20, "late", nil))
+		}
+		return nil
+	})
+	if err != nil || seen != 10 {
+		t.Fatalf("scan: %v, %d rows, want 10", err, seen)
+	}
+	stop := errors.New("stop")
+	c, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, tc := range []struct {
+		ctx  context.Context
+		at4  func() error
+		want error
+	}{
+		{ctx, func() error { return stop }, stop},
+		{c, func() error { cancel(); return nil }, context.Canceled},
+	} {
+		n := 0
+		err := s.Scan(tc.ctx, acct, func([]any) error {
+			if n++; n == 4 {
+				return tc.at4()
+			}
+			return nil
+		})
+		if !errors.Is(err, tc.want) || n != 4 {
+			t.Fatalf("scan: %v after %d rows, want %v after 4", err, n, tc.want)
+		}
 	}
 }

@@ -39,7 +39,9 @@ func node(t testing.TB, engine harness.SearchEngine) *harness.SearchNode {
 		nodes.cur = nil
 	}
 	start := time.Now()
-	n, err := harness.StartSearch(ctx, engine, harness.SearchOptions{})
+	// Requests above maxContent are refused with 413 (testTooLarge); the
+	// sink's default bulk_max_bytes stays below it.
+	n, err := harness.StartSearch(ctx, engine, harness.SearchOptions{Settings: map[string]string{"http.max_content_length": maxContent}})
 	if err != nil {
 		if nodes.failed == nil {
 			nodes.failed = map[harness.SearchEngine]error{}
@@ -61,6 +63,9 @@ func TestMain(m *testing.M) {
 	nodes.mu.Unlock()
 	os.Exit(code)
 }
+
+// maxContent is the nodes' http.max_content_length.
+const maxContent = "10mb"
 
 // engines are the engines every node test runs against.
 var engines = []harness.SearchEngine{harness.OpenSearch, harness.Elasticsearch}

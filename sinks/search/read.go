@@ -16,7 +16,7 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
-// scrollPage is the number of hits per scroll page.
+// scrollPage is the number of hits per scroll page (Sink.page).
 const scrollPage = 1000
 
 // hit is one search hit.
@@ -29,45 +29,100 @@ type hit struct {
 // scroll refreshes index (so that every acknowledged write is searchable)
 // and calls fn with the hits of query, page by page.
 func (s *Sink) scroll(ctx context.Context, index string, query, source string, fn func([]hit) error) error {
-	path := "/" + url.PathEscape(index)
-	if _, _, err := s.call(ctx, "refresh "+index, http.MethodPost, path+"/_refresh", nil, nil); err != nil {
-		return err
-	}
-	body := `{"size":` + strconv.Itoa(scrollPage) + `,"sort":["_doc"],"_source":` + source + `,"query":` + query + `}`
-	_, resp, err := s.call(ctx, "search "+index, http.MethodPost, path+"/_search",
-		url.Values{"scroll": {"2m"}, "version": {"true"}}, []byte(body))
+	sc, err := s.openScroll(ctx, index, query, source)
 	if err != nil {
 		return err
 	}
-	var id string
-	defer func() {
-		if id != "" {
-			b, _ := json.Marshal(map[string][]string{"scroll_id": {id}})
-			_, _, _ = s.call(context.Background(), "clear scroll", http.MethodDelete, "/_search/scroll", nil, b, 404)
-		}
-	}()
-	for {
-		var r struct {
-			ScrollID string `json:"_scroll_id"`
-			Hits     struct {
-				Hits []hit `json:"hits"`
-			} `json:"hits"`
-		}
-		if err := json.Unmarshal(resp, &r); err != nil {
-			return fmt.Errorf("search %s: %w", index, err)
-		}
-		id = r.ScrollID
-		if len(r.Hits.Hits) == 0 {
-			return nil
-		}
-		if err := fn(r.Hits.Hits); err != nil {
+	return sc.each(ctx, fn)
+}
+
+// scroller reads a scroll search page by page (each). Its requests go
+// through the engine it was opened with, so it may page without s.mu.
+type scroller struct {
+	s     *Sink
+	eng   engine
+	index string
+	id    string // the scroll's id, cleared by close
+	hits  []hit  // the current page; empty at the end
+}
+
+// openScroll refreshes index (so that every acknowledged write is
+// searchable) and opens a scroll over the hits of query, with its first
+// page: the scroll keeps the view of the index of that moment. The
+// caller holds s.mu and closes the scroller.
+func (s *Sink) openScroll(ctx context.Context, index string, query, source string) (*scroller, error) {
+	if s.eng == nil {
+		return nil, errNotOpen
+	}
+	sc := &scroller{s: s, eng: s.eng, index: index}
+	path := "/" + url.PathEscape(index)
+	if _, _, err := sc.call(ctx, "refresh "+index, http.MethodPost, path+"/_refresh", nil, nil); err != nil {
+		return nil, err
+	}
+	body := `{"size":` + strconv.Itoa(s.page) + `,"sort":["_doc"],"_source":` + source + `,"query":` + query + `}`
+	_, resp, err := sc.call(ctx, "search "+index, http.MethodPost, path+"/_search",
+		url.Values{"scroll": {"2m"}, "version": {"true"}}, []byte(body))
+	if err == nil {
+		err = sc.read(resp)
+	}
+	if err != nil {
+		sc.close()
+		return nil, err
+	}
+	return sc, nil
+}
+
+// each calls fn with the current page and every next one, until fn
+// fails or a page is empty, then clears the scroll. It returns fn's error
+// as is, and ctx's error when ctx ends a request.
+func (sc *scroller) each(ctx context.Context, fn func([]hit) error) error {
+	defer sc.close()
+	for len(sc.hits) > 0 {
+		if err := fn(sc.hits); err != nil {
 			return err
 		}
-		b, _ := json.Marshal(map[string]string{"scroll": "2m", "scroll_id": id})
-		if _, resp, err = s.call(ctx, "scroll "+index, http.MethodPost, "/_search/scroll", nil, b); err != nil {
+		b, _ := json.Marshal(map[string]string{"scroll": "2m", "scroll_id": sc.id})
+		_, resp, err := sc.call(ctx, "scroll "+sc.index, http.MethodPost, "/_search/scroll", nil, b)
+		if err != nil {
+			return sc.s.ctxErr(ctx, err)
+		}
+		if err := sc.read(resp); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// read takes a page and the scroll's id from a search response.
+func (sc *scroller) read(resp []byte) error {
+	var r struct {
+		ScrollID string `json:"_scroll_id"`
+		Hits     struct {
+			Hits []hit `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := json.Unmarshal(resp, &r); err != nil {
+		return fmt.Errorf("search %s: %w", sc.index, err)
+	}
+	if r.ScrollID != "" {
+		sc.id = r.ScrollID
+	}
+	sc.hits = r.Hits.Hits
+	return nil
+}
+
+// close clears the scroll (its view of the index holds segments).
+func (sc *scroller) close() {
+	if sc.id != "" {
+		b, _ := json.Marshal(map[string][]string{"scroll_id": {sc.id}})
+		_, _, _ = sc.call(context.Background(), "clear scroll", http.MethodDelete, "/_search/scroll", nil, b, 404)
+		sc.id = ""
+	}
+}
+
+// call is Sink.call through sc.eng.
+func (sc *scroller) call(ctx context.Context, what, method, path string, query url.Values, body []byte, okStatus ...int) (int, []byte, error) {
+	return sc.s.callOn(ctx, sc.eng, what, method, path, query, body, okStatus...)
 }
 
 // deleteMatching deletes the documents of index that match query, each
@@ -177,33 +232,68 @@ func (s *Sink) purge(ctx context.Context) {
 }
 
 // Rows returns the live rows of a source table, with values aligned with
-// table.Columns in the record model's value types: what a consumer that
-// follows the package's contract sees (no tombstones, nothing below the
-// truncate barrier). It refreshes the index first. It is a verification
-// helper (a scroll over the whole index); an absent index has no rows.
+// table.Columns in the record model's value types, in no particular
+// order: what Scan yields, collected. It is a verification helper: it
+// holds the whole index.
 func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	name, barrier, err := s.readTarget(ctx, table.ID)
-	if err != nil {
+	var out [][]any
+	if err := s.Scan(ctx, table, func(row []any) error {
+		out = append(out, row)
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	var out [][]any
-	err = s.scroll(ctx, name, string(liveFilter(barrier)), "true", func(hits []hit) error {
+	return out, nil
+}
+
+// Scan implements verify.Scanner: it calls row for every live row of a
+// source table, what a consumer that follows the package's contract sees
+// (no tombstones, nothing below the truncate barrier), aligned with
+// table.Columns in the record model's value types, in no particular
+// order; row owns the slice it gets. Under the sink's lock (after a
+// running Write) it reads the barrier, refreshes the index and opens a
+// scroll over the live documents, so the barrier and the scroll's view of
+// the index are of one moment; then it releases the lock and reads the
+// scroll a page of hits at a time, so its memory holds one page, not the
+// index: Writes run meanwhile and the scan does not see them. It returns
+// the first error of row, checks ctx before each hit and clears the
+// scroll when it returns; an absent index has no rows.
+func (s *Sink) Scan(ctx context.Context, table *pipeline.Table, row func([]any) error) error {
+	sc, err := s.openLive(ctx, table.ID)
+	var se *statusError
+	if errors.As(err, &se) && se.status == http.StatusNotFound {
+		return nil // no index (a later page's 404, a lost scroll, is an error)
+	}
+	if err != nil {
+		return s.ctxErr(ctx, err)
+	}
+	return sc.each(ctx, func(hits []hit) error {
 		for _, h := range hits {
-			row, err := decodeRow(table, h.ID, h.Source)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			values, err := decodeRow(table, h.ID, h.Source)
 			if err != nil {
 				return err
 			}
-			out = append(out, row)
+			if err := row(values); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
-	var se *statusError
-	if errors.As(err, &se) && se.status == http.StatusNotFound {
-		return nil, nil
+}
+
+// openLive opens a scroll over the live documents of a table's index,
+// under s.mu.
+func (s *Sink) openLive(ctx context.Context, id pipeline.TableID) (*scroller, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name, barrier, err := s.readTarget(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	return out, err
+	return s.openScroll(ctx, name, string(liveFilter(barrier)), "true")
 }
 
 // readTarget returns the index of a table and its truncate barrier ("" for

@@ -39,6 +39,9 @@ type Sink struct {
 	// generation is the versions' generation recorded in the state index
 	// (Invariant 10; not the shape generation of indexState.gen).
 	generation upsert.Generation
+	// page is the number of hits per scroll page (scrollPage; tests
+	// lower it).
+	page int
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -79,7 +82,7 @@ func New(opts Options, log *zap.Logger) *Sink {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now}
+	s := &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now, page: scrollPage}
 	s.purger = upsert.Purge{HardDelete: opts.TombstoneTTL > 0, TTL: opts.TombstoneTTL}
 	return s
 }
@@ -139,9 +142,15 @@ func (s *Sink) Close(ctx context.Context) error {
 // call runs one request with the Timeout and turns non-2xx replies into
 // errors (a status in okStatus is accepted too).
 func (s *Sink) call(ctx context.Context, what, method, path string, query url.Values, body []byte, okStatus ...int) (int, []byte, error) {
+	return s.callOn(ctx, s.eng, what, method, path, query, body, okStatus...)
+}
+
+// callOn is call through eng: for a request made without s.mu, with the
+// engine taken under it (Close clears s.eng).
+func (s *Sink) callOn(ctx context.Context, eng engine, what, method, path string, query url.Values, body []byte, okStatus ...int) (int, []byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	status, resp, err := s.eng.do(rctx, method, path, query, body)
+	status, resp, err := eng.do(rctx, method, path, query, body)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -217,7 +226,8 @@ func (s *Sink) target(id pipeline.TableID) string {
 
 // indexFor returns the state of tb's index: created with the derived
 // mapping when absent, with the batch's new columns added, its barrier
-// and snapshot mark loaded. A *tableError fails the table's records.
+// and snapshot mark loaded. A *tableError is a refusal of the table that
+// no retry can change (Write quarantines it: tableFailure).
 func (s *Sink) indexFor(ctx context.Context, tb *upsert.TableBatch) (*indexState, error) {
 	if r := s.names[tb.ID]; r.err != nil {
 		if pipeline.IsFatal(r.err) {
@@ -260,9 +270,9 @@ func (s *Sink) indexFor(ctx context.Context, tb *upsert.TableBatch) (*indexState
 	}
 	if status == 400 {
 		// The engine refuses the new columns' mapping (a broken override,
-		// a type clash with the index): a configuration error like a
-		// refused index creation, not a property of the records.
-		return nil, pipeline.Fatal(replyError("add columns to index "+st.name+" for table "+st.table, status, resp))
+		// a type clash with the index, its field limit): a schema change
+		// this index cannot take, not a property of some records.
+		return nil, mappingRefused(replyError("add columns to index "+st.name+" for table "+st.table, status, resp))
 	}
 	for _, c := range cols {
 		st.fields[c.Name] = true
@@ -271,7 +281,7 @@ func (s *Sink) indexFor(ctx context.Context, tb *upsert.TableBatch) (*indexState
 	return st, nil
 }
 
-// tableError fails every record of a table permanently.
+// tableError is a refusal of one table that no retry can change.
 type tableError struct{ err error }
 
 func (e *tableError) Error() string { return e.err.Error() }
@@ -389,9 +399,9 @@ func (s *Sink) createIndex(ctx context.Context, tb *upsert.TableBatch, st *index
 		if strings.Contains(string(resp), "resource_already_exists_exception") {
 			return false, nil
 		}
-		// A mapping the engine refuses (a broken override): a config
-		// error, not a property of some records.
-		return false, pipeline.Fatal(replyError("create index "+st.name+" for table "+st.table, status, resp))
+		// A mapping or settings the engine refuses (a broken override):
+		// the table cannot have its index, whatever its records hold.
+		return false, mappingRefused(replyError("create index "+st.name+" for table "+st.table, status, resp))
 	}
 	for _, n := range append([]string{fieldVersion, fieldDeleted, fieldAt}, keysOf(props)...) {
 		st.fields[n] = true

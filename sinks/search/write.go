@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -60,9 +59,11 @@ const bulkWorkers = 2
 // first; then the newest change per key is written with the external
 // version (see the package documentation). A document the engine refuses
 // fails the batch's records of that key permanently (a *BatchError, so
-// the runtime dead-letters them with the engine's reason); a transient
-// refusal (429, 5xx, a missing index) or a lost connection fails the whole
-// batch, which the runtime retries.
+// the runtime dead-letters them with the engine's reason); a table whose
+// index refuses it for good (refusal.go) fails the Write with a
+// *pipeline.TableError of that table; a transient refusal (429, 5xx, a
+// missing index) or a lost connection fails the whole batch, which the
+// runtime retries.
 func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -96,18 +97,11 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	var ops []*op
 	for _, tb := range batches {
 		st, err := s.indexFor(ctx, tb)
-		var te *tableError
-		if errors.As(err, &te) {
-			w.failTable(tb.ID, te.err)
-			continue
+		if err == nil && tb.Truncate != nil && (!st.hasBarrier || !tb.Truncate.Less(st.barrier)) {
+			err = s.truncate(ctx, st, *tb.Truncate)
 		}
 		if err != nil {
-			return s.writeErr(ctx, err)
-		}
-		if tb.Truncate != nil && (!st.hasBarrier || !tb.Truncate.Less(st.barrier)) {
-			if err := s.truncate(ctx, st, *tb.Truncate); err != nil {
-				return s.writeErr(ctx, err)
-			}
+			return s.writeErr(ctx, s.tableFailure(ctx, tb.ID, tb.Target, err))
 		}
 		ops = append(ops, s.plan(tb, st)...)
 	}
@@ -156,15 +150,6 @@ func (w *writeState) fail(i int, err error) {
 	}
 	w.failed[i] = true
 	w.errs = append(w.errs, pipeline.RecordError{Index: i, Err: err, Permanent: true})
-}
-
-// failTable fails every data record of a table.
-func (w *writeState) failTable(id pipeline.TableID, err error) {
-	for i := range w.records {
-		if r := &w.records[i]; r.Table != nil && r.Op.IsData() && r.Table.ID == id {
-			w.fail(i, err)
-		}
-	}
 }
 
 // failKey fails the batch's records of one document: the newest change
@@ -301,6 +286,9 @@ func (s *Sink) readStored(ctx context.Context, ops []*op) error {
 			return fmt.Errorf("read stored documents: %d answers for %d documents", len(r.Docs), len(part))
 		}
 		for i, d := range r.Docs {
+			if d.Error != nil && d.Error.Type == "index_closed_exception" {
+				return &pipeline.TableError{Table: part[i].tb.ID, Err: closedError(part[i].st.name, d.Error.String())}
+			}
 			if d.Error != nil {
 				return fmt.Errorf("read stored document %s/%s: %s", part[i].st.name, part[i].id, d.Error)
 			}
@@ -385,6 +373,13 @@ func (s *Sink) send(ctx context.Context, ops []*op, w *writeState) error {
 		}
 	}
 	for _, r := range results {
+		if len(r.table) > 0 {
+			// The table's refusal first: the retry without its records
+			// meets whatever else failed again.
+			return tableItemError(r.table[0].o, r.table[0].e)
+		}
+	}
+	for _, r := range results {
 		if r.err != nil {
 			return r.err
 		}
@@ -408,11 +403,18 @@ type opError struct {
 	err error
 }
 
+// itemError is a bulk item's failure in the engine's words.
+type itemError struct {
+	o *op
+	e *engineError
+}
+
 type chunkResult struct {
 	err       error // the request failed
 	transient error // some items failed transiently
 	permanent []opError
-	missing   []string // indices the engine no longer has
+	table     []itemError // items whose index refuses every document
+	missing   []string    // indices the engine no longer has
 }
 
 func (s *Sink) sendChunk(ctx context.Context, c *chunkReq) chunkResult {
@@ -452,36 +454,33 @@ func (s *Sink) sendChunk(ctx context.Context, c *chunkReq) chunkResult {
 	for i, item := range r.Items {
 		for _, it := range item {
 			o := c.ops[i]
-			switch {
-			case it.Status/100 == 2:
-			case it.Status == http.StatusConflict:
-				// Invariant 4: the stored document's version is not
-				// lower; the stale write changes nothing.
-			case it.Status != http.StatusBadRequest:
-				// Invariant 7 covers records the engine refuses for what
-				// they hold (400: a value the mapping rejects). Anything
-				// else — 429, 5xx, a missing index (404), a permission or
-				// a write block (401/403), a too large request (413) — says
-				// nothing about the record: the batch is retried, and no
-				// good record is dead-lettered.
-				if it.Status == http.StatusNotFound {
-					res.missing = append(res.missing, o.st.name)
-				}
-				if res.transient == nil {
-					res.transient = fmt.Errorf("bulk: document %s/%s: status %d: %s", o.st.name, o.id, it.Status, it.Error)
-					if it.Status == http.StatusTooManyRequests {
-						// es_rejected_execution_exception: the bulk queue
-						// is full; smaller writes relieve it.
-						res.transient = pipeline.Overloaded(res.transient)
-					}
-				}
-			default:
+			if it.Status/100 == 2 || it.Status == http.StatusConflict {
+				// A 409 is Invariant 4 at work: the stored document's
+				// version is not lower; the stale write changes nothing.
+				continue
+			}
+			switch class := classifyItem(it.Status, it.Error); class {
+			case itemTable:
+				res.table = append(res.table, itemError{o, it.Error})
+			case itemPermanent:
+				// Invariant 7: a record the engine refuses for what it
+				// holds (a value the mapping rejects).
 				msg := "status " + strconv.Itoa(it.Status)
 				if it.Error != nil {
 					msg = it.Error.String()
 				}
 				res.permanent = append(res.permanent, opError{o, fmt.Errorf("%s rejected document %s/%s: %s",
 					s.opts.Kind, o.st.name, o.id, msg)})
+			default:
+				if class == itemMissing {
+					res.missing = append(res.missing, o.st.name)
+				}
+				if res.transient == nil {
+					res.transient = fmt.Errorf("bulk: document %s/%s: status %d: %s", o.st.name, o.id, it.Status, it.Error)
+					if class == itemOverloaded {
+						res.transient = pipeline.Overloaded(res.transient)
+					}
+				}
 			}
 		}
 	}
