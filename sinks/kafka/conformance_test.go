@@ -25,10 +25,6 @@ type conformance struct {
 	cur    *Sink
 }
 
-// KeepsVersions: a plain topic records no generation; the exactly-once
-// mark does (TestTxnKfake/NewGeneration).
-func (c *conformance) KeepsVersions() bool { return false }
-
 func (h *conformance) sink(t *testing.T) pipeline.Sink {
 	o := Defaults(h.k.Brokers(), h.server)
 	// Compaction would refuse the keyless truncate events of the log.

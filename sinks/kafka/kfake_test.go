@@ -276,7 +276,6 @@ func TestKfakePermanentProduceError(t *testing.T) {
 		t.Run(e.Message, func(t *testing.T) {
 			c := fakeCluster(t)
 			var refuse atomic.Bool
-			refuse.Store(true)
 			c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				c.KeepControl()
 				if refuse.Load() && isProduceTo(req, fakeTopic) {
@@ -285,6 +284,12 @@ func TestKfakePermanentProduceError(t *testing.T) {
 				return nil, nil, false
 			})
 			s := fakeSink(t, c, nil)
+			// The sink records its generation before its first batch; the
+			// refusal starts after that.
+			if err := s.Write(t.Context(), fakeBatch(10, 1, 100)); err != nil {
+				t.Fatal(err)
+			}
+			refuse.Store(true)
 			recs := fakeBatch(0, 5, 100)
 			err := s.Write(t.Context(), recs)
 			var be *pipeline.BatchError

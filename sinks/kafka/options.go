@@ -83,7 +83,8 @@ type Options struct {
 	// (txn.go). Consumers must read with isolation.level=read_committed.
 	ExactlyOnce bool
 	// OffsetsTopic is the compacted topic holding the high-water marks of
-	// ExactlyOnce sinks; "" means "<ServerName>.sluice.offsets".
+	// ExactlyOnce sinks and the generation records of plain ones
+	// (generation.go); "" means "<ServerName>.sluice.offsets".
 	OffsetsTopic string
 	// Pipeline is the pipeline's name: with Name it keys the high-water
 	// mark and makes the transactional id "sluice-<Pipeline>-<Name>".

@@ -40,6 +40,8 @@ type Sink struct {
 	topics     map[string]*topicState
 	// txn is the high-water mark state of an ExactlyOnce sink (txn.go).
 	txn txnState
+	// gen is the recorded generation of a plain sink (generation.go).
+	gen plainGen
 	// lookup finds writer schemas by id for Rows (SetSchemaLookup).
 	lookup SchemaLookup
 }
@@ -105,6 +107,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	s.registered = map[[2]string]int{}
 	s.levelSet = map[string]bool{}
 	s.topics = map[string]*topicState{}
+	s.gen = plainGen{}
 	if s.opts.DLQTopic != "" {
 		if _, err := s.ensureTopic(ctx, s.opts.DLQTopic, false); err != nil {
 			s.closeLocked()
@@ -198,6 +201,13 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 	}
 	if s.opts.ExactlyOnce {
 		return pipeline.Settled(s.writeTxn(ctx, records)), nil
+	}
+	// Invariant 10: the batch's generation is recorded before the batch.
+	if err := s.recordGeneration(ctx, records); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
 	}
 	// Every table shape of the batch is resolved (registered, checked
 	// for compatibility) before anything is produced, so a refused shape

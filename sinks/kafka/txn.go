@@ -86,9 +86,6 @@ func (o *Options) normalizeTxn() error {
 	if o.Pipeline == "" {
 		o.Pipeline = o.ServerName
 	}
-	if !o.ExactlyOnce {
-		return nil
-	}
 	if o.OffsetsTopic == "" {
 		prefix := o.ServerName
 		if prefix == "" {
@@ -231,14 +228,19 @@ func (s *Sink) loadMark(ctx context.Context) error {
 }
 
 // Generation implements pipeline.GenerationKeeper: an exactly-once sink
-// keeps the highest generation it committed in its mark; a plain topic
-// keeps nothing its readers compare (they order by offset).
+// keeps the highest generation it committed in its mark, a plain one in
+// its generation record (generation.go).
 func (s *Sink) Generation(ctx context.Context) (uint64, bool, error) {
-	if !s.opts.ExactlyOnce {
-		return 0, false, nil
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.opts.ExactlyOnce {
+		if !s.gen.loaded {
+			if err := s.loadGeneration(ctx); err != nil {
+				return 0, false, err
+			}
+		}
+		return s.gen.gen.Gen, s.gen.gen.Held, nil
+	}
 	if !s.txn.loaded {
 		if err := s.loadMark(ctx); err != nil {
 			return 0, false, err
