@@ -481,7 +481,9 @@ func newSummary(buckets int) summary {
 }
 
 // bucket is the bucket of a key (its RowKey).
-func (s summary) bucket(key string) int { return int(maphash.String(s.seed, key) % uint64(len(s.count))) }
+func (s summary) bucket(key string) int {
+	return int(maphash.String(s.seed, key) % uint64(len(s.count)))
+}
 
 // add sums a row (aligned with table.Columns) into its bucket.
 func (s *summary) add(table *pipeline.Table, row []any) {
