@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/sluice-cdc/sluice/offsets"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/kafka"
+	"github.com/sluice-cdc/sluice/sources/generate"
 	"github.com/sluice-cdc/sluice/sources/mysql"
 	"github.com/sluice-cdc/sluice/sources/postgres"
 	"github.com/sluice-cdc/sluice/verify"
@@ -47,23 +49,19 @@ func Verify(ctx context.Context, cfg *config.Config, flags VerifyFlags, log *zap
 		return verify.Report{}, err
 	}
 	var sinks []verify.NamedSink
-	for i, s := range built {
+	for _, s := range built {
 		if flags.Sink != "" && s.Name != flags.Sink {
 			continue
 		}
 		vs := verify.NamedSink{Name: s.Name, Route: s.Route}
-		ks, isKafka := s.Sink.(*kafka.Sink)
+		_, isKafka := s.Sink.(*kafka.Sink)
 		if r, ok := s.Sink.(verify.Sink); !ok {
 			vs.Err = fmt.Errorf("sink %s: %w", s.Name, verify.ErrNotSupported)
 		} else if isKafka {
 			// A topic is read by a client of its own, without Open: Open
 			// would fence a running exactly-once pipeline's producer and
 			// create the DLQ and offsets topics.
-			if err := useRegistryLookup(ks, cfg.Sinks[i].Kafka); err != nil {
-				vs.Err = fmt.Errorf("sink %s: %w", s.Name, err)
-			} else {
-				vs.Sink = r
-			}
+			vs.Sink = r
 		} else if err := s.Sink.Open(ctx); err != nil {
 			vs.Err = fmt.Errorf("open sink %s: %w (an embedded sink cannot be read while the daemon holds it: stop the pipeline, or verify the other sinks with --sink)", s.Name, err)
 		} else {
@@ -83,21 +81,6 @@ func Verify(ctx context.Context, cfg *config.Config, flags VerifyFlags, log *zap
 		return pipeline.Position(cp.Position), nil
 	}
 	return verify.Run(ctx, src, sinks, verify.Options{Tables: flags.Tables, Checkpoint: checkpoint, Progress: flags.Progress, Settle: flags.Settle})
-}
-
-// useRegistryLookup gives a kafka sink the registry lookup by id its Rows
-// decodes with (the registry client the sink is built with only
-// registers).
-func useRegistryLookup(s *kafka.Sink, k *config.KafkaSink) error {
-	r := k.Registry
-	l, err := kafka.NewRegistryLookup(kafka.RegistryOptions{URL: r.URL, Username: r.Username, Password: r.Password,
-		Timeout: r.Timeout.Std(), TLS: kafka.TLSOptions{Enabled: r.TLS.Enabled, CAFile: r.TLS.CAFile, CertFile: r.TLS.CertFile,
-			KeyFile: r.TLS.KeyFile, InsecureSkipVerify: r.TLS.InsecureSkipVerify}})
-	if err != nil {
-		return err
-	}
-	s.SetSchemaLookup(l)
-	return nil
 }
 
 func verifySource(cfg *config.Config) (verify.Source, error) {
@@ -122,8 +105,64 @@ func verifySource(cfg *config.Config) (verify.Source, error) {
 			ids = append(ids, pipeline.TableID{Database: db, Schema: db, Table: table})
 		}
 		return mysqlVerify{opts: opts, tables: ids}, nil
+	case cfg.Source.Generate != nil:
+		opts := generateOptions(cfg.Source.Generate)
+		total := generate.Total(opts)
+		if total < 0 {
+			return nil, fmt.Errorf("verify compares a bounded generate feed with its sinks: set source.generate.changes in %s (an endless feed has no final state)", cfg.File)
+		}
+		return genVerify{opts: opts, total: total}, nil
 	}
 	return nil, fmt.Errorf("verify compares a database source with its sinks; the %s source has no database to read", cfg.Source.Kind())
+}
+
+// genVerify is a bounded generate feed as a verify.Source: its tables
+// hold the feed's final state, which a checkpoint at the feed's end has
+// delivered.
+type genVerify struct {
+	opts  generate.Options
+	total int64
+}
+
+func (g genVerify) Tables() []pipeline.TableID {
+	var ids []pipeline.TableID
+	for _, t := range generate.Tables(g.opts) {
+		ids = append(ids, t.ID)
+	}
+	return ids
+}
+
+func (g genVerify) Scan(ctx context.Context, id pipeline.TableID, shape func(*pipeline.Table) error, row func([]any) error) error {
+	for _, t := range generate.Tables(g.opts) {
+		if t.ID != id {
+			continue
+		}
+		if err := shape(t); err != nil {
+			return err
+		}
+		for _, r := range generate.Expected(g.opts, g.total)[id] {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := row(slices.Clone(r)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("generate: no table %s", id)
+}
+
+func (g genVerify) Now(context.Context) (verify.Mark, error) { return seqMark(g.total), nil }
+
+// seqMark is covered by a generate checkpoint at or past its seq.
+type seqMark int64
+
+func (m seqMark) String() string { return fmt.Sprintf("seq %d", int64(m)) }
+
+func (m seqMark) CoveredBy(cp pipeline.Position) (bool, error) {
+	seq, err := generate.ParsePos(cp)
+	return seq >= int64(m), err
 }
 
 type pgVerify struct {

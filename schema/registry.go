@@ -130,6 +130,15 @@ func (r *MemRegistry) Schema(id int) (string, bool) {
 	return r.texts[id-1], true
 }
 
+// SchemaByID returns the schema text registered under id, as a
+// registry's GET /schemas/ids/{id} does.
+func (r *MemRegistry) SchemaByID(_ context.Context, id int) (string, error) {
+	if text, ok := r.Schema(id); ok {
+		return text, nil
+	}
+	return "", fmt.Errorf("schema id %d not found", id)
+}
+
 // Versions returns the ids of subject's versions, oldest first.
 func (r *MemRegistry) Versions(subject string) []int {
 	r.mu.Lock()

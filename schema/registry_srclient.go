@@ -49,6 +49,8 @@ type srRegistry struct {
 	// (Apicurio refuses /config for them with 40401, unlike Confluent's
 	// registry); Register applies them right after the first version.
 	pending map[string]string
+	// texts caches SchemaByID's answers: an id never changes its schema.
+	texts map[int]string
 }
 
 // NewSRClient returns a Registry that talks to the Confluent REST API at url
@@ -85,7 +87,8 @@ func NewSRClient(url string, opts SRClientOptions) Registry {
 }
 
 func newSRRegistry(base string, c srclient.ISchemaRegistryClient, hc *http.Client, opts SRClientOptions) *srRegistry {
-	return &srRegistry{base: base, opts: opts, client: c, http: hc, ids: map[[2]string]int{}, pending: map[string]string{}}
+	return &srRegistry{base: base, opts: opts, client: c, http: hc, ids: map[[2]string]int{}, pending: map[string]string{},
+		texts: map[int]string{}}
 }
 
 // call runs fn (a blocking srclient call) and returns early when ctx ends.
@@ -324,4 +327,54 @@ func (r *srRegistry) Compatible(ctx context.Context, subject, schema string) (bo
 		reason = "the registry reports the schema incompatible (no details given)"
 	}
 	return false, reason, nil
+}
+
+// SchemaByID returns the Avro schema text registered under id (GET
+// /schemas/ids/{id}), for readers of the Confluent wire format. Answers
+// are cached. It blocks until the registry answers and honours ctx.
+func (r *srRegistry) SchemaByID(ctx context.Context, id int) (string, error) {
+	r.mu.Lock()
+	text, ok := r.texts[id]
+	r.mu.Unlock()
+	if ok {
+		return text, nil
+	}
+	fail := func(err error) error { return fmt.Errorf("schema registry %s: schema id %d: %w", r.base, id, err) }
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/schemas/ids/%d", r.base, id), nil)
+	if err != nil {
+		return "", fail(err)
+	}
+	req.Header.Set("Accept", "application/vnd.schemaregistry.v1+json, application/json")
+	if r.opts.Username != "" && r.opts.Password != "" {
+		req.SetBasicAuth(r.opts.Username, r.opts.Password)
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "", fail(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return "", fail(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fail(fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body))))
+	}
+	var answer struct {
+		Schema     string `json:"schema"`
+		SchemaType string `json:"schemaType"`
+	}
+	if err := json.Unmarshal(body, &answer); err != nil {
+		return "", fail(err)
+	}
+	if answer.SchemaType != "" && !strings.EqualFold(answer.SchemaType, "AVRO") {
+		return "", fail(fmt.Errorf("a %s schema, not Avro", answer.SchemaType))
+	}
+	r.mu.Lock()
+	r.texts[id] = answer.Schema
+	r.mu.Unlock()
+	return answer.Schema, nil
 }

@@ -2,15 +2,9 @@ package kafka
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,105 +22,11 @@ type SchemaLookup interface {
 	SchemaByID(ctx context.Context, id int) (string, error)
 }
 
-// SetSchemaLookup gives Rows the registry lookup it decodes with. It is
-// needed unless the sink's schema.Registry is a SchemaLookup itself (the
-// srclient-backed one is not). Call it before Rows, not concurrently with
-// it; it does not block.
-func (s *Sink) SetSchemaLookup(l SchemaLookup) { s.lookup = l }
-
-// schemaLookup returns the lookup Rows uses, nil when there is none.
+// schemaLookup returns the lookup Rows uses (the sink's registry client),
+// nil when it cannot look schemas up by id.
 func (s *Sink) schemaLookup() SchemaLookup {
-	if l, ok := s.reg.(SchemaLookup); ok {
-		return l
-	}
-	return s.lookup
-}
-
-// RegistryOptions locate a Confluent-API schema registry for
-// NewRegistryLookup.
-type RegistryOptions struct {
-	URL string // e.g. http://127.0.0.1:8081
-	// Username and Password enable HTTP basic authentication (both or
-	// neither).
-	Username, Password string
-	// TLS, when Enabled, sets the roots and client certificate of HTTPS;
-	// without it https uses the system roots.
-	TLS TLSOptions
-	// Timeout bounds every request; zero means 10s.
-	Timeout time.Duration
-}
-
-// NewRegistryLookup returns a SchemaLookup that asks the registry
-// (GET /schemas/ids/{id}) and caches every answer, since an id never
-// changes its schema. It fails only on unreadable TLS files; it does not
-// contact the registry.
-func NewRegistryLookup(o RegistryOptions) (SchemaLookup, error) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if o.TLS.Enabled {
-		cfg, err := o.TLS.config()
-		if err != nil {
-			return nil, fmt.Errorf("schema registry %s: %w", o.URL, err)
-		}
-		tr.TLSClientConfig = cfg
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Second
-	}
-	return &registryLookup{opts: o, base: strings.TrimRight(o.URL, "/"), http: &http.Client{Timeout: o.Timeout, Transport: tr},
-		texts: map[int]string{}}, nil
-}
-
-type registryLookup struct {
-	opts RegistryOptions
-	base string
-	http *http.Client
-
-	mu    sync.Mutex
-	texts map[int]string
-}
-
-func (r *registryLookup) SchemaByID(ctx context.Context, id int) (string, error) {
-	r.mu.Lock()
-	text, ok := r.texts[id]
-	r.mu.Unlock()
-	if ok {
-		return text, nil
-	}
-	fail := func(err error) error { return fmt.Errorf("schema registry %s: schema id %d: %w", r.base, id, err) }
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/schemas/ids/%d", r.base, id), nil)
-	if err != nil {
-		return "", fail(err)
-	}
-	req.Header.Set("Accept", "application/vnd.schemaregistry.v1+json, application/json")
-	if r.opts.Username != "" {
-		req.SetBasicAuth(r.opts.Username, r.opts.Password)
-	}
-	resp, err := r.http.Do(req)
-	if err != nil {
-		return "", fail(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return "", fail(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fail(fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body))))
-	}
-	var answer struct {
-		Schema     string `json:"schema"`
-		SchemaType string `json:"schemaType"`
-	}
-	if err := json.Unmarshal(body, &answer); err != nil {
-		return "", fail(err)
-	}
-	if answer.SchemaType != "" && !strings.EqualFold(answer.SchemaType, "AVRO") {
-		return "", fail(fmt.Errorf("a %s schema, not Avro", answer.SchemaType))
-	}
-	r.mu.Lock()
-	r.texts[id] = answer.Schema
-	r.mu.Unlock()
-	return answer.Schema, nil
+	l, _ := s.reg.(SchemaLookup)
+	return l
 }
 
 // decoder turns the records of a table topic back into the record model,

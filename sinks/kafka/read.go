@@ -74,7 +74,7 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 	}
 	lookup := s.schemaLookup()
 	if lookup == nil {
-		return nil, fail(errors.New("the registry client cannot look schemas up by id (SetSchemaLookup)"))
+		return nil, fail(errors.New("the registry client cannot look schemas up by id (it has no SchemaByID)"))
 	}
 	dec, err := newDecoder(table, s.cache.Options, s.opts.Envelope == EnvelopeRow, lookup)
 	if err != nil {

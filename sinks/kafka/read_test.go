@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-cdc/sluice/pipeline"
-	"github.com/sluice-cdc/sluice/schema/schematest"
 	"github.com/sluice-cdc/sluice/sinks/sinktest"
 	"github.com/sluice-cdc/sluice/verify"
 )
@@ -34,12 +33,11 @@ type rowsCase struct {
 // a later shape of the table; after each step Rows must equal the live
 // rows of sinktest's model, compared through verify.Compare.
 func testRows(t *testing.T, brokers []string, c rowsCase) {
-	reg, srv := registryFor(t)
+	reg, _ := registryFor(t)
 	s := txnSink(t, brokers, reg, func(o *Options) {
 		o.ExactlyOnce, o.Envelope, o.Pipeline = c.exactlyOnce, c.envelope, serverOf(t)
 		o.CreateTopics.Partitions = 3
 	})
-	s.SetSchemaLookup(lookupFor(t, srv))
 	seq := uint64(0)
 	rec := func(op pipeline.Op, table *pipeline.Table, before, after []any) pipeline.Record {
 		seq++
@@ -130,16 +128,6 @@ func testRows(t *testing.T, brokers []string, c rowsCase) {
 	}
 }
 
-// lookupFor is a SchemaLookup asking the registry double over HTTP.
-func lookupFor(t *testing.T, srv *schematest.Registry) SchemaLookup {
-	t.Helper()
-	l, err := NewRegistryLookup(RegistryOptions{URL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 // checkRows compares Rows with want, both keyed by verify.RowKey.
 func checkRows(t *testing.T, s *Sink, table *pipeline.Table, want map[string][]any, when string) {
 	t.Helper()
@@ -220,11 +208,10 @@ func TestKfakeRows(t *testing.T) {
 // Tables sharing one topic (record name strategy): Rows folds only the
 // table's own events, tombstones included.
 func TestKfakeRowsSharedTopic(t *testing.T) {
-	reg, srv := registryFor(t)
+	reg, _ := registryFor(t)
 	s := txnSink(t, fakeCluster(t).ListenAddrs(), reg, func(o *Options) {
 		o.ExactlyOnce, o.TopicTemplate, o.SubjectStrategy = false, "{prefix}.{schema}", StrategyRecord
 	})
-	s.SetSchemaLookup(lookupFor(t, srv))
 	other := *fakeTable
 	other.ID.Table = "others"
 	batch := fakeBatch(0, 5, 5)

@@ -42,8 +42,6 @@ type Sink struct {
 	txn txnState
 	// gen is the recorded generation of a plain sink (generation.go).
 	gen plainGen
-	// lookup finds writer schemas by id for Rows (SetSchemaLookup).
-	lookup SchemaLookup
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
