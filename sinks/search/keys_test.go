@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
@@ -71,84 +70,11 @@ func TestKeyIDMatchesRecordID(t *testing.T) {
 	}
 }
 
-// testKeyReadsDuringWrites reads chosen keys while another goroutine
-// writes batches (updates, deletes, inserts) to the same open sink: every
-// read succeeds with well-formed rows of the keys asked, the keys never
-// deleted are always there, and once the writes stop the reads agree with
-// Rows.
+// testKeyReadsDuringWrites: sinktest.KeyReadsDuringWrites on this sink,
+// against a real engine (the first read finds no index yet).
 func testKeyReadsDuringWrites(t *testing.T, n *harness.SearchNode) {
 	s := openSink(t, target(n, Options{}))
-	if rows, err := s.RowsByKey(ctx, acct, [][]any{{int64(1)}}); err != nil || len(rows) != 0 {
-		t.Fatalf("RowsByKey before any write (no index): %v, %v", rows, err)
-	}
-	var initial []pipeline.Record
-	for id := int64(1); id <= 200; id++ {
-		initial = append(initial, row(pipeline.OpInsert, 1, id, "initial", nil))
-	}
-	mustWrite(t, s, initial...)
-	const batches = 20
-	done := make(chan error, 1)
-	go func() {
-		for b := int64(1); b <= batches; b++ {
-			v := uint64(b + 1)
-			var recs []pipeline.Record
-			for id := int64(1); id <= 100; id++ {
-				recs = append(recs, row(pipeline.OpUpdate, v, id, fmt.Sprintf("v%d", b), "note"))
-			}
-			recs = append(recs, row(pipeline.OpDelete, v, 100+b, nil, nil), row(pipeline.OpInsert, v, 1000+b, "new", nil))
-			if err := s.Write(ctx, recs); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	keys := [][]any{{int64(-1)}, {int32(5)}}
-	for id := int64(1); id <= 200; id++ {
-		keys = append(keys, []any{id})
-	}
-	for b := int64(1); b <= batches; b++ {
-		keys = append(keys, []any{1000 + b})
-	}
-	read := func() map[string][]any {
-		t.Helper()
-		rows, err := s.RowsByKey(ctx, acct, keys)
-		if err != nil {
-			t.Fatalf("RowsByKey: %v", err)
-		}
-		got := map[string][]any{}
-		for _, r := range rows {
-			k := sinktest.RowKey(acct, r)
-			id, ok := r[0].(int64)
-			_, named := r[1].(string)
-			if len(r) != len(acct.Columns) || !ok || !named || id < 1 || (id > 200 && id <= 1000) || got[k] != nil {
-				t.Fatalf("RowsByKey: row %v is malformed, not asked for or repeated", r)
-			}
-			got[k] = r
-		}
-		for id := int64(1); id <= 100; id++ { // never deleted
-			if got[sinktest.Key([]any{id})] == nil {
-				t.Fatalf("RowsByKey: live key %d is missing", id)
-			}
-		}
-		return got
-	}
-	reads := 0
-	for running := true; running; reads++ {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-			running = false
-		default:
-		}
-		read()
-	}
-	t.Logf("%d reads during %d writes", reads, batches)
-	if d := sinktest.Diff(acct, readMap(t, s, acct), read()); d != "" {
-		t.Fatalf("RowsByKey differs from Rows:\n%s", d)
-	}
+	sinktest.KeyReadsDuringWrites(t, s, 20, func(table *pipeline.Table) map[string][]any { return readMap(t, s, table) })
 }
 
 // testScanStops reads pages of 3 hits: Scan skips tombstones, does not
