@@ -30,12 +30,7 @@ import (
 func buildSource(cfg *config.Config, flags RunFlags, log *zap.Logger, reg prometheus.Registerer) (pipeline.Source, error) {
 	switch {
 	case cfg.Source.Generate != nil:
-		g := cfg.Source.Generate
-		return generate.New(generate.Options{
-			Seed: g.Seed, Tables: g.Tables, InitialRows: int(g.InitialRows), Changes: g.Changes, Rate: g.Rate,
-			Mix:   generate.Mix{Insert: g.Mix.Insert, Update: g.Mix.Update, Delete: g.Mix.Delete},
-			Batch: g.Batch, Database: "generate",
-		}), nil
+		return generate.New(generateOptions(cfg.Source.Generate)), nil
 	case cfg.Source.Postgres != nil:
 		p := cfg.Source.Postgres
 		opts := postgres.Options{
@@ -55,6 +50,14 @@ func buildSource(cfg *config.Config, flags RunFlags, log *zap.Logger, reg promet
 		return buildMySQL(cfg, log, reg)
 	}
 	return nil, fmt.Errorf("config: no source configured")
+}
+
+func generateOptions(g *config.GenerateSource) generate.Options {
+	return generate.Options{
+		Seed: g.Seed, Tables: g.Tables, InitialRows: int(g.InitialRows), Changes: g.Changes, Rate: g.Rate,
+		Mix:   generate.Mix{Insert: g.Mix.Insert, Update: g.Mix.Update, Delete: g.Mix.Delete},
+		Batch: g.Batch, Database: "generate",
+	}
 }
 
 func buildMySQL(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) (pipeline.Source, error) {

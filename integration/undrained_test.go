@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluice-cdc/sluice/daemon"
 	"github.com/sluice-cdc/sluice/integration/harness"
-	redissink "github.com/sluice-cdc/sluice/sinks/redis"
 	"github.com/sluice-cdc/sluice/sources/generate"
 )
 
@@ -64,7 +63,7 @@ runtime: {checkpoint_interval: 50ms, shutdown_timeout: 1s, write_timeout: 2s, re
 			if code := d.wait(t, 2*time.Minute); code != 0 {
 				t.Fatalf("exit %d after the sink came back:\n%s", code, d.logs())
 			}
-			expectFeed(t, redissink.New(redissink.Options{Name: "check", Addr: rd.Addr()}, nil), opts, "after the restart")
+			expectVerifyEqual(t, cfg)
 		})
 	}
 }

@@ -243,6 +243,11 @@ func Expected(opts Options, upTo int64) map[pipeline.TableID]map[string][]any {
 	return out
 }
 
+// Total is the number of changes of a bounded feed (initial rows
+// included), -1 for an endless one: a checkpoint at Pos(Total) has seen
+// all of it.
+func Total(opts Options) int64 { return newState(opts.withDefaults()).total() }
+
 // KeyText is the text form of a feed table's key value: the decimal id, or
 // the UUID's canonical form.
 func KeyText(key any) string {
