@@ -39,6 +39,7 @@ runtime:
   checkpoint_interval: 50ms
   batch_linger: 20ms
   batch_max_records: 2000
+  shutdown_timeout: 2m
 `, opts.Seed, opts.InitialRows, opts.Changes, opts.Rate, opts.Batch, opts.Mix.Insert, opts.Mix.Update, opts.Mix.Delete)), 0o644)
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))

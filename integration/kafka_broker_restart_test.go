@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sluice-cdc/sluice/integration/harness"
 )
 
 // bounceWorkload writes small transactions to kv until ctx ends, paced at
@@ -70,7 +71,9 @@ func bounceWorkload(ctx context.Context, dsn string, rows int, writes *atomic.In
 // change ever arrives after a newer one (replays of a retried batch are
 // duplicates, allowed).
 func TestKafkaBrokerRestartMidStream(t *testing.T) {
-	pg, k, reg := kafkaStack(t)
+	// The broker is restarted: this test has its own.
+	pg := harness.PostgresT(t)
+	k, reg := privateKafka(t)
 	ctx := context.Background()
 	if err := pg.CreateDatabase(ctx, "kbounce"); err != nil {
 		t.Fatal(err)

@@ -37,9 +37,8 @@ import (
 // kcat cannot stand in for the consumer: Debian's build has no Avro
 // support, so the independent check decodes with Python's fastavro.
 
-// kafkaStack starts PostgreSQL, a Kafka broker and a schema registry (with
-// global compatibility BACKWARD) in parallel, and stops them at cleanup.
-// A missing service skips the test, except in CI where it fails it.
+// kafkaStack starts PostgreSQL and returns it with the package's shared
+// Kafka broker and schema registry (see sharedKafka).
 func kafkaStack(t *testing.T) (*harness.Postgres, *harness.Kafka, *harness.Registry) {
 	t.Helper()
 	return withKafka(t, func(ctx context.Context) (*harness.Postgres, error) {
@@ -47,42 +46,97 @@ func kafkaStack(t *testing.T) (*harness.Postgres, *harness.Kafka, *harness.Regis
 	})
 }
 
-// withKafka starts a database with start, a Kafka broker and a schema
-// registry (global compatibility BACKWARD) in parallel, and stops them at
-// cleanup. A missing service skips the test, except in CI where it fails
-// it.
+// withKafka starts a database with start and returns it (stopped at
+// cleanup) with the package's shared broker and registry, started beside
+// it on first use. A missing service skips the test, except in CI where
+// it fails it.
 func withKafka[DB interface{ Stop() error }](t *testing.T, start func(context.Context) (DB, error)) (DB, *harness.Kafka, *harness.Registry) {
 	t.Helper()
 	harness.SkipShort(t, "starts a database, a Kafka broker and a schema registry")
-	ctx := context.Background()
 	var (
-		wg   sync.WaitGroup
-		db   DB
-		k    *harness.Kafka
-		reg  *harness.Registry
-		errs [3]error
+		wg  sync.WaitGroup
+		db  DB
+		err error
 	)
-	wg.Add(3)
-	go func() { defer wg.Done(); db, errs[0] = start(ctx) }()
-	go func() { defer wg.Done(); k, errs[1] = harness.StartKafka(ctx, harness.KafkaOptions{}) }()
-	go func() {
-		defer wg.Done()
-		reg, errs[2] = harness.StartRegistry(ctx, harness.RegistryOptions{GlobalCompatibility: "BACKWARD"})
-	}()
+	wg.Add(1)
+	go func() { defer wg.Done(); db, err = start(context.Background()) }()
+	k, reg, kerr := sharedKafka()
 	wg.Wait()
-	if errs[0] == nil {
+	if err == nil {
 		t.Cleanup(func() { _ = db.Stop() })
 	}
+	if err := errors.Join(err, kerr); err != nil {
+		harness.SkipOrFail(t, err)
+	}
+	return db, k, reg
+}
+
+// A Kafka broker and a registry take tens of seconds to start: the tests
+// that only produce to them share one pair for the whole package, each
+// with its own pipeline name and so its own topics, subjects and
+// offsets-topic keys. A test that stops or restarts the broker starts its
+// own (privateKafka).
+var sharedK struct {
+	once sync.Once
+	k    *harness.Kafka
+	reg  *harness.Registry
+	err  error
+}
+
+// sharedKafka returns the package's broker and registry (global
+// compatibility BACKWARD), starting them on first use; TestMain stops them.
+func sharedKafka() (*harness.Kafka, *harness.Registry, error) {
+	sharedK.once.Do(func() {
+		sharedK.k, sharedK.reg, sharedK.err = startKafkaPair()
+	})
+	return sharedK.k, sharedK.reg, sharedK.err
+}
+
+// privateKafka starts a broker and a registry of the test's own, stopped
+// at cleanup.
+func privateKafka(t *testing.T) (*harness.Kafka, *harness.Registry) {
+	t.Helper()
+	harness.SkipShort(t, "starts a Kafka broker and a schema registry")
+	k, reg, err := startKafkaPair()
 	if k != nil {
 		t.Cleanup(func() { _ = k.Stop() })
 	}
 	if reg != nil {
 		t.Cleanup(func() { _ = reg.Stop() })
 	}
-	if err := errors.Join(errs[:]...); err != nil {
+	if err != nil {
 		harness.SkipOrFail(t, err)
 	}
-	return db, k, reg
+	return k, reg
+}
+
+// startKafkaPair starts a broker and a registry side by side.
+func startKafkaPair() (*harness.Kafka, *harness.Registry, error) {
+	ctx := context.Background()
+	var (
+		wg   sync.WaitGroup
+		k    *harness.Kafka
+		reg  *harness.Registry
+		errs [2]error
+	)
+	wg.Add(2)
+	go func() { defer wg.Done(); k, errs[0] = harness.StartKafka(ctx, harness.KafkaOptions{}) }()
+	go func() {
+		defer wg.Done()
+		reg, errs[1] = harness.StartRegistry(ctx, harness.RegistryOptions{GlobalCompatibility: "BACKWARD"})
+	}()
+	wg.Wait()
+	return k, reg, errors.Join(errs[:]...)
+}
+
+// stopSharedKafka stops the shared pair, if it was started.
+func stopSharedKafka() {
+	if sharedK.k != nil {
+		_ = sharedK.k.Stop()
+	}
+	if sharedK.reg != nil {
+		_ = sharedK.reg.Stop()
+	}
 }
 
 // writeConfig writes a pipeline config into dir and returns its path.

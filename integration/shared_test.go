@@ -53,5 +53,6 @@ func TestMain(m *testing.M) {
 		_ = n.Stop()
 	}
 	shared.mu.Unlock()
+	stopSharedKafka()
 	os.Exit(code)
 }
