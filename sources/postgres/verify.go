@@ -182,7 +182,7 @@ func scanRows(ctx context.Context, conn *pgx.Conn, shape *TableShape, where stri
 	return rows.Err()
 }
 
-// CurrentLSN is the server's WAL write position now: once a checkpoint
+// CurrentLSN is the server's WAL insert position now: once a checkpoint
 // (Position.LSN) reaches it, every transaction committed before the call
 // is durable in every sink.
 func CurrentLSN(ctx context.Context, dsn string) (pglogrepl.LSN, error) {
@@ -194,9 +194,14 @@ func CurrentLSN(ctx context.Context, dsn string) (pglogrepl.LSN, error) {
 	return walPosition(ctx, conn)
 }
 
+// walPosition is the end of the last WAL record inserted. Not the write
+// position (pg_current_wal_lsn): under synchronous_commit = off a commit
+// is visible to readers before its WAL is written, so a read could see a
+// commit the write position does not cover yet, and a check would not
+// wait for the pipeline to read it.
 func walPosition(ctx context.Context, conn *pgx.Conn) (pglogrepl.LSN, error) {
 	var s string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		return 0, err
 	}
 	return pglogrepl.ParseLSN(s)

@@ -3,6 +3,8 @@ package postgres
 import (
 	"testing"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/sluice-cdc/sluice/verify"
 )
 
@@ -53,6 +55,27 @@ func TestKeyRowsByEveryKeyType(t *testing.T) {
 	}
 	if d := verify.Compare(got, want, have); len(d) > 0 || len(rows) != len(want) {
 		t.Fatalf("%d rows for %d keys; differences: %+v", len(rows), len(keys), d)
+	}
+	// A commit under synchronous_commit = off is visible before its WAL is
+	// written: the position after a read that sees it still covers it.
+	c, err := pgx.Connect(ctx, pg.DSN("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var commitEnd string
+	if _, err := c.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "UPDATE k SET v = 'async' WHERE a = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&commitEnd); err != nil {
+		t.Fatal(err)
+	}
+	end, _ := pglogrepl.ParseLSN(commitEnd)
+	if _, _, lsn, err := KeyRows(ctx, pg.DSN("shop"), "public", "k", keys[:1]); err != nil || lsn < end {
+		t.Fatalf("position after reading an asynchronous commit: %s (%v), the commit ends at %s", lsn, err, end)
 	}
 	if _, rows, _, err := KeyRows(ctx, pg.DSN("shop"), "public", "k", nil); err != nil || len(rows) != 0 {
 		t.Fatalf("no keys: %d rows, %v", len(rows), err)
