@@ -93,10 +93,8 @@ func (s *Sink) recordGeneration(ctx context.Context, records []pipeline.Record) 
 	}
 	topic := s.opts.OffsetsTopic
 	if s.opts.CreateTopics.Enabled && !s.gen.gen.Held {
-		configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
-		_, err := s.admin.CreateTopic(ctx, 1, int16(s.opts.CreateTopics.ReplicationFactor), configs, topic)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("kafka sink %s: offsets topic %s: %w", s.opts.Name, topic, err)
+		if err := s.createOffsetsTopic(ctx); err != nil {
+			return err
 		}
 	}
 	val, err := json.Marshal(genRecord{Pipeline: s.opts.Pipeline, Sink: s.opts.Name, Generation: g, CommittedAt: time.Now().UTC()})
@@ -108,5 +106,16 @@ func (s *Sink) recordGeneration(ctx context.Context, records []pipeline.Record) 
 		return fmt.Errorf("kafka sink %s: record generation %d in %s: %w", s.opts.Name, g, topic, err)
 	}
 	s.gen.gen = upsert.Generation{Gen: g, Held: true}
+	return nil
+}
+
+// createOffsetsTopic creates OffsetsTopic (compacted, one partition) when
+// it does not exist.
+func (s *Sink) createOffsetsTopic(ctx context.Context) error {
+	configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
+	_, err := s.admin.CreateTopic(ctx, 1, int16(s.opts.CreateTopics.ReplicationFactor), configs, s.opts.OffsetsTopic)
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("kafka sink %s: offsets topic %s: %w", s.opts.Name, s.opts.OffsetsTopic, err)
+	}
 	return nil
 }

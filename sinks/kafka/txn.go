@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
@@ -137,10 +136,8 @@ func (s *Sink) openTxn(ctx context.Context) error {
 		return fmt.Errorf("kafka sink %s: transactional id %s: %w", s.opts.Name, s.opts.TransactionalID(), err)
 	}
 	if s.opts.CreateTopics.Enabled {
-		configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
-		_, err := s.admin.CreateTopic(ctx, 1, int16(s.opts.CreateTopics.ReplicationFactor), configs, s.opts.OffsetsTopic)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("kafka sink %s: offsets topic %s: %w", s.opts.Name, s.opts.OffsetsTopic, err)
+		if err := s.createOffsetsTopic(ctx); err != nil {
+			return err
 		}
 	}
 	s.txn = txnState{}
