@@ -422,8 +422,8 @@ type Runtime struct {
 	MaxInFlightRecords int      `yaml:"max_in_flight_records" default:"50000" min:"1"`
 	MaxInFlightBytes   ByteSize `yaml:"max_in_flight_bytes" default:"64MiB" min:"1MiB"`
 	// MemoryLimit is the Go runtime's soft memory limit (the GC works
-	// harder near it; 0: none); GOMEMLIMIT in the environment takes
-	// precedence.
+	// harder near it; 0: derived from the caps, see daemon.memoryLimit);
+	// GOMEMLIMIT in the environment takes precedence.
 	MemoryLimit        ByteSize `yaml:"memory_limit" default:"0" min:"0"`
 	BatchMaxRecords    int      `yaml:"batch_max_records" default:"10000" min:"1"`
 	BatchMaxBytes      ByteSize `yaml:"batch_max_bytes" default:"16MiB" min:"1KiB"`
@@ -471,6 +471,9 @@ type VerifySample struct {
 type HTTP struct {
 	// Listen is host:port; "" disables the server.
 	Listen string `yaml:"listen" default:"127.0.0.1:9090"`
+	// Pprof serves Go's runtime profiles under /debug/pprof/ (heap, CPU,
+	// goroutines) for diagnosing memory or CPU use in place.
+	Pprof bool `yaml:"pprof" default:"false"`
 }
 
 // Log configures logging.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -84,6 +85,16 @@ func NewServer(addr string, reg *prometheus.Registry, status func() any, ready f
 // Handle adds a route (for example the daemon's /search); call it before
 // Start.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// HandleProfiles adds Go's runtime profiles under /debug/pprof/ (the
+// routes of net/http/pprof); call it before Start.
+func (s *Server) HandleProfiles() {
+	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
 
 // Handler returns the server's routes, for tests and for mounting elsewhere.
 func (s *Server) Handler() http.Handler { return s.handler }

@@ -115,6 +115,22 @@ func TestHandlerDefaults(t *testing.T) {
 	}
 }
 
+func TestProfilesOnlyWhenAsked(t *testing.T) {
+	plain := NewServer(":0", prometheus.NewRegistry(), nil, nil, nil)
+	rec := httptest.NewRecorder()
+	plain.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/heap", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/heap without HandleProfiles = %d, want 404", rec.Code)
+	}
+	s := NewServer(":0", prometheus.NewRegistry(), nil, nil, nil)
+	s.HandleProfiles()
+	rec = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/heap?debug=1", nil))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "heap profile") {
+		t.Errorf("/debug/pprof/heap = %d %.200q", rec.Code, rec.Body.String())
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a := NewMetrics(reg, "a")
