@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+	"unsafe"
 )
 
 // Type is a column's logical type in the record model. Sources map their
@@ -302,25 +303,67 @@ func (b *Batch) Weight() int {
 	return n
 }
 
-// EstimateSize is a cheap memory estimate of a record.
+// EstimateSize estimates the heap bytes a record holds: the Record
+// itself, its position, its images' backing arrays and each value's own
+// allocation (an interface holding anything but a pointer allocates its
+// value), rounded up as Go's allocator rounds small objects. It is what
+// the in-flight cap counts (Invariant 6), so that max_in_flight_bytes is
+// close to the memory the records in flight take; it errs high, never
+// much low (shared values such as the Table are not counted).
 func EstimateSize(r *Record) int {
-	n := 96 + len(r.Pos)
-	for _, img := range [][]any{r.Before, r.After} {
+	n := int(unsafe.Sizeof(Record{})) + allocSize(len(r.Pos))
+	for _, img := range [2][]any{r.Before, r.After} {
+		if img != nil {
+			n += allocSize(16 * cap(img))
+		}
 		for _, v := range img {
-			n += 16
-			switch x := v.(type) {
-			case string:
-				n += len(x)
-			case []byte:
-				n += len(x)
-			case JSON:
-				n += len(x)
-			case Decimal:
-				n += 32
-			case []any:
-				n += 16 * len(x)
-			}
+			n += valueSize(v)
 		}
 	}
 	return n
+}
+
+// valueSize is the heap a record-model value in an interface takes.
+func valueSize(v any) int {
+	switch x := v.(type) {
+	case nil, bool, Unchanged:
+		return 0
+	case int64, uint64, float64, TimeOfDay:
+		return 8
+	case string:
+		return 16 + allocSize(len(x))
+	case JSON:
+		return 16 + allocSize(len(x))
+	case []byte:
+		return 24 + allocSize(cap(x))
+	case Decimal:
+		n := 32
+		if x.Unscaled != nil {
+			n += 32 + allocSize(8*len(x.Unscaled.Bits()))
+		}
+		return n
+	case []any:
+		n := 24 + allocSize(16*cap(x))
+		for _, e := range x {
+			n += valueSize(e)
+		}
+		return n
+	case UUID, Date, TimeTZ, Timestamp, Interval:
+		return 16
+	default:
+		return 32
+	}
+}
+
+// allocSize rounds n up as the allocator does for small objects (to 8
+// bytes up to 16, then to 16); larger ones are near enough to n.
+func allocSize(n int) int {
+	switch {
+	case n == 0:
+		return 0
+	case n <= 16:
+		return (n + 7) &^ 7
+	default:
+		return (n + 15) &^ 15
+	}
 }
