@@ -174,7 +174,7 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 			return nil, err
 		}
 		slot := "sluice_rss_" + k.kind
-		var peak float64
+		var peak memPeak
 		t1 := time.Now()
 		err = runUntilPeak(ctx, cfg, filepath.Join(filepath.Dir(cfg), "drain.log"), &peak, func() (bool, error) {
 			confirmed, err := pg.lsn(ctx, "SELECT coalesce(confirmed_flush_lsn, '0/0')::text FROM pg_replication_slots WHERE slot_name = $1", slot)
@@ -185,9 +185,11 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: drain: %w", k.kind, err)
 		}
-		o.log("%s: %s drained %d changes in %s, peak RSS %.0f MiB", s.Name(), k.kind, changes, took, peak/(1<<20))
+		o.log("%s: %s drained %d changes in %s, peak RSS %.0f MiB (anonymous %.0f MiB)", s.Name(), k.kind, changes, took,
+			peak.rss/(1<<20), peak.anon/(1<<20))
 		figs = append(figs,
-			Figure{Name: k.kind + " peak RSS", Unit: "MiB", Value: peak / (1 << 20), Target: "< 256"},
+			Figure{Name: k.kind + " peak RSS", Unit: "MiB", Value: peak.rss / (1 << 20), Target: "< 256"},
+			Figure{Name: k.kind + " peak anonymous RSS", Unit: "MiB", Value: peak.anon / (1 << 20)},
 			Figure{Name: k.kind + " drain / pg_recvlogical", Unit: "ratio", Value: ref.Seconds() / took.Seconds()})
 	}
 	return figs, nil
@@ -208,13 +210,18 @@ http: {listen: "127.0.0.1:0"}
 
 // runUntil runs the daemon on cfg until done reports true, then stops it.
 func runUntil(ctx context.Context, cfg, logPath string, done func() (bool, error)) error {
-	var peak float64
+	var peak memPeak
 	return runUntilPeak(ctx, cfg, logPath, &peak, done)
 }
 
-// runUntilPeak is runUntil that also keeps the daemon's peak RSS, read
+// memPeak is a daemon's peak RSS (VmHWM, exact) and the highest
+// anonymous RSS seen (sampled, so it may miss a spike shorter than the
+// sampling period).
+type memPeak struct{ rss, anon float64 }
+
+// runUntilPeak is runUntil that also keeps the daemon's peak memory, read
 // every 100 ms and last just before it is stopped (VmHWM only grows).
-func runUntilPeak(ctx context.Context, cfg, logPath string, peak *float64, done func() (bool, error)) error {
+func runUntilPeak(ctx context.Context, cfg, logPath string, peak *memPeak, done func() (bool, error)) error {
 	d, err := startDaemon(cfg, "", logPath)
 	if err != nil {
 		return err
@@ -222,9 +229,8 @@ func runUntilPeak(ctx context.Context, cfg, logPath string, peak *float64, done 
 	pid := fmt.Sprint(d.cmd.Process.Pid)
 	deadline := time.Now().Add(30 * time.Minute)
 	for {
-		if p := peakRSSOf(pid); p > *peak {
-			*peak = p
-		}
+		peak.rss = max(peak.rss, peakRSSOf(pid))
+		peak.anon = max(peak.anon, anonRSSOf(pid))
 		ok, err := done()
 		if ok {
 			d.stop()
