@@ -52,6 +52,12 @@ type KafkaOptions struct {
 	// certificate for 127.0.0.1 signed by a throwaway CA (CAFile):
 	// SASL_SSL with SASLUsers, SSL without.
 	TLS bool
+	// Proxied adds a PLAINTEXT listener that clients reach only through a
+	// harness Proxy (Kafka.Proxy, ProxiedBrokers): the broker advertises
+	// the proxy's address on it, so a client bootstrapped there sends
+	// every request through the proxy, which tests cut, slow down or
+	// throttle. The PLAINTEXT listener stays direct.
+	Proxied bool
 }
 
 // Kafka is a running throwaway Apache Kafka broker in combined
@@ -82,7 +88,16 @@ type Kafka struct {
 	caFile         string
 	// tlsKeyPEM and tlsChainPEM are the TLS listener's key and chain.
 	tlsKeyPEM, tlsChainPEM string
+
+	// Proxy fronts the proxied listener (KafkaOptions.Proxied), nil
+	// without one; proxiedPort is that listener's own port.
+	Proxy       *Proxy
+	proxiedPort int
 }
+
+// ProxiedBrokers returns the bootstrap address of the proxied listener
+// (KafkaOptions.Proxied): the proxy's.
+func (k *Kafka) ProxiedBrokers() []string { return []string{k.Proxy.Addr()} }
 
 // Brokers returns the bootstrap addresses ("127.0.0.1:port").
 func (k *Kafka) Brokers() []string {
@@ -119,6 +134,9 @@ func (k *Kafka) CreateTopic(ctx context.Context, topic string, partitions int32,
 // directory.
 func (k *Kafka) Stop() error {
 	err := k.proc.stop(syscall.SIGTERM, 30*time.Second)
+	if k.Proxy != nil {
+		k.Proxy.Close()
+	}
 	os.RemoveAll(k.Dir)
 	return err
 }
@@ -171,11 +189,14 @@ func StartKafka(ctx context.Context, opts KafkaOptions) (*Kafka, error) {
 	return retryPortClash(ctx, dir, func() (*Kafka, error) { return startKafkaOnce(ctx, java, jars, dir, opts, timeout) })
 }
 
-func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptions, timeout time.Duration) (*Kafka, error) {
+func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptions, timeout time.Duration) (_ *Kafka, err error) {
 	nports := 2
 	secureProto := secureProtocolFor(opts)
 	if secureProto != "" {
-		nports = 3
+		nports++
+	}
+	if opts.Proxied {
+		nports++
 	}
 	ports, err := freePorts(nports)
 	if err != nil {
@@ -201,6 +222,18 @@ func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptio
 				return nil, fmt.Errorf("kafka tls certificates: %w", err)
 			}
 		}
+	}
+
+	if opts.Proxied {
+		k.proxiedPort = ports[nports-1]
+		if k.Proxy, err = StartProxy(fmt.Sprintf("127.0.0.1:%d", k.proxiedPort)); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				k.Proxy.Close()
+			}
+		}()
 	}
 
 	data := filepath.Join(dir, "data")
@@ -337,6 +370,11 @@ func (k *Kafka) serverProperties(data string, opts KafkaOptions) string {
 	}
 	for key, v := range k.secureSettings(opts) {
 		s[key] = v
+	}
+	if k.Proxy != nil {
+		s["listeners"] += fmt.Sprintf(",PROXIED://127.0.0.1:%d", k.proxiedPort)
+		s["advertised.listeners"] += ",PROXIED://" + k.Proxy.Addr()
+		s["listener.security.protocol.map"] += ",PROXIED:PLAINTEXT"
 	}
 	for key, v := range opts.Settings {
 		s[key] = v

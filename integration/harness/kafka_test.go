@@ -16,7 +16,7 @@ import (
 func TestKafkaProduceConsume(t *testing.T) {
 	SkipShort(t, "starts a JVM broker")
 	start := time.Now()
-	k := KafkaT(t)
+	k := KafkaT(t, KafkaOptions{Proxied: true})
 	t.Logf("kafka %s ready at %v in %s (cluster %s)", KafkaVersion, k.Brokers(), time.Since(start).Round(time.Millisecond), k.ClusterID)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -121,6 +121,7 @@ func TestKafkaProduceConsume(t *testing.T) {
 	}
 
 	cons.Close()
+	checkProxiedListener(ctx, t, k, topic)
 	sstart := time.Now()
 	logTail := k.Log()
 	if err := k.Stop(); err != nil {
@@ -174,5 +175,36 @@ func TestKafkaServerProperties(t *testing.T) {
 		if !strings.Contains(p, want) {
 			t.Errorf("server.properties lacks %q:\n%s", want, p)
 		}
+	}
+}
+
+// checkProxiedListener checks that a client bootstrapped on the proxied
+// listener is told only the proxy's address and so goes through it: a
+// produce fails while the proxy is cut and passes once it is restored.
+func checkProxiedListener(ctx context.Context, t *testing.T, k *Kafka, topic string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.ProxiedBrokers()...), kgo.DefaultProduceTopic(topic),
+		kgo.RequestTimeoutOverhead(time.Second), kgo.RetryTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if err != nil {
+		t.Fatalf("metadata through the proxy: %v", err)
+	}
+	if len(md.Brokers) != 1 || fmt.Sprintf("%s:%d", md.Brokers[0].Host, md.Brokers[0].Port) != k.Proxy.Addr() {
+		t.Fatalf("proxied listener advertises %v, want only the proxy %s", md.Brokers, k.Proxy.Addr())
+	}
+	k.Proxy.Cut()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err = cl.ProduceSync(cctx, &kgo.Record{Value: []byte("through a cut proxy")}).FirstErr()
+	cancel()
+	if err == nil {
+		t.Fatal("a produce passed through a cut proxy")
+	}
+	k.Proxy.Restore()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("through the proxy")}).FirstErr(); err != nil {
+		t.Fatalf("produce through the restored proxy: %v", err)
 	}
 }
