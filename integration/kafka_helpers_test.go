@@ -120,13 +120,32 @@ func startKafkaPair() (*harness.Kafka, *harness.Registry, error) {
 		errs [2]error
 	)
 	wg.Add(2)
-	go func() { defer wg.Done(); k, errs[0] = harness.StartKafka(ctx, harness.KafkaOptions{}) }()
+	// Proxied: the outage test reaches the broker through its proxy.
+	go func() { defer wg.Done(); k, errs[0] = harness.StartKafka(ctx, harness.KafkaOptions{Proxied: true}) }()
 	go func() {
 		defer wg.Done()
 		reg, errs[1] = harness.StartRegistry(ctx, harness.RegistryOptions{GlobalCompatibility: "BACKWARD"})
 	}()
 	wg.Wait()
 	return k, reg, errors.Join(errs[:]...)
+}
+
+// proxiedKafka returns the shared pair for a test that cuts, slows or
+// throttles the broker's proxy (its proxied listener); the proxy is back
+// to normal at cleanup. One such test at a time.
+func proxiedKafka(t *testing.T) (*harness.Kafka, *harness.Registry) {
+	t.Helper()
+	harness.SkipShort(t, "starts a Kafka broker and a schema registry")
+	k, reg, err := sharedKafka()
+	if err != nil {
+		harness.SkipOrFail(t, err)
+	}
+	t.Cleanup(func() {
+		k.Proxy.SetLatency(0)
+		k.Proxy.SetBandwidth(0)
+		k.Proxy.Restore()
+	})
+	return k, reg
 }
 
 // stopSharedKafka stops the shared pair, if it was started.

@@ -18,39 +18,43 @@ import (
 	"github.com/sluice-cdc/sluice/sources/generate"
 )
 
-// outageCase is one sink under test: its server's address and its YAML
-// (given the address the daemon must use, a proxy in front of the
-// server).
+// outageCase is one sink under test: the proxy every connection of the
+// daemon to the sink's server goes through, and the sink's YAML.
 type outageCase struct {
 	name   string
-	server func(t *testing.T) (addr string, sinkYAML func(proxy string) string)
+	server func(t *testing.T) (proxy *harness.Proxy, sinkYAML string)
 }
 
 var outageCases = []outageCase{
-	{"postgres", func(t *testing.T) (string, func(string) string) {
+	{"postgres", func(t *testing.T) (*harness.Proxy, string) {
 		pg := harness.PostgresT(t)
 		if err := pg.CreateDatabase(context.Background(), "outage"); err != nil {
 			t.Fatal(err)
 		}
-		yaml := func(proxy string) string {
-			return fmt.Sprintf(`postgres: {dsn: "postgres://postgres@%s/outage?sslmode=disable"}`, proxy)
-		}
-		return fmt.Sprintf("%s:%d", pg.Host, pg.Port), yaml
+		p := harness.ProxyT(t, fmt.Sprintf("%s:%d", pg.Host, pg.Port))
+		return p, fmt.Sprintf(`postgres: {dsn: "postgres://postgres@%s/outage?sslmode=disable"}`, p.Addr())
 	}},
-	{"opensearch", func(t *testing.T) (string, func(string) string) {
+	{"opensearch", func(t *testing.T) (*harness.Proxy, string) {
 		n := sharedSearch(t, harness.OpenSearch)
-		yaml := func(proxy string) string { return fmt.Sprintf(`opensearch: {urls: ["http://%s"]}`, proxy) }
-		return fmt.Sprintf("%s:%d", n.Host, n.Port), yaml
+		p := harness.ProxyT(t, fmt.Sprintf("%s:%d", n.Host, n.Port))
+		return p, fmt.Sprintf(`opensearch: {urls: ["http://%s"]}`, p.Addr())
 	}},
-	{"elasticsearch", func(t *testing.T) (string, func(string) string) {
+	{"elasticsearch", func(t *testing.T) (*harness.Proxy, string) {
 		n := sharedSearch(t, harness.Elasticsearch)
-		yaml := func(proxy string) string { return fmt.Sprintf(`elasticsearch: {urls: ["http://%s"]}`, proxy) }
-		return fmt.Sprintf("%s:%d", n.Host, n.Port), yaml
+		p := harness.ProxyT(t, fmt.Sprintf("%s:%d", n.Host, n.Port))
+		return p, fmt.Sprintf(`elasticsearch: {urls: ["http://%s"]}`, p.Addr())
 	}},
-	{"redis", func(t *testing.T) (string, func(string) string) {
+	{"redis", func(t *testing.T) (*harness.Proxy, string) {
 		rd := harness.RedisT(t)
-		yaml := func(proxy string) string { return fmt.Sprintf(`redis: {addr: "%s"}`, proxy) }
-		return rd.Addr(), yaml
+		p := harness.ProxyT(t, rd.Addr())
+		return p, fmt.Sprintf(`redis: {addr: "%s"}`, p.Addr())
+	}},
+	// Kafka clients connect to the addresses the broker advertises, so the
+	// proxy is the broker's own proxied listener; the registry stays
+	// direct.
+	{"kafka", func(t *testing.T) (*harness.Proxy, string) {
+		k, reg := proxiedKafka(t)
+		return k.Proxy, fmt.Sprintf(`kafka: {brokers: [%s], registry: {url: "%s"}}`, k.ProxiedBrokers()[0], reg.URL())
 	}},
 }
 
@@ -72,8 +76,7 @@ func TestSinkUnreachableFor20Seconds(t *testing.T) {
 
 func testOutage(t *testing.T, c outageCase) {
 	const outage = 20 * time.Second
-	addr, sinkYAML := c.server(t)
-	proxy := harness.ProxyT(t, addr)
+	proxy, sinkYAML := c.server(t)
 	dir := t.TempDir()
 	opts := generate.Options{Seed: 11, Tables: 3, InitialRows: 300, Changes: 40000, Rate: 1500, Batch: 100,
 		Mix: generate.Mix{Insert: 30, Update: 55, Delete: 15}}
@@ -84,7 +87,7 @@ sinks:
   - %s
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 50ms, write_timeout: 3s, shutdown_timeout: 5m, retry: {initial: 50ms, max: 1s}}
-`, opts.Seed, opts.InitialRows, opts.Changes, opts.Rate, opts.Batch, sinkYAML(proxy.Addr())))
+`, opts.Seed, opts.InitialRows, opts.Changes, opts.Rate, opts.Batch, sinkYAML))
 	d := startDaemon(t, cfg)
 	base := "http://" + d.waitAddr(t, time.Minute)
 

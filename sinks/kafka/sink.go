@@ -269,6 +269,7 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 		b.bad = nil
 	}
 	b.f.seal()
+	b.settle(ctx)
 	return b, nil
 }
 
@@ -278,12 +279,42 @@ type batch struct {
 	f    *flight
 	work []pending
 	bad  []pipeline.RecordError // permanent failures found while encoding
+
+	done    chan struct{}
+	expired error // ctx's error when it ended before every promise fired
 }
 
-func (b *batch) Done() <-chan struct{} { return b.f.done }
+// settle closes done once every promise fired or ctx ended, whichever
+// comes first: the runtime's write timeout bounds a started write as it
+// bounds Write (a broker that accepts connections but never answers
+// would otherwise hold the batch until the producer's own timeouts).
+// Records still buffered then fail with ctx's error; those already sent
+// may land, before anything produced later to their partition, so a
+// retry only duplicates them.
+func (b *batch) settle(ctx context.Context) {
+	b.done = make(chan struct{})
+	go func() {
+		defer close(b.done)
+		select {
+		case <-b.f.done:
+		case <-ctx.Done():
+			select {
+			case <-b.f.done: // both: the promises' outcome wins
+			default:
+				b.expired = ctx.Err()
+			}
+		}
+	}()
+}
 
-// Err classifies the promises' errors (judge) once Done is closed.
+func (b *batch) Done() <-chan struct{} { return b.done }
+
+// Err classifies the promises' errors (judge) once Done is closed, or is
+// ctx's error when the write was abandoned.
 func (b *batch) Err() error {
+	if b.expired != nil {
+		return b.expired
+	}
 	refused, err := b.s.judge(b.work, b.f.result())
 	if err != nil {
 		return err
