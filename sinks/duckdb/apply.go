@@ -159,8 +159,7 @@ func (s *Sink) ensureTable(ctx context.Context, tb *upsert.TableBatch) error {
 		s.log.Info("target table created", zap.String("table", tb.Target), zap.Int("columns", len(tb.Cols)))
 		return nil
 	}
-	var fills []string
-	var fillArgs []any
+	var fills []*pipeline.Column
 	for i := range tb.Cols {
 		name := strings.ToLower(tb.Cols[i].Name)
 		if _, ok := have[name]; ok {
@@ -172,16 +171,11 @@ func (s *Sink) ensureTable(ctx context.Context, tb *upsert.TableBatch) error {
 			quote(tb.Cols[i].Name)+" "+ddl); err != nil {
 			return fmt.Errorf("add column %s: %w", tb.Cols[i].Name, err)
 		}
-		if m := tb.Cols[i].Missing; m != nil {
+		if tb.Cols[i].Missing != nil {
 			// Rows that existed when the source added the column hold its
 			// missing value without any change event saying so; every row
 			// here predates the column.
-			expr, args, err := param(&tb.Cols[i], m)
-			if err != nil {
-				return fmt.Errorf("add column %s: missing value: %w", tb.Cols[i].Name, err)
-			}
-			fills = append(fills, quote(tb.Cols[i].Name)+" = "+expr)
-			fillArgs = append(fillArgs, args...)
+			fills = append(fills, &tb.Cols[i])
 		}
 		have[name] = ddl
 		s.log.Info("target column added", zap.String("table", tb.Target), zap.String("column", tb.Cols[i].Name),
@@ -190,11 +184,56 @@ func (s *Sink) ensureTable(ctx context.Context, tb *upsert.TableBatch) error {
 	// One UPDATE after every ALTER: DuckDB fails the commit of a
 	// transaction that alters a table it has already updated.
 	if len(fills) > 0 {
-		if _, err := s.conn.ExecContext(ctx, "UPDATE "+s.qualified(tb.Target)+" SET "+strings.Join(fills, ", "), fillArgs...); err != nil {
+		if err := s.fillMissing(ctx, tb.Target, fills); err != nil {
 			return fmt.Errorf("add columns: fill existing rows with missing values: %w", err)
 		}
 	}
 	return nil
+}
+
+// fillMissing sets the columns cols of every row of target to their
+// missing values. The values go in as a row does — staged by toStage,
+// appended as one row of the staging relation, converted by the column's
+// conv — and one UPDATE … FROM reads them, so that any value a row can
+// hold can be a missing value (bound as query parameters, uuids, lists,
+// timestamps and unsigned integers were refused or crashed the driver).
+func (s *Sink) fillMissing(ctx context.Context, target string, cols []*pipeline.Column) error {
+	names := make([]string, len(cols))
+	types := make([]duck.TypeInfo, len(cols))
+	set := make([]string, len(cols))
+	vals := make([]driver.Value, len(cols))
+	for i, c := range cols {
+		ct := typeOf(c)
+		ti, err := typeInfo(ct.stage)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", c.Name, err)
+		}
+		v, err := toStage(c, c.Missing)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", c.Name, err)
+		}
+		names[i], types[i], vals[i] = "m"+strconv.Itoa(i), ti, v
+		x := "s." + names[i]
+		if ct.conv != nil {
+			x = ct.conv(x)
+		}
+		set[i] = quote(c.Name) + " = " + x
+	}
+	q := "UPDATE " + s.qualified(target) + " SET " + strings.Join(set, ", ") + " FROM " + stageTable + " AS s"
+	return s.conn.Raw(func(dc any) error {
+		conn, ok := dc.(driver.Conn)
+		if !ok {
+			return fmt.Errorf("unexpected driver connection %T", dc)
+		}
+		a, err := duck.NewQueryAppender(conn, q, stageTable, types, names)
+		if err != nil {
+			return err
+		}
+		if err := a.AppendRow(vals...); err != nil {
+			return errors.Join(err, a.Clear(), a.Close())
+		}
+		return a.CloseWithCancel(ctx)
+	})
 }
 
 // mergeQuery is the set-based upsert of the staged rows, read from the
