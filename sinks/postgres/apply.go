@@ -166,7 +166,11 @@ func (s *Sink) ensureTable(ctx context.Context, tx pgx.Tx, tb *upsert.TableBatch
 			zap.String("type", ct.ddl))
 	}
 	if len(fills) > 0 {
-		if _, err := tx.Exec(ctx, "UPDATE "+s.qualified(tb.Target)+" SET "+strings.Join(fills, ", "), fillArgs...); err != nil {
+		// Described first, so that each argument is encoded as its
+		// parameter's type (the connection's default mode infers types
+		// from Go values, and has none for a uuid's [16]byte).
+		args := append([]any{pgx.QueryExecModeDescribeExec}, fillArgs...)
+		if _, err := tx.Exec(ctx, "UPDATE "+s.qualified(tb.Target)+" SET "+strings.Join(fills, ", "), args...); err != nil {
 			return fmt.Errorf("add columns: fill existing rows with missing values: %w", err)
 		}
 	}
