@@ -2,7 +2,9 @@ package duckdb
 
 import (
 	"context"
+	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -40,3 +42,16 @@ func (h *harness) Read(t *testing.T, table *pipeline.Table) map[string][]any {
 }
 
 func TestConformance(t *testing.T) { sinktest.Run(t, &harness{}) }
+
+// Excluded names the matrix values the DuckDB sink does not yet give back.
+func (*harness) Excluded(tc sinktest.TypeCase, v any) string {
+	if f, ok := v.(float64); ok && f == 0 && math.Signbit(f) {
+		return "DuckDB keeps a stored 0 when an update writes -0 into a column segment holding only zeros (open)"
+	}
+	if l, ok := v.([]any); ok && slices.ContainsFunc(l, func(e any) bool { _, nested := e.([]any); return nested }) {
+		return "a multi-dimensional array does not fit the LIST column and goes to the DLQ (open)"
+	}
+	return ""
+}
+
+func TestMatrix(t *testing.T) { sinktest.Matrix(t, &harness{}) }

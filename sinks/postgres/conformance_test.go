@@ -40,3 +40,7 @@ func (h *harnessPG) Read(t *testing.T, table *pipeline.Table) map[string][]any {
 func TestConformance(t *testing.T) {
 	sinktest.Run(t, &harnessPG{dsn: server(t).DSN("postgres")})
 }
+
+func TestMatrix(t *testing.T) {
+	sinktest.Matrix(t, &harnessPG{dsn: server(t).DSN("postgres")})
+}
