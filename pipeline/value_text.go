@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The text forms below are the ones sinks that store values as text (the
@@ -150,4 +151,18 @@ func ParseInterval(s string) (Interval, error) {
 		us = -us
 	}
 	return Interval{Months: int32(months), Days: int32(days), Micros: us}, nil
+}
+
+// ParseTime is time.Parse that also reads the years before 1 AD that
+// time.Format writes with a minus sign ("-0043-03-15" is 44 BC, the year
+// -43 of the proleptic Gregorian calendar), which time.Parse refuses. A
+// year and its negation are leap years alike, so the text parses as its
+// mirror year.
+func ParseTime(layout, s string) (time.Time, error) {
+	rest, bc := strings.CutPrefix(s, "-")
+	tm, err := time.Parse(layout, rest)
+	if err != nil || !bc {
+		return tm, err
+	}
+	return time.Date(-tm.Year(), tm.Month(), tm.Day(), tm.Hour(), tm.Minute(), tm.Second(), tm.Nanosecond(), tm.Location()), nil
 }

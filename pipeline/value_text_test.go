@@ -1,6 +1,9 @@
 package pipeline
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestValueTextFormsRoundTrip(t *testing.T) {
 	for _, tod := range []TimeOfDay{0, 1, 86399_999999, 86400_000000, 45296_000789} {
@@ -62,6 +65,22 @@ func TestValueTextFormsRejectOtherText(t *testing.T) {
 	for _, s := range []string{"", "deadbeef01020304050607080 90a0bff", "deadbeef-0102-0304-0506-0708090a0bf", "deadbeef0102-0304-0506-0708090a0bff0", "deadbeef-0102-0304-0506-0708090a0bfg"} {
 		if v, err := ParseUUID(s); err == nil {
 			t.Errorf("ParseUUID(%q) = %v", s, v)
+		}
+	}
+}
+
+func TestParseTimeBeforeTheCommonEra(t *testing.T) {
+	for _, want := range []time.Time{
+		time.Date(-43, 3, 15, 12, 0, 0, 1000, time.UTC),
+		time.Date(-44, 2, 29, 0, 0, 0, 0, time.UTC),
+		time.Date(0, 12, 31, 23, 59, 59, 999999000, time.UTC),
+		time.Date(2024, 2, 29, 1, 2, 3, 4000, time.UTC),
+	} {
+		const layout = "2006-01-02T15:04:05.000000Z"
+		s := want.Format(layout)
+		got, err := ParseTime(layout, s)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("ParseTime(%q) = %v, %v; want %v", s, got, err, want)
 		}
 	}
 }

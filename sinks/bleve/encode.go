@@ -9,7 +9,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/sluice-cdc/sluice/internal/jsontext"
@@ -325,7 +324,7 @@ func decodeScalar(t pipeline.Type, raw []byte, inArray bool) (any, error) {
 		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Date{Special: sp}, nil
 		}
-		tm, err := time.Parse(dateLayout, s)
+		tm, err := pipeline.ParseTime(dateLayout, s)
 		if err != nil {
 			return nil, err
 		}
@@ -354,7 +353,7 @@ func decodeScalar(t pipeline.Type, raw []byte, inArray bool) (any, error) {
 		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Timestamp{Special: sp}, nil
 		}
-		tm, err := time.Parse(tsLayout, strings.TrimSuffix(s, "Z"))
+		tm, err := pipeline.ParseTime(tsLayout, strings.TrimSuffix(s, "Z"))
 		if err != nil {
 			return nil, err
 		}

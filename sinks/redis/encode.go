@@ -8,7 +8,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -201,7 +200,7 @@ func decodeScalar(t pipeline.Type, s string) (any, error) {
 		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Date{Special: sp}, nil
 		}
-		tm, err := parseTime(dateLayout, s)
+		tm, err := pipeline.ParseTime(dateLayout, s)
 		if err != nil {
 			return nil, err
 		}
@@ -218,7 +217,7 @@ func decodeScalar(t pipeline.Type, s string) (any, error) {
 		if t == pipeline.TypeTimestamp {
 			layout = wallLayout
 		}
-		tm, err := parseTime(layout, s)
+		tm, err := pipeline.ParseTime(layout, s)
 		if err != nil {
 			return nil, err
 		}
@@ -228,19 +227,6 @@ func decodeScalar(t pipeline.Type, s string) (any, error) {
 	}
 	// TypeText, TypeString, TypeEnum, TypeSet, TypeInet, TypeMacaddr.
 	return s, nil
-}
-
-// parseTime is time.Parse that also reads the years before 1 AD that
-// time.Format writes ("-0043-03-15": 44 BC, the year -43 of the
-// proleptic Gregorian calendar), which time.Parse refuses. A year and its
-// negation are leap years alike, so the date parses as its mirror year.
-func parseTime(layout, s string) (time.Time, error) {
-	rest, bc := strings.CutPrefix(s, "-")
-	tm, err := time.Parse(layout, rest)
-	if err != nil || !bc {
-		return tm, err
-	}
-	return time.Date(-tm.Year(), tm.Month(), tm.Day(), tm.Hour(), tm.Minute(), tm.Second(), tm.Nanosecond(), tm.Location()), nil
 }
 
 // escapeKeyPart escapes '\' and ':' in one key value of {pk}.

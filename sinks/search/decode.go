@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"time"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -130,7 +129,7 @@ func decodeScalar(t pipeline.Type, x any) (any, error) {
 		if sp, ok := pipeline.ParseSpecial(s); ok && sp != pipeline.NaN {
 			return pipeline.Date{Special: sp}, nil
 		}
-		tm, err := time.Parse(dateLayout, s)
+		tm, err := pipeline.ParseTime(dateLayout, s)
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +146,7 @@ func decodeScalar(t pipeline.Type, x any) (any, error) {
 		if t == pipeline.TypeTimestamp {
 			layout = wallLayout
 		}
-		tm, err := time.Parse(layout, s)
+		tm, err := pipeline.ParseTime(layout, s)
 		if err != nil {
 			return nil, err
 		}
