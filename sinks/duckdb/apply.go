@@ -220,6 +220,15 @@ func (s *Sink) fillMissing(ctx context.Context, target string, cols []*pipeline.
 		set[i] = quote(c.Name) + " = " + x
 	}
 	q := "UPDATE " + s.qualified(target) + " SET " + strings.Join(set, ", ") + " FROM " + stageTable + " AS s"
+	return s.appendThrough(ctx, q, types, names, func(a *duck.Appender) error { return a.AppendRow(vals...) })
+}
+
+// appendThrough runs query q over the rows fill appends to the staging
+// relation stageTable (columns names of types), through a query Appender
+// on the sink's connection. When fill fails its rows are discarded and q
+// does not run; otherwise closing the Appender flushes, running q (more
+// than one time when the rows exceed the Appender's flush threshold).
+func (s *Sink) appendThrough(ctx context.Context, q string, types []duck.TypeInfo, names []string, fill func(*duck.Appender) error) error {
 	return s.conn.Raw(func(dc any) error {
 		conn, ok := dc.(driver.Conn)
 		if !ok {
@@ -229,7 +238,7 @@ func (s *Sink) fillMissing(ctx context.Context, target string, cols []*pipeline.
 		if err != nil {
 			return err
 		}
-		if err := a.AppendRow(vals...); err != nil {
+		if err := fill(a); err != nil {
 			return errors.Join(err, a.Clear(), a.Close())
 		}
 		return a.CloseWithCancel(ctx)
@@ -360,23 +369,10 @@ func (s *Sink) mergeRows(ctx context.Context, tb *upsert.TableBatch, rows []upse
 		return err
 	}
 	q := s.mergeQuery(tb, lean, stageTable, "make_timestamptz("+strconv.FormatInt(now.UnixMicro(), 10)+"::BIGINT)")
-	return s.conn.Raw(func(dc any) error {
-		conn, ok := dc.(driver.Conn)
-		if !ok {
-			return fmt.Errorf("unexpected driver connection %T", dc)
-		}
-		a, err := duck.NewQueryAppender(conn, q, stageTable, types, names)
-		if err != nil {
-			return err
-		}
-		if err := appendRows(ctx, a, len(tb.Cols), rows, lean); err != nil {
-			// Discard the rows rather than merging part of them.
-			return errors.Join(err, a.Clear(), a.Close())
-		}
-		// Closing flushes: the MERGE runs over the appended rows (more
-		// than one time when they exceed the Appender's flush threshold,
-		// which is harmless: every key appears once).
-		return a.CloseWithCancel(ctx)
+	// The MERGE may run more than once, which is harmless: every key
+	// appears once in the rows.
+	return s.appendThrough(ctx, q, types, names, func(a *duck.Appender) error {
+		return appendRows(ctx, a, len(tb.Cols), rows, lean)
 	})
 }
 

@@ -136,19 +136,8 @@ func (s *Sink) insertRecords(ctx context.Context, target string, t *pipeline.Tab
 			}
 		}
 	}()
-	err = s.conn.Raw(func(dc any) error {
-		conn, ok := dc.(driver.Conn)
-		if !ok {
-			return fmt.Errorf("unexpected driver connection %T", dc)
-		}
-		a, err := duck.NewQueryAppender(conn, q, stageTable, types, names)
-		if err != nil {
-			return err
-		}
-		if err := appendRecords(ctx, a, t, records); err != nil {
-			return errors.Join(err, a.Clear(), a.Close())
-		}
-		return a.CloseWithCancel(ctx)
+	err = s.appendThrough(ctx, q, types, names, func(a *duck.Appender) error {
+		return appendRecords(ctx, a, t, records)
 	})
 	if err != nil {
 		return err
