@@ -355,15 +355,24 @@ func TestKfakeSlowAck(t *testing.T) {
 	}
 
 	// Not cancelled: Write returns nil only after the ack. (The records
-	// of the cancelled Write still hold the partition's sequence, so a
-	// Write right after it may fail once; the runtime retries those.)
+	// of the cancelled Write still hold the partition's sequence, so the
+	// Writes around the release may fail with its context's error; the
+	// runtime retries those. An attempt begun before the release may
+	// fail after it, so failures are retried a few times after it too.)
 	var released atomic.Bool
 	go func() {
+		failedAfter := 0
 		for {
 			err := s.Write(t.Context(), fakeBatch(6, 5, 100))
-			if err == nil || released.Load() || t.Context().Err() != nil {
+			if err == nil || t.Context().Err() != nil {
 				done <- err
 				return
+			}
+			if released.Load() {
+				if failedAfter++; failedAfter > 3 {
+					done <- err
+					return
+				}
 			}
 			t.Logf("write while the ack is pending failed (retried): %v", err)
 		}
