@@ -62,5 +62,10 @@ func outOfMemory(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "Out of Memory Error") || strings.Contains(msg, "could not allocate block")
+	for _, m := range []string{"Out of Memory Error", "could not allocate block", "failed to allocate data of size", "failed to pin block"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }

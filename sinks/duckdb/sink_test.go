@@ -520,6 +520,15 @@ func TestOutOfMemoryIsOverloaded(t *testing.T) {
 	if err == nil || !outOfMemory(err) {
 		t.Fatalf("a query over DuckDB's memory limit: %v; want an out-of-memory error", err)
 	}
+	// The appender's flattened forms, seen with memory_limit 100MiB.
+	for _, msg := range []string{
+		"could not close appender: Failed to append: failed to allocate data of size 4.0 MiB (99.6 MiB/100.0 MiB used)",
+		"could not close appender: Failed to append: failed to pin block of size 256.0 KiB (99.8 MiB/100.0 MiB used)",
+	} {
+		if !outOfMemory(errors.New(msg)) {
+			t.Errorf("%q is out of memory", msg)
+		}
+	}
 	if outOfMemory(errors.New("Constraint Error: duplicate key")) {
 		t.Fatal("a constraint error is not out of memory")
 	}
