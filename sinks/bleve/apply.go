@@ -125,6 +125,9 @@ func (s *Sink) writePart(ctx context.Context, part []pipeline.Record, now time.T
 	// The runtime logs and counts each failed record as it dead-letters
 	// it (Invariant 9).
 	if len(tbs) > 0 {
+		if err := s.fillMissing(ctx, tbs); err != nil {
+			return nil, err
+		}
 		p, err := s.plan(ctx, tbs, snapshotTables(part), now, part)
 		if err == nil {
 			err = s.apply(ctx, p)
