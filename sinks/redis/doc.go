@@ -43,6 +43,13 @@
 // them (hold.go). With TTL set, live keys expire that long after their
 // last write.
 //
+// The set <base>#columns lists the columns of the table the sink has
+// written. A column a record's table has and the set lacks was added at
+// the source; when it has a missing value (ADD COLUMN … DEFAULT, whose
+// existing rows hold the default with no change event), the sink first
+// gives every live row of the table that value, then adds the column to
+// the set (columns.go).
+//
 // Values are stored as text, the same text in hash fields and in the JSON
 // document's string members (JSON numbers are avoided because the script's
 // JSON library would round them). The json format refuses a text value that

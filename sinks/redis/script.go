@@ -44,6 +44,13 @@ package redis
 // table's barrier; operation p (KEYS[1] the barrier key, KEYS[2…] row keys
 // found by SCAN) deletes those of them older than the barrier.
 //
+// Operation f (KEYS[1] the barrier key, KEYS[2…] row keys found by SCAN,
+// ARGV[3…] column, value pairs) gives each live row that lacks a column
+// that column's value: the missing value of a column the source added
+// (hash: a field the row lacks; json: a member it lacks, the document
+// rebuilt with _v first). Tombstones and other keys are left alone. It
+// returns how many rows it changed.
+//
 // A json-format document always starts with {"_v":"<version>", which is
 // where the script reads a stored key's version (a Lua pattern anchored
 // there), so it never parses a whole document to compare versions.
@@ -75,6 +82,43 @@ if op == 'x' then
     redis.call('ZREM', hk, k)
   end
   return 1
+end
+if op == 'f' then
+  local n = 0
+  for i = 2, #KEYS do
+    local k = KEYS[i]
+    local ty = redis.call('TYPE', k).ok
+    if fmt == 'h' and ty == 'hash' then
+      if redis.call('HEXISTS', k, '_v') == 1 and redis.call('HGET', k, '_deleted') ~= '1' then
+        local changed = 0
+        for a = 3, #ARGV, 2 do changed = changed + redis.call('HSETNX', k, ARGV[a], ARGV[a + 1]) end
+        if changed > 0 then n = n + 1 end
+      end
+    elseif fmt == 'j' and ty == 'string' then
+      local s = redis.call('GET', k)
+      local v = string.match(s, '^{"_v":"([0-9a-g]+)"')
+      if v and string.sub(s, -17) ~= ',"_deleted":true}' then
+        local ok, o = pcall(cjson.decode, s)
+        if ok then
+          local changed = false
+          for a = 3, #ARGV, 2 do
+            if o[ARGV[a]] == nil then
+              o[ARGV[a]] = ARGV[a + 1]
+              changed = true
+            end
+          end
+          if changed then
+            o._v = nil
+            local rest = cjson.encode(o)
+            if rest == '{}' then rest = '}' else rest = ',' .. string.sub(rest, 2) end
+            redis.call('SET', k, '{"_v":"' .. v .. '"' .. rest, 'KEEPTTL')
+            n = n + 1
+          end
+        end
+      end
+    end
+  end
+  return n
 end
 if op == 'p' then
   local b = redis.call('GET', KEYS[1])

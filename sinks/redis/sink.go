@@ -80,6 +80,10 @@ type Sink struct {
 	// snapshots holds, by table base, the stored time (ms) of the last
 	// snapshot record (see hold.go); lastSweep is the last sweep's time.
 	snapshots map[string]int64
+	// columns caches, by table base, the columns sets; filled holds the
+	// table shapes whose columns are in them (columns.go).
+	columns   map[string]map[string]bool
+	filled    map[*pipeline.Table]bool
 	lastSweep time.Time
 	// gen is the generation recorded in generationKey.
 	gen upsert.Generation
@@ -163,6 +167,7 @@ func (s *Sink) Open(ctx context.Context) error {
 		c.Close()
 		return pipeline.Fatal(fmt.Errorf("redis sink: server hashed the script as %s, want %s", sha, s.sha))
 	}
+	s.columns, s.filled = map[string]map[string]bool{}, map[*pipeline.Table]bool{}
 	if err := s.loadSnapshots(ctx, c); err != nil {
 		c.Close()
 		return err
@@ -388,6 +393,13 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		}
 	}
 	if err := s.recordGeneration(ctx, records); err != nil {
+		return s.wrap(ctx, err)
+	}
+	if err := s.fillAdded(ctx, records); err != nil {
+		var te *pipeline.TableError
+		if errors.As(err, &te) {
+			return te
+		}
 		return s.wrap(ctx, err)
 	}
 	now := s.now()
