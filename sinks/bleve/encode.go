@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 // errValue marks a value the sink cannot store; its record fails
@@ -134,12 +135,8 @@ func appendScalar(b []byte, t pipeline.Type, v any, inArray bool) ([]byte, error
 		if inArray {
 			return jsontext.AppendString(b, string(x)), nil
 		}
-		x = pipeline.JSON(strings.TrimSpace(string(x)))
-		if jsonNeedsWrap(x) {
-			b = append(b, `{"`+jsonWrapKey+`":`...)
-			return append(append(b, x...), '}'), nil
-		}
-		return append(b, x...), nil
+		// upsert.JSONWrapKey keeps JSON's null apart from SQL NULL.
+		return append(b, upsert.WrapJSON([]byte(strings.TrimSpace(string(x))))...), nil
 	case pipeline.TypeBytes, pipeline.TypeBit, pipeline.TypeGeometry:
 		x, ok := v.([]byte)
 		if !ok {
@@ -304,7 +301,7 @@ func decodeScalar(t pipeline.Type, raw []byte, inArray bool) (any, error) {
 			s, err := str()
 			return pipeline.JSON(s), err
 		}
-		return unwrapJSON(raw), nil
+		return pipeline.JSON(upsert.UnwrapJSON(raw)), nil
 	case pipeline.TypeBytes, pipeline.TypeBit, pipeline.TypeGeometry:
 		s, err := str()
 		if err != nil {
@@ -464,41 +461,4 @@ func escape(s string, dots bool) string {
 // escaped schema "." escaped table.
 func tablePrefix(id pipeline.TableID) string {
 	return escape(id.Schema, true) + "." + escape(id.Table, true)
-}
-
-// A json column's value is stored in the row as itself, except JSON's
-// null, which the row's null (SQL NULL) would hide, and an object whose
-// only member is jsonWrapKey, which would read back as wrapped: those are
-// stored as {jsonWrapKey: value}.
-const jsonWrapKey = "$sluice_json"
-
-func jsonNeedsWrap(x pipeline.JSON) bool {
-	if string(x) == "null" {
-		return true
-	}
-	if len(x) == 0 || x[0] != '{' || !strings.Contains(string(x), jsonWrapKey) {
-		return false
-	}
-	_, ok := wrappedJSON([]byte(x))
-	return ok
-}
-
-// wrappedJSON returns the value of an object whose only member is
-// jsonWrapKey.
-func wrappedJSON(raw []byte) (json.RawMessage, bool) {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil || len(m) != 1 {
-		return nil, false
-	}
-	v, ok := m[jsonWrapKey]
-	return v, ok
-}
-
-func unwrapJSON(raw []byte) pipeline.JSON {
-	if len(raw) > 0 && raw[0] == '{' && bytes.Contains(raw, []byte(jsonWrapKey)) {
-		if v, ok := wrappedJSON(raw); ok {
-			return pipeline.JSON(bytes.TrimSpace(v))
-		}
-	}
-	return pipeline.JSON(raw)
 }

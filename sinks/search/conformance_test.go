@@ -53,6 +53,7 @@ func nodeTests(t *testing.T, engine harness.SearchEngine) {
 	harness.SkipShort(t, "starts a JVM search node")
 	n := node(t, engine)
 	t.Run("Conformance", func(t *testing.T) { sinktest.Run(t, &confHarness{node: n}) })
+	t.Run("Matrix", func(t *testing.T) { sinktest.Matrix(t, &confHarness{node: n}) })
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, *harness.SearchNode)

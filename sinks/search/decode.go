@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 // decodeColumn reads a column's stored JSON value back into the record
@@ -21,7 +22,7 @@ func decodeColumn(c *pipeline.Column, raw json.RawMessage) (any, error) {
 	var err error
 	switch c.Type {
 	case pipeline.TypeJSON:
-		return pipeline.JSON(raw), nil
+		return pipeline.JSON(upsert.UnwrapJSON(raw)), nil
 	case pipeline.TypeArray:
 		var x any
 		if x, err = decodeJSON(raw); err == nil {

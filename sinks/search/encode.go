@@ -1,6 +1,7 @@
 package search
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 // Staging values (upsert.Converter): every record-model value becomes one
@@ -65,7 +67,8 @@ func stage(t, elem pipeline.Type, v any) (any, error) {
 		if !json.Valid([]byte(x)) {
 			return nil, errors.New("invalid JSON document")
 		}
-		return json.RawMessage(x), nil
+		// upsert.JSONWrapKey keeps JSON's null apart from SQL NULL.
+		return json.RawMessage(upsert.WrapJSON(bytes.TrimSpace([]byte(x)))), nil
 	case []any:
 		b, err := appendArray(nil, elem, x)
 		if err != nil {

@@ -67,6 +67,9 @@ type indexState struct {
 	// (its generation and the columns of the batch that had it).
 	gen     int
 	genCols []pipeline.Column
+	// pending holds the added columns whose missing values may not be in
+	// every document yet (missing.go).
+	pending map[string]bool
 }
 
 func (st *indexState) barrierHex() string {
@@ -249,13 +252,29 @@ func (s *Sink) indexFor(ctx context.Context, tb *upsert.TableBatch) (*indexState
 		s.indices[tb.Target] = st
 	}
 	var missing []int
+	var fill []string
 	for i := range tb.Cols {
 		if !st.fields[tb.Cols[i].Name] {
 			missing = append(missing, i)
+			if tb.Cols[i].Missing != nil {
+				fill = append(fill, tb.Cols[i].Name)
+			}
 		}
 	}
 	if len(missing) == 0 {
-		return st, nil
+		return st, s.fillPending(ctx, st, tb)
+	}
+	if len(fill) > 0 {
+		// Step 1 of the fill (missing.go).
+		for name := range st.pending {
+			fill = append(fill, name)
+		}
+		if err := s.updateState(ctx, st, pendingDoc(fill)); err != nil {
+			return nil, err
+		}
+		for _, name := range fill {
+			st.pending[name] = true
+		}
 	}
 	cols := make([]pipeline.Column, len(missing))
 	isKey := make([]bool, len(missing))
@@ -278,7 +297,7 @@ func (s *Sink) indexFor(ctx context.Context, tb *upsert.TableBatch) (*indexState
 		st.fields[c.Name] = true
 	}
 	s.log.Info("index columns added", zap.String("index", st.name), zap.Int("columns", len(cols)))
-	return st, nil
+	return st, s.fillPending(ctx, st, tb)
 }
 
 // tableError is a refusal of one table that no retry can change.
@@ -290,7 +309,7 @@ func (e *tableError) Unwrap() error { return e.err }
 // loadIndex reads an index's mapping and state, creating the index when
 // it does not exist.
 func (s *Sink) loadIndex(ctx context.Context, tb *upsert.TableBatch) (*indexState, error) {
-	st := &indexState{name: tb.Target, table: tb.ID.String(), fields: map[string]bool{}}
+	st := &indexState{name: tb.Target, table: tb.ID.String(), fields: map[string]bool{}, pending: map[string]bool{}}
 	path := "/" + url.PathEscape(st.name)
 	status, body, err := s.call(ctx, "mapping of "+st.name, http.MethodGet, path+"/_mapping", nil, nil, 404)
 	if err != nil {
@@ -328,8 +347,9 @@ func (s *Sink) loadIndex(ctx context.Context, tb *upsert.TableBatch) (*indexStat
 	if status == 200 {
 		var doc struct {
 			Source struct {
-				Barrier    string    `json:"barrier"`
-				SnapshotAt time.Time `json:"snapshot_at"`
+				Barrier     string    `json:"barrier"`
+				SnapshotAt  time.Time `json:"snapshot_at"`
+				PendingFill []string  `json:"pending_fill"`
 			} `json:"_source"`
 		}
 		if err := json.Unmarshal(body, &doc); err != nil {
@@ -342,6 +362,9 @@ func (s *Sink) loadIndex(ctx context.Context, tb *upsert.TableBatch) (*indexStat
 			st.hasBarrier = true
 		}
 		st.snapshotAt = doc.Source.SnapshotAt
+		for _, name := range doc.Source.PendingFill {
+			st.pending[name] = true
+		}
 	}
 	// Keeps the alias in step with the barrier.
 	if err := s.putAlias(ctx, st); err != nil {

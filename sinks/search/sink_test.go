@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/sinktest"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 var acct = &pipeline.Table{
@@ -79,10 +80,21 @@ func get(t *testing.T, s *Sink, index, id string) (version int64, src map[string
 // nothing but itself (after a refresh).
 func count(t *testing.T, s *Sink, index string) int {
 	t.Helper()
+	return countQuery(t, s, index, "")
+}
+
+// countQuery counts the documents of index that query (JSON; "" for all)
+// matches, after a refresh.
+func countQuery(t *testing.T, s *Sink, index, query string) int {
+	t.Helper()
 	if _, _, err := s.call(ctx, "refresh", http.MethodPost, "/"+url.PathEscape(index)+"/_refresh", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, body, err := s.call(ctx, "count", http.MethodGet, "/"+url.PathEscape(index)+"/_count", nil, nil)
+	var q []byte
+	if query != "" {
+		q = []byte(`{"query":` + query + `}`)
+	}
+	_, body, err := s.call(ctx, "count", http.MethodPost, "/"+url.PathEscape(index)+"/_count", nil, q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,10 +401,36 @@ func testNewColumn(t *testing.T, n *harness.SearchNode) {
 	mustWrite(t, s, pipeline.Record{Op: pipeline.OpInsert, Table: v2, Version: pipeline.Version{0, 100, 0, 2},
 		After: []any{int64(2), "b", nil, int64(7), true}})
 	mustWrite(t, s, row(pipeline.OpUpdate, 3, 2, "b'", nil)) // older shape: score kept, flag missing value
-	expect(t, s, v2, []any{int64(1), "a", nil, nil, nil}, []any{int64(2), "b'", nil, int64(7), false})
-	_, body, err := s.call(ctx, "mapping", http.MethodGet, "/"+indexOf(s, acct)+"/_mapping", nil, nil)
+	// Row 1 predates both columns: it holds flag's missing value.
+	expect(t, s, v2, []any{int64(1), "a", nil, nil, false}, []any{int64(2), "b'", nil, int64(7), false})
+	index := indexOf(s, acct)
+	_, body, err := s.call(ctx, "mapping", http.MethodGet, "/"+index+"/_mapping", nil, nil)
 	if err != nil || !strings.Contains(string(body), `"score":{"type":"integer"}`) || !strings.Contains(string(body), `"flag":{"type":"boolean"}`) {
 		t.Fatalf("mapping: %s %v", body, err)
+	}
+	if n := countQuery(t, s, index, `{"term":{"flag":false}}`); n != 2 {
+		t.Fatalf("flag:false finds %d documents; want both rows (the filled field is indexed)", n)
+	}
+
+	// A crash after the next column was mapped and before its fill
+	// finished: the restarted sink fills it at its next write.
+	v3 := &pipeline.Table{ID: acct.ID, Generation: 3, KeyIdx: []int{0}, Columns: append(append([]pipeline.Column{}, v2.Columns...),
+		pipeline.Column{Name: "tag", Type: pipeline.TypeText, Nullable: true, Missing: "x"})}
+	if _, _, err := s.call(ctx, "map tag", http.MethodPut, "/"+index+"/_mapping", nil, []byte(`{"properties":{"tag":{"type":"keyword"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.updateState(ctx, s.indices[index], pendingDoc([]string{"tag"})); err != nil {
+		t.Fatal(err)
+	}
+	s.Close(ctx)
+	s = openSink(t, s.opts)
+	mustWrite(t, s, pipeline.Record{Op: pipeline.OpUpdate, Table: v3, Version: pipeline.Version{0, 100, 0, 4},
+		After: []any{int64(2), "c", nil, int64(8), true, nil}})
+	expect(t, s, v3, []any{int64(1), "a", nil, nil, false, "x"}, []any{int64(2), "c", nil, int64(8), true, nil})
+	s.Close(ctx)
+	s = openSink(t, s.opts)
+	if st, err := s.indexFor(ctx, &upsert.TableBatch{ID: acct.ID, Target: index, Cols: v3.Columns}); err != nil || len(st.pending) != 0 {
+		t.Fatalf("after the fill: pending %v, %v; want none", st, err)
 	}
 }
 
