@@ -322,7 +322,19 @@ func (b *builder) columnField(i int, forceNullable bool) (*avro.Field, error) {
 	if c.Comment != "" {
 		opts = append(opts, avro.WithDoc(c.Comment))
 	}
-	if c.Nullable || forceNullable {
+	if def, ok := b.missingDefault(c, typ); ok {
+		// Older events lack the column; read with this schema they hold
+		// its missing value, as the rows do. A union's default is its
+		// first branch, so the type goes first.
+		if c.Nullable || forceNullable {
+			u, err := avro.NewUnionSchema([]avro.Schema{typ, prim(avro.Null)})
+			if err != nil {
+				return nil, b.colErr(c, err)
+			}
+			typ = u
+		}
+		opts = append(opts, avro.WithDefault(def))
+	} else if c.Nullable || forceNullable {
 		u, err := avro.NewUnionSchema([]avro.Schema{prim(avro.Null), typ})
 		if err != nil {
 			return nil, b.colErr(c, err)

@@ -90,12 +90,15 @@ type colPlan struct {
 	idx      int
 	col      *pipeline.Column
 	name     string // Avro field name
-	nullable bool   // the field is ["null", T]
-	branch   string // union branch name of T
-	schema   avro.Schema
-	conv     func(any) (any, error) // the value hamba would encode (reference, errors)
-	write    writeFn                // appends the Avro binary of T
-	zeroEnc  []byte                 // T's encoding of the zero value, for columns a before image lacks
+	nullable bool   // the field is ["null", T], or [T, "null"] (a missing value's default)
+	// nullTag and valTag are the union branch indexes (zig-zag encoded)
+	// of null and of T.
+	nullTag, valTag byte
+	branch          string // union branch name of T
+	schema          avro.Schema
+	conv            func(any) (any, error) // the value hamba would encode (reference, errors)
+	write           writeFn                // appends the Avro binary of T
+	zeroEnc         []byte                 // T's encoding of the zero value, for columns a before image lacks
 }
 
 // NewCodec builds the key, value and envelope schemas of t and their
@@ -167,7 +170,10 @@ func (c *Codec) plan(rec *avro.RecordSchema, cols []int) ([]colPlan, error) {
 		p := colPlan{idx: idx, col: col, name: f.Name(), schema: f.Type()}
 		if u, ok := p.schema.(*avro.UnionSchema); ok {
 			p.nullable = true
-			p.schema = u.Types()[1]
+			p.nullTag, p.valTag, p.schema = unionNull, unionValue1, u.Types()[1]
+			if u.Types()[0].Type() != avro.Null {
+				p.nullTag, p.valTag, p.schema = unionValue1, unionNull, u.Types()[0]
+			}
 			p.branch = branchName(p.schema)
 		}
 		conv, err := c.converter(col, col.Type, p.schema)
@@ -409,7 +415,7 @@ func (c *Codec) writeImage(b []byte, plan []colPlan, img []any, before, listUnch
 		case nil:
 			switch {
 			case p.nullable:
-				b = append(b, unionNull)
+				b = append(b, p.nullTag)
 			case before:
 				b = append(b, p.zeroEnc...)
 			default:
@@ -420,12 +426,12 @@ func (c *Codec) writeImage(b []byte, plan []colPlan, img []any, before, listUnch
 			if !c.opts.Unchanged || !listUnchanged || !p.nullable || p.col.Key {
 				return b, c.encErr(p.col, v, errors.New("unchanged value not representable (Options.Unchanged is off, or a key column)"))
 			}
-			b = append(b, unionNull)
+			b = append(b, p.nullTag)
 			unchanged++
 			continue
 		}
 		if p.nullable {
-			b = append(b, unionValue1)
+			b = append(b, p.valTag)
 		}
 		var err error
 		if b, err = p.write(b, v); err != nil {

@@ -29,7 +29,10 @@ import (
 //
 // A harness with a method Excluded(tc TypeCase, v any) string leaves out
 // the values it names a reason for (an open defect or a documented
-// limit of its target); the test logs each with the reason.
+// limit of its target); the test logs each with the reason. One with a
+// method NoDefault(tc TypeCase, v any) string expects the rows written
+// before an added column whose missing value is v to read NULL in it,
+// for the reason it gives (a target that cannot hold the default).
 func Matrix(t *testing.T, h Harness) {
 	ex, _ := h.(interface{ Excluded(TypeCase, any) string })
 	for _, tc := range TypeCases {
@@ -172,12 +175,19 @@ func addColumns(t *testing.T, h Harness, s pipeline.Sink, st *cellState, tc Type
 	}
 	st.table = &wider
 	n := len(tc.Values)
+	held := slices.Clone(tc.Values) // what the older rows read in each new column
+	if nd, ok := h.(interface{ NoDefault(TypeCase, any) string }); ok {
+		for j, v := range tc.Values {
+			if why := nd.NoDefault(tc, v); why != "" {
+				t.Logf("rows older than column d%d (default %s) read NULL in it: %s", j, Canon(v), why)
+				held[j] = nil
+			}
+		}
+	}
 	var written []any
 	for k, row := range st.rows {
 		grown := slices.Clone(row)
-		for j := range tc.Values {
-			grown = append(grown, tc.Values[j])
-		}
+		grown = append(grown, held...)
 		st.rows[k] = grown
 		if written == nil {
 			written = slices.Clone(grown)
