@@ -294,11 +294,15 @@ type PostgresSink struct {
 	// target database.
 	DSN string `yaml:"dsn" required:"true" secret:"true" doc:"e.g. postgres://writer@127.0.0.1:5432/analytics"`
 	// Password, when set, overrides the DSN's password.
-	Password     string   `yaml:"password" secret:"true"`
-	Schema       string   `yaml:"schema" default:"public" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$"`
-	TablePrefix  string   `yaml:"table_prefix" pattern:"^[A-Za-z0-9_]{0,40}$"`
-	HardDelete   bool     `yaml:"hard_delete" default:"false"`
-	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
+	Password string `yaml:"password" secret:"true"`
+	Schema   string `yaml:"schema" default:"public" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$"`
+	// TableTemplate names a source table's target table ({database},
+	// {schema}, {table}); TablePrefix P, the older setting, is
+	// TableTemplate "P{table}" and may not be set with it.
+	TableTemplate string   `yaml:"table_template" default:"'{schema}_{table}'"`
+	TablePrefix   string   `yaml:"table_prefix" pattern:"^[A-Za-z0-9_]{0,40}$"`
+	HardDelete    bool     `yaml:"hard_delete" default:"false"`
+	TombstoneTTL  Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
 }
 
 // RedisSink keeps Redis keys in step with the captured rows (a cache); see
@@ -321,10 +325,13 @@ type DuckDBSink struct {
 	SinkCommon `yaml:",inline"`
 	// Path is the database file; relative paths are resolved against the
 	// config file's directory. ":memory:" is kept as is.
-	Path         string   `yaml:"path" required:"true" doc:"the DuckDB database file, e.g. ./sluice.duckdb"`
-	Schema       string   `yaml:"schema" default:"main" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$"`
-	HardDelete   bool     `yaml:"hard_delete" default:"false"`
-	TombstoneTTL Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
+	Path   string `yaml:"path" required:"true" doc:"the DuckDB database file, e.g. ./sluice.duckdb"`
+	Schema string `yaml:"schema" default:"main" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$"`
+	// TableTemplate names a source table's target table ({database},
+	// {schema}, {table}).
+	TableTemplate string   `yaml:"table_template" default:"'{schema}_{table}'"`
+	HardDelete    bool     `yaml:"hard_delete" default:"false"`
+	TombstoneTTL  Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
 	// MemoryLimit caps DuckDB's own memory (beyond it DuckDB spills to
 	// temporary files; 0: DuckDB's default); Threads is its worker count
 	// (0: CPUs - 1).

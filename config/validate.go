@@ -52,6 +52,17 @@ func (d *decoder) validate(c *Config) {
 				d.validateIndex(index("sinks", i)+"."+s.Kind(), x)
 			}
 		}
+		if p := s.Postgres; p != nil {
+			base := index("sinks", i) + ".postgres"
+			d.validateTableTemplate(base, p.TableTemplate)
+			if p.TablePrefix != "" && p.TableTemplate != "{schema}_{table}" && !d.failed(base+".table_prefix") {
+				d.errAt(base+".table_prefix", "table_prefix and table_template are alternatives",
+					fmt.Sprintf("keep table_template only, e.g. %q", p.TablePrefix+"{table}"))
+			}
+		}
+		if x := s.DuckDB; x != nil {
+			d.validateTableTemplate(index("sinks", i)+".duckdb", x.TableTemplate)
+		}
 	}
 	d.validateTransforms(c)
 	d.validateKafkaDLQ("dlq.kafka", c.DLQ.Kafka)
@@ -351,6 +362,19 @@ func (d *decoder) validateKafka(c *Config, i int, k *KafkaSink) {
 	d.validateTLS(base+".registry.tls", k.Registry.TLS)
 	if p := base + ".registry"; !d.failed(p) && (k.Registry.Username == "") != (k.Registry.Password == "") {
 		d.errAt(p+".username", "username and password go together", "set both for basic authentication, or neither")
+	}
+}
+
+// validateTableTemplate checks the table_template of a table-holding sink.
+func (d *decoder) validateTableTemplate(base, template string) {
+	p := base + ".table_template"
+	if d.failed(base, p) || template == "" {
+		return // the sink's own errors are reported
+	}
+	if err := pipeline.CheckNameTemplate(template); err != nil {
+		d.errAt(p, err.Error(), "use {database}, {schema} and {table}, e.g. {schema}_{table}")
+	} else if !strings.Contains(template, "{table}") {
+		d.errAt(p, "must contain {table}", "every table needs its own target table, e.g. {table} or {schema}_{table}")
 	}
 }
 

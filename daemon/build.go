@@ -110,7 +110,7 @@ func buildSinks(cfg *config.Config, log *zap.Logger) ([]pipeline.NamedSink, erro
 			d := s.DuckDB
 			out = append(out, pipeline.NamedSink{Name: d.Name, Sink: duckdb.New(duckdb.Options{
 				Name: d.Name, Path: d.Path, Schema: d.Schema, HardDelete: d.HardDelete, TombstoneTTL: d.TombstoneTTL.Std(),
-				MemoryLimit: d.MemoryLimit.Int64(), Threads: d.Threads,
+				MemoryLimit: d.MemoryLimit.Int64(), Threads: d.Threads, TableTemplate: d.TableTemplate,
 			}, log.Named("sink").With(zap.String("sink", d.Name)))})
 		case s.Kafka != nil:
 			k, err := buildKafka(cfg, s.Kafka, log.Named("sink").With(zap.String("sink", s.Kafka.Name)))
@@ -120,8 +120,12 @@ func buildSinks(cfg *config.Config, log *zap.Logger) ([]pipeline.NamedSink, erro
 			out = append(out, pipeline.NamedSink{Name: s.Kafka.Name, Sink: k})
 		case s.Postgres != nil:
 			p := s.Postgres
+			template := p.TableTemplate
+			if p.TablePrefix != "" {
+				template = p.TablePrefix + "{table}" // the older setting (config checks they are not both set)
+			}
 			out = append(out, pipeline.NamedSink{Name: p.Name, Sink: pgsink.New(pgsink.Options{
-				Name: p.Name, DSN: withPassword(p.DSN, p.Password), Schema: p.Schema, TablePrefix: p.TablePrefix,
+				Name: p.Name, DSN: withPassword(p.DSN, p.Password), Schema: p.Schema, TableTemplate: template,
 				HardDelete: p.HardDelete, TombstoneTTL: p.TombstoneTTL.Std(),
 			}, log.Named("sink").With(zap.String("sink", p.Name)))})
 		case s.Redis != nil:

@@ -3,7 +3,9 @@ package pipeline
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unsafe"
 )
@@ -89,6 +91,35 @@ type TableID struct {
 }
 
 func (t TableID) String() string { return t.Schema + "." + t.Table }
+
+// Name is template with the placeholders {database}, {schema} and
+// {table} replaced by t's names: how sinks name a table's target (table,
+// index, key prefix) from a template the user configures.
+func (t TableID) Name(template string) string {
+	return strings.NewReplacer("{database}", t.Database, "{schema}", t.Schema, "{table}", t.Table).Replace(template)
+}
+
+// CheckNameTemplate returns an error naming the first placeholder of
+// template that TableID.Name does not replace, or an unclosed brace.
+func CheckNameTemplate(template string) error {
+	rest := template
+	for {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			return nil
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return errors.New("unclosed '{'")
+		}
+		switch p := rest[i : i+j+1]; p {
+		case "{database}", "{schema}", "{table}":
+		default:
+			return fmt.Errorf("unknown placeholder %s (want {database}, {schema} or {table})", p)
+		}
+		rest = rest[i+j+1:]
+	}
+}
 
 // Table is one shape of a table: columns as the source described them at the
 // time of the records that point to it. A schema change produces a new *Table;

@@ -24,7 +24,7 @@ const stageTable = "_sluice_stage"
 // prepare folds records into per-table batches holding the newest change
 // per key. It returns the per-record permanent failures.
 func (s *Sink) prepare(records []pipeline.Record) ([]*upsert.TableBatch, []pipeline.RecordError) {
-	return upsert.Prepare(records, stager{}, targetName)
+	return upsert.Prepare(records, stager{}, s.targetName)
 }
 
 // stager is the sink's upsert.Converter: values become appender values

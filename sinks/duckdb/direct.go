@@ -31,7 +31,7 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, 
 	if t == nil {
 		return false, nil
 	}
-	target := strings.ToLower(targetName(t.ID))
+	target := strings.ToLower(s.targetName(t.ID))
 	have, ok := s.tables[target]
 	if !ok {
 		return false, nil // the MERGE path creates the table
@@ -52,7 +52,7 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, 
 	if !st.Try() {
 		return false, nil
 	}
-	err := s.insertRecords(ctx, targetName(t.ID), t, records)
+	err := s.insertRecords(ctx, s.targetName(t.ID), t, records)
 	if err == nil {
 		st.Succeeded()
 		return true, nil

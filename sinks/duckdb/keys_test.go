@@ -38,7 +38,7 @@ func TestRowsByKeyIndexScan(t *testing.T) {
 		}
 		tuples, args = append(tuples, tuple), append(args, a...)
 	}
-	rows, err := s.conn.QueryContext(ctx, "EXPLAIN ANALYZE SELECT * FROM "+s.qualified(targetName(people.ID))+
+	rows, err := s.conn.QueryContext(ctx, "EXPLAIN ANALYZE SELECT * FROM "+s.qualified(s.targetName(people.ID))+
 		" WHERE "+keyCondition(people, tuples), args...)
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,10 @@ type Options struct {
 	// Threads is DuckDB's worker count; 0 takes one less than the CPUs
 	// (at least one), leaving a core to the source and the runtime.
 	Threads int
+	// TableTemplate names a source table's target table: {database},
+	// {schema} and {table} are replaced by the source table's names.
+	// Empty means "{schema}_{table}".
+	TableTemplate string
 }
 
 const (
@@ -99,6 +103,9 @@ func New(opts Options, log *zap.Logger) *Sink {
 	}
 	if opts.Name == "" {
 		opts.Name = "duckdb"
+	}
+	if opts.TableTemplate == "" {
+		opts.TableTemplate = "{schema}_{table}"
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -345,7 +352,7 @@ func (s *Sink) recordGeneration(ctx context.Context, records []pipeline.Record) 
 // record, before the records are written (see upsert.Purge).
 func (s *Sink) stampSnapshots(ctx context.Context, records []pipeline.Record) error {
 	now := s.now()
-	targets := s.purger.Stamps(records, func(id pipeline.TableID) string { return strings.ToLower(targetName(id)) }, now)
+	targets := s.purger.Stamps(records, func(id pipeline.TableID) string { return strings.ToLower(s.targetName(id)) }, now)
 	for _, t := range targets {
 		if _, err := s.conn.ExecContext(ctx, "INSERT OR REPLACE INTO "+s.qualified(snapshotTable)+` ("table", snapshot_at) VALUES (?, ?)`,
 			t, now); err != nil {
@@ -597,7 +604,7 @@ func (s *Sink) scanRows(ctx context.Context, table *pipeline.Table, where string
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	target := targetName(table.ID)
+	target := s.targetName(table.ID)
 	have, ok := s.tables[strings.ToLower(target)]
 	if !ok {
 		return nil
@@ -651,6 +658,6 @@ func (s *Sink) scanRows(ctx context.Context, table *pipeline.Table, where string
 }
 
 // targetName is the target table of a source table.
-func targetName(id pipeline.TableID) string { return id.Schema + "_" + id.Table }
+func (s *Sink) targetName(id pipeline.TableID) string { return id.Name(s.opts.TableTemplate) }
 
 func (s *Sink) qualified(table string) string { return quote(s.opts.Schema) + "." + quote(table) }

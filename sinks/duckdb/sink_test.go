@@ -543,3 +543,25 @@ func TestOutOfMemoryIsOverloaded(t *testing.T) {
 		t.Fatalf("a batch over DuckDB's memory limit: %v; want pipeline.Overloaded", err)
 	}
 }
+
+// TableTemplate names the target: "{table}" in a schema of the source's
+// name mirrors public.people as public.people; both the bulk path (a
+// batch of inserts) and the MERGE path (an update) write it, and the
+// sink finds it again after a restart.
+func TestTableTemplate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.duckdb")
+	opts := Options{Path: path, Schema: "public", TableTemplate: "{table}"}
+	s := openSink(t, opts)
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil), change(pipeline.OpInsert, 2, int64(2), "b", nil))
+	mustWrite(t, s, change(pipeline.OpUpdate, 3, int64(1), "a2", "x"))
+	var n int
+	if err := s.conn.QueryRowContext(ctx, `SELECT count(*) FROM public.people`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("public.people holds %d rows (%v); want 2", n, err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = openSink(t, opts)
+	mustWrite(t, s, change(pipeline.OpUpdate, 4, int64(2), "b2", nil))
+	expectRows(t, s, people, []any{int64(1), "a2", "x"}, []any{int64(2), "b2", nil})
+}

@@ -37,9 +37,10 @@ type Options struct {
 	// horizon: a record older than a purged tombstone could bring its row
 	// back.
 	TombstoneTTL time.Duration
-	// TablePrefix is put before the source table's name to form the target
-	// table's name; empty means "<source schema>_".
-	TablePrefix string
+	// TableTemplate names a source table's target table: {database},
+	// {schema} and {table} are replaced by the source table's names.
+	// Empty means "{schema}_{table}".
+	TableTemplate string
 }
 
 const (
@@ -88,6 +89,9 @@ func New(opts Options, log *zap.Logger) *Sink {
 	}
 	if opts.Name == "" {
 		opts.Name = "postgres"
+	}
+	if opts.TableTemplate == "" {
+		opts.TableTemplate = "{schema}_{table}"
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -544,11 +548,6 @@ func keyMatch(table *pipeline.Table, keys [][]any) (string, []any, error) {
 }
 
 // targetName is the target table of a source table.
-func (s *Sink) targetName(id pipeline.TableID) string {
-	if s.opts.TablePrefix != "" {
-		return s.opts.TablePrefix + id.Table
-	}
-	return id.Schema + "_" + id.Table
-}
+func (s *Sink) targetName(id pipeline.TableID) string { return id.Name(s.opts.TableTemplate) }
 
 func (s *Sink) qualified(table string) string { return quote(s.opts.Schema) + "." + quote(table) }

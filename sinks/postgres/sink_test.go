@@ -38,13 +38,18 @@ func TestCreateUpsertStaleDelete(t *testing.T) {
 	expectRows(t, s, people, []any{int64(1), "ann again", nil}, []any{int64(2), "bobby", "y"})
 }
 
-func TestTablePrefix(t *testing.T) {
-	s := openSink(t, Options{TablePrefix: "src_"})
-	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil))
-	if len(columnTypes(t, s, "src_people")) == 0 {
-		t.Fatal("target table src_people not created")
+// TableTemplate names the target: "{table}" mirrors a source table into a
+// schema of its own under its own name, "src_{table}" is the older
+// table_prefix "src_".
+func TestTableTemplate(t *testing.T) {
+	for _, c := range []struct{ template, table string }{{"{table}", "people"}, {"src_{table}", "src_people"}} {
+		s := openSink(t, Options{Schema: freshSchema(), TableTemplate: c.template})
+		mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil))
+		if len(columnTypes(t, s, c.table)) == 0 {
+			t.Fatalf("template %s: target table %s not created", c.template, c.table)
+		}
+		expectRows(t, s, people, []any{int64(1), "a", nil})
 	}
-	expectRows(t, s, people, []any{int64(1), "a", nil})
 }
 
 func TestTruncateBarrierSurvivesRestart(t *testing.T) {

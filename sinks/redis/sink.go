@@ -213,7 +213,7 @@ func (s *Sink) info(t *pipeline.Table) *tableInfo {
 		return ti
 	}
 	tmpl := strings.TrimSuffix(s.opts.KeyTemplate, "{pk}")
-	prefix := strings.NewReplacer("{database}", t.ID.Database, "{schema}", t.ID.Schema, "{table}", t.ID.Table).Replace(tmpl)
+	prefix := t.ID.Name(tmpl)
 	base := prefix[:len(prefix)-1]
 	ti := &tableInfo{id: t.ID, prefix: prefix, base: base, barrier: barrierKey(base), pattern: globEscape(prefix) + "*", tomb: s.tombTTL}
 	for _, c := range t.Columns {

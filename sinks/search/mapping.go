@@ -26,7 +26,7 @@ const metaProperties = `"` + fieldVersion + `":{"type":"keyword"},"` + fieldDele
 // indexName renders the template for a table and makes it a valid index
 // name.
 func indexName(template string, id pipeline.TableID) (string, error) {
-	name := strings.NewReplacer("{database}", id.Database, "{schema}", id.Schema, "{table}", id.Table).Replace(template)
+	name := id.Name(template)
 	return sanitizeIndex(name)
 }
 

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // Engine kinds.
@@ -133,7 +135,7 @@ func (o *Options) validate() (map[string]*override, error) {
 	if o.BulkMaxBytes < minBulkMaxBytes {
 		bad("bulk_max_bytes %d: at least %d", o.BulkMaxBytes, minBulkMaxBytes)
 	}
-	if err := checkTemplate(o.IndexTemplate); err != nil {
+	if err := pipeline.CheckNameTemplate(o.IndexTemplate); err != nil {
 		bad("index_template %q: %v", o.IndexTemplate, err)
 	}
 	if _, err := sanitizeIndex(o.StateIndex); err != nil || strings.ToLower(o.StateIndex) != o.StateIndex {
@@ -155,27 +157,6 @@ func (o *Options) validate() (map[string]*override, error) {
 		return nil, fmt.Errorf("search sink %s: %w", o.Name, errors.Join(errs...))
 	}
 	return overrides, nil
-}
-
-// checkTemplate rejects unknown placeholders.
-func checkTemplate(t string) error {
-	rest := t
-	for {
-		i := strings.IndexByte(rest, '{')
-		if i < 0 {
-			return nil
-		}
-		j := strings.IndexByte(rest[i:], '}')
-		if j < 0 {
-			return errors.New("unclosed '{'")
-		}
-		switch rest[i : i+j+1] {
-		case "{database}", "{schema}", "{table}":
-		default:
-			return fmt.Errorf("unknown placeholder %s (want {database}, {schema} or {table})", rest[i:i+j+1])
-		}
-		rest = rest[i+j+1:]
-	}
 }
 
 // override is a parsed per-table mapping override.
