@@ -68,7 +68,7 @@ func TestConformance(t *testing.T) {
 func TestMatrix(t *testing.T) {
 	harness.SkipShort(t, "starts a Kafka broker")
 	reg, _ := registryFor(t)
-	sinktest.Matrix(t, &matrixHarness{conformance{k: harness.KafkaT(t), reg: reg}})
+	sinktest.Matrix(t, &matrixHarness{conformance{k: harness.KafkaT(t), reg: reg}}, "Kafka sink (Avro, read back by Avro schema resolution)", "../../docs/types/kafka.md")
 }
 
 // matrixHarness names the values the Avro mapping does not carry exactly

@@ -42,5 +42,5 @@ func TestConformance(t *testing.T) {
 }
 
 func TestMatrix(t *testing.T) {
-	sinktest.Matrix(t, &harnessPG{dsn: server(t).DSN("postgres")})
+	sinktest.Matrix(t, &harnessPG{dsn: server(t).DSN("postgres")}, "Postgres sink", "../../docs/types/postgres.md")
 }

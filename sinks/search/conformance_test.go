@@ -49,11 +49,15 @@ func readMap(t testing.TB, s *Sink, table *pipeline.Table) map[string][]any {
 func TestOpenSearch(t *testing.T)    { nodeTests(t, harness.OpenSearch) }
 func TestElasticsearch(t *testing.T) { nodeTests(t, harness.Elasticsearch) }
 
+var engineTitle = map[harness.SearchEngine]string{harness.OpenSearch: "OpenSearch", harness.Elasticsearch: "Elasticsearch"}
+
 func nodeTests(t *testing.T, engine harness.SearchEngine) {
 	harness.SkipShort(t, "starts a JVM search node")
 	n := node(t, engine)
 	t.Run("Conformance", func(t *testing.T) { sinktest.Run(t, &confHarness{node: n}) })
-	t.Run("Matrix", func(t *testing.T) { sinktest.Matrix(t, &confHarness{node: n}) })
+	t.Run("Matrix", func(t *testing.T) {
+		sinktest.Matrix(t, &confHarness{node: n}, engineTitle[engine]+" sink", "../../docs/types/"+string(engine)+".md")
+	})
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, *harness.SearchNode)

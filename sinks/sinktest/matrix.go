@@ -33,26 +33,47 @@ import (
 // method NoDefault(tc TypeCase, v any) string expects the rows written
 // before an added column whose missing value is v to read NULL in it,
 // for the reason it gives (a target that cannot hold the default).
-func Matrix(t *testing.T, h Harness) {
+//
+// The results — per type family, the values that went through exactly and
+// the exceptions with their reasons — are the sink's type table, which
+// must equal the file doc (the table users read; "" skips the check).
+// The table is only compared when every cell passed.
+func Matrix(t *testing.T, h Harness, title, doc string) {
 	ex, _ := h.(interface{ Excluded(TypeCase, any) string })
+	nd, _ := h.(interface{ NoDefault(TypeCase, any) string })
+	var cells []cellReport
 	for _, tc := range TypeCases {
-		t.Run(tc.Name, func(t *testing.T) {
+		rep := cellReport{name: tc.Name, sourceType: tc.Column.SourceType}
+		var kept []any
+		for _, v := range tc.Values {
 			if ex != nil {
-				var kept []any
-				for _, v := range tc.Values {
-					if why := ex.Excluded(tc, v); why != "" {
-						t.Logf("left out %s: %s", Canon(v), why)
-						continue
-					}
-					kept = append(kept, v)
+				if why := ex.Excluded(tc, v); why != "" {
+					rep.excluded = append(rep.excluded, exception{docValue(v), why})
+					continue
 				}
-				tc.Values = kept
 			}
+			if nd != nil {
+				if why := nd.NoDefault(tc, v); why != "" {
+					rep.noDefault = append(rep.noDefault, exception{docValue(v), why})
+				}
+			}
+			kept = append(kept, v)
+		}
+		rep.exact = len(kept)
+		cells = append(cells, rep)
+		t.Run(tc.Name, func(t *testing.T) {
+			for _, e := range rep.excluded {
+				t.Logf("left out %s: %s", e.value, e.why)
+			}
+			tc.Values = kept
 			if len(tc.Values) < 2 {
 				t.Skipf("fewer than two values left")
 			}
 			runTypeCase(t, h, tc)
 		})
+	}
+	if doc != "" && !t.Failed() {
+		checkDoc(t, doc, matrixDoc(title, cells))
 	}
 }
 
