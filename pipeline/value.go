@@ -105,9 +105,17 @@ func ParseDecimal(s string) (Decimal, error) {
 func (d Decimal) IsFinite() bool { return d.Special == Finite }
 
 // String prints d in plain notation with exactly Scale fractional digits;
-// a negative Scale appends zeros ({12, -2} is 1200).
+// a negative Scale appends zeros ({12, -2} is 1200). The special values are
+// NaN, Infinity and -Infinity, as Postgres prints numerics (ParseDecimal
+// takes any case).
 func (d Decimal) String() string {
-	if d.Special != Finite {
+	switch d.Special {
+	case Finite:
+	case PosInfinity:
+		return "Infinity" // Postgres numeric's spelling (dates say infinity)
+	case NegInfinity:
+		return "-Infinity"
+	default:
 		return d.Special.String()
 	}
 	if d.Unscaled == nil {

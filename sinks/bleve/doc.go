@@ -61,7 +61,7 @@
 //
 //	bool, integers   JSON booleans and numbers (exact: read with UseNumber)
 //	floats           numbers, shortest round-trip form; "NaN", "Infinity", "-Infinity"
-//	decimal          string, exact with its scale: "12.50"; "NaN", "infinity", "-infinity"
+//	decimal          string, exact with its scale: "12.50"; "NaN", "Infinity", "-Infinity"
 //	text types       strings (values must be valid UTF-8)
 //	json             the document itself (it must be valid JSON); inside arrays a string
 //	bytes, bit, geometry   standard base64 string

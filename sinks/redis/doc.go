@@ -59,7 +59,7 @@
 //	bool               true | false
 //	integers           decimal
 //	floats             shortest round-trip form; NaN, Infinity, -Infinity
-//	decimal            exact plain text with its scale (12.50); NaN, infinity, -infinity
+//	decimal            exact plain text with its scale (12.50); NaN, Infinity, -Infinity
 //	string, text, enum, set, inet, macaddr   as is
 //	json               the document text
 //	bytes, bit, geometry                     standard base64

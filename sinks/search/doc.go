@@ -32,7 +32,7 @@
 //	uint64                                number                               unsigned_long (double on an
 //	                                                                           Elasticsearch without the module)
 //	float32 / float64                     number; "NaN", "Infinity", "-Infinity"  float / double, ignore_malformed
-//	decimal                               exact string "12.50"; "NaN", "infinity"  double, ignore_malformed
+//	decimal                               exact string "12.50"; "NaN", "Infinity"  double, ignore_malformed
 //	string, text                          string                               text + keyword subfield
 //	                                                                           (keyword for key columns)
 //	enum, set, inet, macaddr              string                               keyword
