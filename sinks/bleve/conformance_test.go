@@ -41,4 +41,6 @@ func (h *harness) Read(t *testing.T, table *pipeline.Table) map[string][]any {
 }
 
 func TestConformance(t *testing.T) { sinktest.Run(t, &harness{}) }
-func TestMatrix(t *testing.T)      { sinktest.Matrix(t, &harness{}, "Bleve sink", "../../docs/types/bleve.md") }
+func TestMatrix(t *testing.T) {
+	sinktest.Matrix(t, &harness{}, "Bleve sink", "../../docs/types/bleve.md")
+}

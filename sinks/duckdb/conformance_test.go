@@ -54,4 +54,6 @@ func (*harness) Excluded(tc sinktest.TypeCase, v any) string {
 	return ""
 }
 
-func TestMatrix(t *testing.T) { sinktest.Matrix(t, &harness{}, "DuckDB sink", "../../docs/types/duckdb.md") }
+func TestMatrix(t *testing.T) {
+	sinktest.Matrix(t, &harness{}, "DuckDB sink", "../../docs/types/duckdb.md")
+}

@@ -50,5 +50,9 @@ func readMap(t *testing.T, s *Sink, table *pipeline.Table) map[string][]any {
 func TestConformanceHash(t *testing.T) { sinktest.Run(t, &confHarness{format: "hash"}) }
 func TestConformanceJSON(t *testing.T) { sinktest.Run(t, &confHarness{format: "json"}) }
 
-func TestMatrixHash(t *testing.T) { sinktest.Matrix(t, &confHarness{format: "hash"}, "Redis sink, hash format", "../../docs/types/redis-hash.md") }
-func TestMatrixJSON(t *testing.T) { sinktest.Matrix(t, &confHarness{format: "json"}, "Redis sink, json format", "../../docs/types/redis-json.md") }
+func TestMatrixHash(t *testing.T) {
+	sinktest.Matrix(t, &confHarness{format: "hash"}, "Redis sink, hash format", "../../docs/types/redis-hash.md")
+}
+func TestMatrixJSON(t *testing.T) {
+	sinktest.Matrix(t, &confHarness{format: "json"}, "Redis sink, json format", "../../docs/types/redis-json.md")
+}
