@@ -69,3 +69,30 @@ func TestUpdatesDoNotGrowDuckDBMemory(t *testing.T) {
 		t.Fatalf("read after reopening: %v, %v", got, err)
 	}
 }
+
+// An in-memory database is never reopened: that would lose it.
+func TestInMemoryDatabaseIsNotReopened(t *testing.T) {
+	s := New(Options{Path: ":memory:", MemoryLimit: 64 << 20}, nil)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	lsn := uint64(1)
+	if err := s.Write(ctx, benchRecords(pipeline.OpInsert, 1, lsn)); err != nil {
+		t.Fatal(err)
+	}
+	db := s.db
+	for i := 0; i < 40; i++ {
+		lsn++
+		if err := s.Write(ctx, benchRecords(pipeline.OpUpdate, 1, lsn)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.db != db {
+		t.Fatal("the in-memory database was reopened")
+	}
+	var n int
+	if err := s.conn.QueryRowContext(ctx, `SELECT count(*) FROM public_bench_rows`).Scan(&n); err != nil || n != benchBatch {
+		t.Fatalf("%d rows (%v); want %d", n, err, benchBatch)
+	}
+}

@@ -201,8 +201,12 @@ const updateMemory = 32 << 20
 // the daemon without bound (1,000,000 updates of a 910,000-row table:
 // 108 MiB and rising); reopening checkpoints and starts from none. It
 // runs between writes, after a commit: a failure is logged and the next
-// Write opens the database again.
+// Write opens the database again. An in-memory database is never
+// reopened.
 func (s *Sink) recycle(ctx context.Context) {
+	if s.opts.Path == ":memory:" {
+		return // reopening would lose the database
+	}
 	budget := int64(updateMemory)
 	if l := s.opts.MemoryLimit; l > 0 {
 		budget = min(budget, l/4)
