@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/textform"
 )
 
 // columnsKey is the set of the columns of a table the sink has written
@@ -68,7 +69,7 @@ func (s *Sink) fillTable(ctx context.Context, t *pipeline.Table) error {
 		}
 		added = append(added, c.Name)
 		if c.Missing != nil && !first {
-			enc, err := encodeValue(c, c.Missing)
+			enc, err := textform.Encode(c, c.Missing)
 			if err != nil {
 				return &pipeline.TableError{Table: t.ID, Err: fmt.Errorf("redis: column %s: missing value: %w", c.Name, err)}
 			}

@@ -56,23 +56,7 @@
 // is not valid UTF-8 (the record is dead-lettered); the hash format stores
 // any bytes:
 //
-//	bool               true | false
-//	integers           decimal
-//	floats             shortest round-trip form; NaN, Infinity, -Infinity
-//	decimal            exact plain text with its scale (12.50); NaN, Infinity, -Infinity
-//	string, text, enum, set, inet, macaddr   as is
-//	json               the document text
-//	bytes, bit, geometry                     standard base64
-//	uuid               8-4-4-4-12 lower-case hex
-//	date               2006-01-02; infinity, -infinity
-//	time               15:04:05.000000 (24:00:00.000000 allowed)
-//	timetz             15:04:05.000000+05:30 (seconds appended when not 0)
-//	timestamptz        RFC 3339 in UTC with microseconds: 2006-01-02T15:04:05.000000Z
-//	timestamp          the same without zone: 2006-01-02T15:04:05.000000
-//	interval           P<months>M<days>DT<seconds>S, e.g. P-14M3DT-1.500000S
-//	array              JSON text: null, booleans and integers as JSON values,
-//	                   nested arrays nested, other elements as JSON strings of
-//	                   their encoding above
+//	the text form of package sinks/textform (its documentation has the table)
 //
 // # Writes
 //

@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/textform"
 )
 
 // Rows returns the live rows of a source table, with values aligned with
@@ -184,7 +185,7 @@ func decodeRow(table *pipeline.Table, vals map[string]string) ([]any, error) {
 		if !ok {
 			continue
 		}
-		v, err := decodeValue(c, text)
+		v, err := textform.Decode(c, text)
 		if err != nil {
 			return nil, err
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/textform"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
@@ -242,7 +243,7 @@ func (s *Sink) rowKey(t *pipeline.Table, ti *tableInfo, img []any) (string, erro
 		if _, ok := v.(pipeline.Unchanged); ok {
 			return "", fmt.Errorf("key column %s is Unchanged", c.Name)
 		}
-		enc, err := encodeValue(c, v)
+		enc, err := textform.Encode(c, v)
 		if err != nil {
 			return "", err
 		}
@@ -317,7 +318,7 @@ func (s *Sink) args(r *pipeline.Record) (key string, argv []any, err error) {
 		switch v.(type) {
 		case nil, pipeline.Unchanged:
 		default:
-			if enc, err = encodeValue(c, v); err != nil {
+			if enc, err = textform.Encode(c, v); err != nil {
 				return "", nil, fmt.Errorf("column %s: %w", c.Name, err)
 			}
 			present = true

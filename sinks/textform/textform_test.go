@@ -1,4 +1,4 @@
-package redis
+package textform
 
 import (
 	"testing"
@@ -23,11 +23,11 @@ func TestValuesBeforeTheCommonEraRoundTrip(t *testing.T) {
 		{pipeline.Column{Name: "tz", Type: pipeline.TypeTimestampTZ}, pipeline.TimestampOf(bc)},
 	}
 	for _, c := range cases {
-		s, err := encodeValue(&c.col, c.v)
+		s, err := Encode(&c.col, c.v)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := decodeValue(&c.col, s)
+		got, err := Decode(&c.col, s)
 		if err != nil {
 			t.Fatalf("%s %q: %v", c.col.Type, s, err)
 		}
