@@ -31,7 +31,7 @@ func (s *Sink) prepare(records []pipeline.Record) ([]*upsert.TableBatch, []pipel
 // (toStage) and UUID keys encode as their 16 bytes.
 type stager struct{}
 
-func (stager) Stage(c *pipeline.Column, v any) (any, error) { return toStage(c, v) }
+func (stager) Stage(c *pipeline.Column, v any) (any, error) { return stageNested(c, v) }
 
 func (stager) Invalid(msg string) error { return valueErr("%s", msg) }
 
@@ -72,6 +72,11 @@ func (s *Sink) apply(ctx context.Context, batches []*upsert.TableBatch) (err err
 
 func (s *Sink) applyTable(ctx context.Context, tb *upsert.TableBatch, now time.Time) error {
 	if err := s.ensureShape(ctx, tb); err != nil {
+		return err
+	}
+	// Before any UPDATE of the table in this transaction, as every ALTER.
+	nested, err := s.nestedCols(ctx, tb)
+	if err != nil {
 		return err
 	}
 	lt := strings.ToLower(tb.Target)
@@ -122,7 +127,7 @@ func (s *Sink) applyTable(ctx context.Context, tb *upsert.TableBatch, now time.T
 			break
 		}
 	}
-	if err := s.mergeRows(ctx, tb, rows, lean, now); err != nil {
+	if err := s.mergeRows(ctx, tb, rows, lean, nested, now); err != nil {
 		return fmt.Errorf("merge: %w", err)
 	}
 	return nil
@@ -171,11 +176,18 @@ func (s *Sink) ensureTable(ctx context.Context, tb *upsert.TableBatch) error {
 			quote(tb.Cols[i].Name)+" "+ddl); err != nil {
 			return fmt.Errorf("add column %s: %w", tb.Cols[i].Name, err)
 		}
-		if tb.Cols[i].Missing != nil {
+		if m := tb.Cols[i].Missing; m != nil {
 			// Rows that existed when the source added the column hold its
 			// missing value without any change event saying so; every row
 			// here predates the column.
 			fills = append(fills, &tb.Cols[i])
+			if isNested(&tb.Cols[i], m) {
+				comp := nestedColumn(tb.Cols[i].Name)
+				if _, err := s.conn.ExecContext(ctx, "ALTER TABLE "+s.qualified(tb.Target)+" ADD COLUMN "+quote(comp)+" VARCHAR"); err != nil {
+					return fmt.Errorf("add column %s: %w", comp, err)
+				}
+				have[strings.ToLower(comp)] = "VARCHAR"
+			}
 		}
 		have[name] = ddl
 		s.log.Info("target column added", zap.String("table", tb.Target), zap.String("column", tb.Cols[i].Name),
@@ -203,6 +215,21 @@ func (s *Sink) fillMissing(ctx context.Context, target string, cols []*pipeline.
 	set := make([]string, len(cols))
 	vals := make([]driver.Value, len(cols))
 	for i, c := range cols {
+		names[i] = "m" + strconv.Itoa(i)
+		if isNested(c, c.Missing) {
+			// Into the companion (nested.go), which ensureTable added.
+			text, err := stageNested(c, c.Missing)
+			if err != nil {
+				return fmt.Errorf("column %s: %w", c.Name, err)
+			}
+			ti, err := typeInfo("VARCHAR")
+			if err != nil {
+				return err
+			}
+			types[i], vals[i] = ti, string(text.(nestedValue))
+			set[i] = quote(nestedColumn(c.Name)) + " = s." + names[i]
+			continue
+		}
 		ct := typeOf(c)
 		ti, err := typeInfo(ct.stage)
 		if err != nil {
@@ -212,7 +239,7 @@ func (s *Sink) fillMissing(ctx context.Context, target string, cols []*pipeline.
 		if err != nil {
 			return fmt.Errorf("column %s: %w", c.Name, err)
 		}
-		names[i], types[i], vals[i] = "m"+strconv.Itoa(i), ti, v
+		types[i], vals[i] = ti, v
 		x := "s." + names[i]
 		if ct.conv != nil {
 			x = ct.conv(x)
@@ -247,7 +274,7 @@ func (s *Sink) appendThrough(ctx context.Context, q string, types []duck.TypeInf
 
 // mergeQuery is the set-based upsert of the staged rows, read from the
 // relation from; now is the _sluice_updated_at expression.
-func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, from, now string) string {
+func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, nested []bool, from, now string) string {
 	sel := make([]string, 0, 2*len(tb.Cols)+4)
 	prefixes := []string{"c", "f"}
 	if lean {
@@ -260,6 +287,9 @@ func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, from, now string) st
 				x = ct.conv(x) + " AS " + x
 			}
 			sel = append(sel, x)
+			if nested[i] {
+				sel = append(sel, "n"+x)
+			}
 		}
 	}
 	sel = append(sel, "v", "d")
@@ -272,24 +302,33 @@ func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, from, now string) st
 	}
 	var set, names, vals []string
 	for i := range tb.Cols {
-		name := quote(tb.Cols[i].Name)
-		names = append(names, name)
-		if tb.IsKey[i] {
-			vals = append(vals, fmt.Sprintf("s.c%d", i))
-			continue
+		// A column and its nested-array companion (nested.go) take their
+		// values from the same staged change.
+		cols := [][2]string{{quote(tb.Cols[i].Name), ""}}
+		if nested[i] {
+			cols = append(cols, [2]string{quote(nestedColumn(tb.Cols[i].Name)), "n"})
 		}
-		if lean {
-			vals = append(vals, fmt.Sprintf("s.c%d", i))
-			set = append(set, fmt.Sprintf("%s = s.c%d", name, i))
-			continue
+		for _, col := range cols {
+			name, n := col[0], col[1]
+			names = append(names, name)
+			if tb.IsKey[i] {
+				vals = append(vals, fmt.Sprintf("s.%sc%d", n, i))
+				continue
+			}
+			if lean {
+				vals = append(vals, fmt.Sprintf("s.%sc%d", n, i))
+				set = append(set, fmt.Sprintf("%s = s.%sc%d", name, n, i))
+				continue
+			}
+			// Unchanged values, columns the record's shape lacks and a
+			// delete's non-key columns keep what the row holds: the
+			// target's value, or an older change's of this batch when
+			// that one is newer. A new key has only the latter (else
+			// NULL).
+			vals = append(vals, fmt.Sprintf("CASE WHEN s.k[%d] THEN s.%[3]sf%[2]d ELSE s.%[3]sc%[2]d END", i+1, i, n))
+			set = append(set, fmt.Sprintf("%[1]s = CASE WHEN NOT s.k[%[2]d] THEN s.%[5]sc%[3]d WHEN s.fv[%[2]d] > t.%[4]s THEN s.%[5]sf%[3]d ELSE t.%[1]s END",
+				name, i+1, i, quote(colVersion), n))
 		}
-		// Unchanged values, columns the record's shape lacks and a delete's
-		// non-key columns keep what the row holds: the target's value, or an
-		// older change's of this batch when that one is newer. A new key has
-		// only the latter (else NULL).
-		vals = append(vals, fmt.Sprintf("CASE WHEN s.k[%d] THEN s.f%d ELSE s.c%d END", i+1, i, i))
-		set = append(set, fmt.Sprintf("%[1]s = CASE WHEN NOT s.k[%[2]d] THEN s.c%[3]d WHEN s.fv[%[2]d] > t.%[4]s THEN s.f%[3]d ELSE t.%[1]s END",
-			name, i+1, i, quote(colVersion)))
 	}
 	set = append(set, quote(colVersion)+" = s.v", quote(colDeleted)+" = s.d", quote(colUpdatedAt)+" = "+now)
 	names = append(names, quote(colVersion), quote(colDeleted), quote(colUpdatedAt))
@@ -304,7 +343,7 @@ func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, from, now string) st
 }
 
 // stageTypes returns the staging columns' names and types.
-func stageTypes(tb *upsert.TableBatch, lean bool) ([]string, []duck.TypeInfo, error) {
+func stageTypes(tb *upsert.TableBatch, lean bool, nested []bool) ([]string, []duck.TypeInfo, error) {
 	var names []string
 	var types []duck.TypeInfo
 	add := func(name, typ string) error {
@@ -322,6 +361,11 @@ func stageTypes(tb *upsert.TableBatch, lean bool) ([]string, []duck.TypeInfo, er
 		for i := range tb.Cols {
 			if err := add(p+strconv.Itoa(i), typeOf(&tb.Cols[i]).stage); err != nil {
 				return nil, nil, err
+			}
+			if nested[i] {
+				if err := add("n"+p+strconv.Itoa(i), "VARCHAR"); err != nil {
+					return nil, nil, err
+				}
 			}
 		}
 	}
@@ -363,20 +407,23 @@ func typeInfo(typ string) (duck.TypeInfo, error) {
 // mergeRows runs the MERGE over the rows through a query Appender: DuckDB
 // reads the appended rows as the relation stageTable, with no table to
 // create and drop.
-func (s *Sink) mergeRows(ctx context.Context, tb *upsert.TableBatch, rows []upsert.Row, lean bool, now time.Time) error {
-	names, types, err := stageTypes(tb, lean)
+func (s *Sink) mergeRows(ctx context.Context, tb *upsert.TableBatch, rows []upsert.Row, lean bool, nested []bool, now time.Time) error {
+	names, types, err := stageTypes(tb, lean, nested)
 	if err != nil {
 		return err
 	}
-	q := s.mergeQuery(tb, lean, stageTable, "make_timestamptz("+strconv.FormatInt(now.UnixMicro(), 10)+"::BIGINT)")
+	q := s.mergeQuery(tb, lean, nested, stageTable, "make_timestamptz("+strconv.FormatInt(now.UnixMicro(), 10)+"::BIGINT)")
 	// The MERGE may run more than once, which is harmless: every key
 	// appears once in the rows.
 	return s.appendThrough(ctx, q, types, names, func(a *duck.Appender) error {
-		return appendRows(ctx, a, len(tb.Cols), rows, lean)
+		return appendRows(ctx, a, len(tb.Cols), rows, lean, nested)
 	})
 }
 
-func appendRows(ctx context.Context, a *duck.Appender, n int, rows []upsert.Row, lean bool) error {
+func appendRows(ctx context.Context, a *duck.Appender, n int, rows []upsert.Row, lean bool, nested []bool) error {
+	if slices.Contains(nested, true) {
+		return appendNestedRows(ctx, a, n, rows, lean, nested)
+	}
 	// One backing array for every row's version bytes.
 	vbuf := make([]byte, 32*len(rows))
 	width := n + 2

@@ -614,6 +614,9 @@ func (s *Sink) scanRows(ctx context.Context, table *pipeline.Table, where string
 		return nil
 	}
 	exprs := make([]string, len(table.Columns), len(table.Columns)+1)
+	// nested holds, per column with a companion (nested.go), the index
+	// of the companion's expression.
+	nested := map[int]int{}
 	for i := range table.Columns {
 		c := &table.Columns[i]
 		if _, ok := have[strings.ToLower(c.Name)]; !ok {
@@ -625,6 +628,15 @@ func (s *Sink) scanRows(ctx context.Context, table *pipeline.Table, where string
 			exprs[i] = ct.read(quote(c.Name))
 		}
 	}
+	for i := range table.Columns {
+		if name := nestedColumn(table.Columns[i].Name); table.Columns[i].Type == pipeline.TypeArray {
+			if _, ok := have[strings.ToLower(name)]; ok {
+				nested[i] = len(exprs)
+				exprs = append(exprs, quote(name))
+			}
+		}
+	}
+	del := len(exprs)
 	exprs = append(exprs, quote(colDeleted))
 	q := "SELECT " + strings.Join(exprs, ", ") + " FROM " + s.qualified(target) + " WHERE " + where
 	rows, err := s.conn.QueryContext(ctx, q, args...)
@@ -633,24 +645,29 @@ func (s *Sink) scanRows(ctx context.Context, table *pipeline.Table, where string
 	}
 	defer rows.Close()
 	n := len(table.Columns)
-	ptrs := make([]any, n+1)
+	ptrs := make([]any, len(exprs))
 	for rows.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		raw := make([]any, n+1) // a new slice per row: fn owns it
+		raw := make([]any, len(exprs)) // a new slice per row: fn owns it
 		for i := range raw {
 			ptrs[i] = &raw[i]
 		}
 		if err := rows.Scan(ptrs...); err != nil {
 			return err
 		}
-		if deleted, _ := raw[n].(bool); deleted {
+		if deleted, _ := raw[del].(bool); deleted {
 			continue
 		}
 		row := raw[:n:n]
 		for i := range row {
-			if row[i], err = fromRead(&table.Columns[i], row[i]); err != nil {
+			if j, ok := nested[i]; ok {
+				row[i], err = readNested(&table.Columns[i], row[i], raw[j])
+			} else {
+				row[i], err = fromRead(&table.Columns[i], row[i])
+			}
+			if err != nil {
 				return err
 			}
 		}
