@@ -212,7 +212,7 @@ func (c *Codec) EncodeKey(r *pipeline.Record) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
 	}
 	buf := getBuf()
-	b, err := c.writeImage(*buf, c.keyPlan, img, before, false)
+	b, err := c.writeImage(*buf, c.keyPlan, img, before, false, nil)
 	return finish(buf, b, err)
 }
 
@@ -227,7 +227,20 @@ func (c *Codec) EncodeKey(r *pipeline.Record) ([]byte, error) {
 // or array), as Debezium does. pipeline.Unchanged values need
 // Options.Unchanged: they encode as null and are listed in
 // __sluice_unchanged; without it they are an error.
-func (c *Codec) EncodeValue(r *pipeline.Record) ([]byte, error) {
+func (c *Codec) EncodeValue(r *pipeline.Record) ([]byte, error) { return c.EncodeValueFallback(r, nil) }
+
+// TextFallback receives each value of a nullable column that the mapping
+// cannot represent (ErrNotRepresentable: a decimal NaN or infinity, a
+// multi-dimensional array), which the Fallback encoders write as null
+// instead of failing: before tells the image (the Before image of an
+// envelope or a delete), col the column's index in the table. The caller
+// carries the value in a form of its own beside the payload (the Kafka
+// sink: a record header with its text form).
+type TextFallback func(before bool, col int)
+
+// EncodeValueFallback is EncodeValue with fb (nil: none) receiving the
+// values written as null because Avro cannot hold them.
+func (c *Codec) EncodeValueFallback(r *pipeline.Record, fb TextFallback) ([]byte, error) {
 	if err := c.check(r); err != nil {
 		return nil, err
 	}
@@ -243,7 +256,7 @@ func (c *Codec) EncodeValue(r *pipeline.Record) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
 	}
 	buf := getBuf()
-	b, err := c.writeImage(*buf, c.rowPlan, img, before, c.opts.Unchanged)
+	b, err := c.writeImage(*buf, c.rowPlan, img, before, c.opts.Unchanged, fb)
 	if err == nil {
 		b = appendString(b, r.Op.String())
 		b = appendVersion(b, r.Version)
@@ -259,6 +272,12 @@ func (c *Codec) EncodeValue(r *pipeline.Record) ([]byte, error) {
 // and transaction. Images follow the rules of EncodeValue; the zero-value
 // fallback for missing NOT NULL columns applies to the before image.
 func (c *Codec) EncodeEnvelope(r *pipeline.Record, src SourceInfo) ([]byte, error) {
+	return c.EncodeEnvelopeFallback(r, src, nil)
+}
+
+// EncodeEnvelopeFallback is EncodeEnvelope with fb (nil: none) receiving
+// the values written as null because Avro cannot hold them.
+func (c *Codec) EncodeEnvelopeFallback(r *pipeline.Record, src SourceInfo, fb TextFallback) ([]byte, error) {
 	if err := c.check(r); err != nil {
 		return nil, err
 	}
@@ -266,13 +285,13 @@ func (c *Codec) EncodeEnvelope(r *pipeline.Record, src SourceInfo) ([]byte, erro
 		return nil, fmt.Errorf("schema: %s: %s record has no envelope", c.table.ID, r.Op)
 	}
 	buf := getBuf()
-	b, err := c.writeEnvelope(*buf, r, &src)
+	b, err := c.writeEnvelope(*buf, r, &src, fb)
 	return finish(buf, b, err)
 }
 
 // writeEnvelope appends the Envelope record of r: before, after, source,
 // op, ts_ms, transaction, in schema order.
-func (c *Codec) writeEnvelope(b []byte, r *pipeline.Record, src *SourceInfo) ([]byte, error) {
+func (c *Codec) writeEnvelope(b []byte, r *pipeline.Record, src *SourceInfo, fb TextFallback) ([]byte, error) {
 	for _, side := range [2]struct {
 		img    []any
 		before bool
@@ -283,7 +302,7 @@ func (c *Codec) writeEnvelope(b []byte, r *pipeline.Record, src *SourceInfo) ([]
 		}
 		b = append(b, unionValue1)
 		var err error
-		if b, err = c.writeImage(b, c.rowPlan, side.img, side.before, c.opts.Unchanged); err != nil {
+		if b, err = c.writeImage(b, c.rowPlan, side.img, side.before, c.opts.Unchanged, fb); err != nil {
 			return b, err
 		}
 	}
@@ -403,7 +422,7 @@ func finish(buf *[]byte, b []byte, err error) ([]byte, error) {
 // writeImage appends the record of plan (key or row image, without the
 // metadata fields) for img. before enables the zero-value fallback for NULL
 // in NOT NULL columns; listUnchanged adds the __sluice_unchanged field.
-func (c *Codec) writeImage(b []byte, plan []colPlan, img []any, before, listUnchanged bool) ([]byte, error) {
+func (c *Codec) writeImage(b []byte, plan []colPlan, img []any, before, listUnchanged bool, fb TextFallback) ([]byte, error) {
 	if len(img) != len(c.table.Columns) {
 		return b, fmt.Errorf("schema: %s: image has %d values, the shape %d columns", c.table.ID, len(img), len(c.table.Columns))
 	}
@@ -430,11 +449,18 @@ func (c *Codec) writeImage(b []byte, plan []colPlan, img []any, before, listUnch
 			unchanged++
 			continue
 		}
+		mark := len(b)
 		if p.nullable {
 			b = append(b, p.valTag)
 		}
 		var err error
 		if b, err = p.write(b, v); err != nil {
+			if fb != nil && p.nullable && errors.Is(err, ErrNotRepresentable) {
+				// The value is carried beside the payload (TextFallback).
+				b = append(b[:mark], p.nullTag)
+				fb(before, p.idx)
+				continue
+			}
 			return b, c.encErr(p.col, v, err)
 		}
 	}

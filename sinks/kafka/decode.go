@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
+	"github.com/sluice-cdc/sluice/sinks/textform"
 	"github.com/sluice-cdc/sluice/verify"
 )
 
@@ -36,6 +38,7 @@ type decoder struct {
 	// nullable, so that Avro schema resolution can read events of other
 	// shapes into it (a column an event lacks becomes null).
 	exact, relaxed *schema.Codec
+	table          *pipeline.Table
 	row            bool // the row envelope, else Debezium's
 	lookup         SchemaLookup
 	compat         *avro.SchemaCompatibility
@@ -75,7 +78,7 @@ func newDecoder(table *pipeline.Table, opts schema.Options, row bool, lookup Sch
 	if err != nil {
 		return nil, err
 	}
-	return &decoder{exact: exact, relaxed: relaxed, row: row, lookup: lookup, compat: avro.NewSchemaCompatibility(),
+	return &decoder{exact: exact, relaxed: relaxed, table: table, row: row, lookup: lookup, compat: avro.NewSchemaCompatibility(),
 		readers: map[readerKey]*reader{}}, nil
 }
 
@@ -204,6 +207,11 @@ func (d *decoder) decode(ctx context.Context, rec *kgo.Record) (event, error) {
 			}
 		}
 	}
+	if ev.row != nil {
+		if err := d.textValues(rec, ev.row); err != nil {
+			return ev, err
+		}
+	}
 	if rec.Key == nil {
 		return ev, errors.New("a change event without a key")
 	}
@@ -221,4 +229,25 @@ func (d *decoder) decode(ctx context.Context, rec *kgo.Record) (event, error) {
 	}
 	ev.key = verify.Key(key)
 	return ev, nil
+}
+
+// textValues puts into row the values a record carries in headerText
+// headers (written as null in its payload because Avro cannot hold them).
+func (d *decoder) textValues(rec *kgo.Record, row []any) error {
+	for _, h := range rec.Headers {
+		name, ok := strings.CutPrefix(h.Key, headerText)
+		if !ok {
+			continue
+		}
+		for i := range d.table.Columns {
+			if c := &d.table.Columns[i]; c.Name == name && i < len(row) {
+				v, err := textform.Decode(c, string(h.Value))
+				if err != nil {
+					return fmt.Errorf("header %s: %w", h.Key, err)
+				}
+				row[i] = v
+			}
+		}
+	}
+	return nil
 }

@@ -145,9 +145,12 @@ const (
 	defaultDeliveryTimeout  = 2 * time.Minute
 	headerVersion           = "sluice.version"
 	headerOp                = "sluice.op"
-	headerError             = "sluice.error"
-	headerTable             = "sluice.table"
-	headerSink              = "sluice.sink"
+	// headerText + column: the text form (sinks/textform) of an after
+	// image's value that Avro cannot hold, written as null in the payload.
+	headerText  = "sluice.text.after."
+	headerError = "sluice.error"
+	headerTable = "sluice.table"
+	headerSink  = "sluice.sink"
 )
 
 // Defaults returns the options the config package defaults to, for the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
+	"github.com/sluice-cdc/sluice/sinks/textform"
 )
 
 // Sink produces change events to Kafka, one topic per table, in the
@@ -428,19 +429,39 @@ func (s *Sink) prepare(ctx context.Context, r *pipeline.Record) ([]*kgo.Record, 
 		}
 		return nil, unencodable{fmt.Errorf("topic %s is compacted and refuses records without a key (%s)", sh.topic, what)}
 	}
+	// A value Avro cannot hold (a decimal NaN, a multi-dimensional
+	// array) in a nullable column is written as null, and an after
+	// image's one travels in a header in its text form, so the row lands
+	// whole (README: Avro fallbacks).
+	var text []int
+	fb := func(before bool, col int) {
+		if !before {
+			text = append(text, col)
+		}
+	}
 	var val []byte
 	if s.opts.Envelope == EnvelopeRow {
 		if r.Op == pipeline.OpTruncate {
 			return nil, unencodable{errors.New("the row envelope has no form for a truncate (use the debezium envelope)")}
 		}
-		val, err = sh.codec.EncodeValue(r)
+		val, err = sh.codec.EncodeValueFallback(r, fb)
 	} else {
-		val, err = sh.codec.EncodeEnvelope(r, schema.SourceInfo{Version: s.opts.Version})
+		val, err = sh.codec.EncodeEnvelopeFallback(r, schema.SourceInfo{Version: s.opts.Version}, fb)
 	}
 	if err != nil {
 		return nil, unencodable{err}
 	}
-	headers := []kgo.RecordHeader{{Key: headerVersion, Value: r.Version.AppendHex(make([]byte, 0, 64))}, {Key: headerOp, Value: opBytes(r.Op)}}
+	headers := make([]kgo.RecordHeader, 2, 2+len(text))
+	headers[0] = kgo.RecordHeader{Key: headerVersion, Value: r.Version.AppendHex(make([]byte, 0, 64))}
+	headers[1] = kgo.RecordHeader{Key: headerOp, Value: opBytes(r.Op)}
+	for _, col := range text {
+		c := &r.Table.Columns[col]
+		t, err := textform.Encode(c, r.After[col])
+		if err != nil {
+			return nil, unencodable{fmt.Errorf("column %s: %w", c.Name, err)}
+		}
+		headers = append(headers, kgo.RecordHeader{Key: headerText + c.Name, Value: []byte(t)})
+	}
 	out := []*kgo.Record{{Topic: sh.topic, Key: key, Value: schema.Frame(sh.valueID, val), Headers: headers}}
 	if r.Op == pipeline.OpDelete && s.opts.Tombstones && key != nil {
 		out = append(out, &kgo.Record{Topic: sh.topic, Key: key, Headers: headers})

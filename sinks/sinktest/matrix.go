@@ -32,7 +32,10 @@ import (
 // limit of its target); the test logs each with the reason. One with a
 // method NoDefault(tc TypeCase, v any) string expects the rows written
 // before an added column whose missing value is v to read NULL in it,
-// for the reason it gives (a target that cannot hold the default).
+// for the reason it gives (a target that cannot hold the default). One
+// with a method Fallback(tc TypeCase, v any) string names the values the
+// target holds in a documented fallback form (still checked exactly, as
+// the harness reads that form back), for the type table.
 //
 // The results — per type family, the values that went through exactly and
 // the exceptions with their reasons — are the sink's type table, which
@@ -41,6 +44,7 @@ import (
 func Matrix(t *testing.T, h Harness, title, doc string) {
 	ex, _ := h.(interface{ Excluded(TypeCase, any) string })
 	nd, _ := h.(interface{ NoDefault(TypeCase, any) string })
+	fb, _ := h.(interface{ Fallback(TypeCase, any) string })
 	var cells []cellReport
 	for _, tc := range TypeCases {
 		rep := cellReport{name: tc.Name, sourceType: tc.Column.SourceType}
@@ -50,6 +54,11 @@ func Matrix(t *testing.T, h Harness, title, doc string) {
 				if why := ex.Excluded(tc, v); why != "" {
 					rep.excluded = append(rep.excluded, exception{docValue(v), why})
 					continue
+				}
+			}
+			if fb != nil {
+				if how := fb.Fallback(tc, v); how != "" {
+					rep.fallback = append(rep.fallback, exception{docValue(v), how})
 				}
 			}
 			if nd != nil {

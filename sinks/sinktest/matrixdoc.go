@@ -21,6 +21,7 @@ type cellReport struct {
 	exact            int
 	excluded         []exception
 	noDefault        []exception
+	fallback         []exception
 }
 
 type exception struct{ value, why string }
@@ -48,6 +49,9 @@ func matrixDoc(title string, cells []cellReport) string {
 	b.WriteString("| type | edge values exact | exceptions |\n| --- | --- | --- |\n")
 	for _, c := range cells {
 		var ex []string
+		for _, e := range groupExceptions(c.fallback) {
+			ex = append(ex, fmt.Sprintf("%s: exact through a fallback form — %s", e.value, e.why))
+		}
 		for _, e := range groupExceptions(c.excluded) {
 			ex = append(ex, fmt.Sprintf("%s: not written exactly — %s", e.value, e.why))
 		}
