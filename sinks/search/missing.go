@@ -100,24 +100,16 @@ func (s *Sink) fillMissing(ctx context.Context, st *indexState, cols []*pipeline
 		if status != http.StatusOK {
 			return replyError("bulk fill", status, resp)
 		}
-		var r struct {
-			Items []map[string]struct {
-				Status int          `json:"status"`
-				Error  *engineError `json:"error"`
-			} `json:"items"`
-		}
-		if err := json.Unmarshal(resp, &r); err != nil {
-			return fmt.Errorf("bulk fill response: %w", err)
-		}
-		for _, item := range r.Items {
-			for _, it := range item {
-				if it.Status != http.StatusOK && it.Status != http.StatusCreated {
-					return fmt.Errorf("bulk fill: status %d: %s", it.Status, it.Error)
-				}
+		err = eachItem("bulk fill", resp, func(status int, e *engineError) error {
+			if status != http.StatusOK && status != http.StatusCreated {
+				return fmt.Errorf("bulk fill: status %d: %s", status, e)
 			}
+			return nil
+		})
+		if err == nil {
+			filled += n
 		}
-		filled += n
-		return nil
+		return err
 	})
 	return filled, err
 }

@@ -148,30 +148,41 @@ func (s *Sink) deleteMatching(ctx context.Context, index, query string) (int, er
 		if status != http.StatusOK {
 			return replyError("bulk delete", status, resp)
 		}
-		var r struct {
-			Items []map[string]struct {
-				Status int          `json:"status"`
-				Error  *engineError `json:"error"`
-			} `json:"items"`
-		}
-		if err := json.Unmarshal(resp, &r); err != nil {
-			return fmt.Errorf("bulk delete response: %w", err)
-		}
-		for _, item := range r.Items {
-			for _, it := range item {
-				switch {
-				case it.Status == http.StatusOK:
-					deleted++
-				case it.Status == http.StatusNotFound || it.Status == http.StatusConflict:
-					// gone already, or written again since the search
-				default:
-					return fmt.Errorf("bulk delete: status %d: %s", it.Status, it.Error)
-				}
+		return eachItem("bulk delete", resp, func(status int, e *engineError) error {
+			switch {
+			case status == http.StatusOK:
+				deleted++
+			case status == http.StatusNotFound || status == http.StatusConflict:
+				// gone already, or written again since the search
+			default:
+				return fmt.Errorf("bulk delete: status %d: %s", status, e)
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	return deleted, err
+}
+
+// eachItem calls fn with the status and error of every item of a bulk
+// response (what names the request in errors), stopping at fn's error.
+func eachItem(what string, resp []byte, fn func(status int, e *engineError) error) error {
+	var r struct {
+		Items []map[string]struct {
+			Status int          `json:"status"`
+			Error  *engineError `json:"error"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(resp, &r); err != nil {
+		return fmt.Errorf("%s response: %w", what, err)
+	}
+	for _, item := range r.Items {
+		for _, it := range item {
+			if err := fn(it.Status, it.Error); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // purge removes expired tombstones, at most once per
