@@ -5,16 +5,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
 )
 
-// killAtRandom kill -9s the daemon of cfg 20 times at random moments: as
-// many as land there (up to 10) during the initial load, the rest during
-// the stream. loaded reports whether a checkpoint exists, i.e. whether the
+// killAtRandom kill -9s the daemon of cfg harness.Trials(12) times at
+// random moments: as many as land there (up to half) during the initial
+// load, the rest during the stream. loaded reports whether a checkpoint exists, i.e. whether the
 // load finished. It returns the kills of each phase.
 func killAtRandom(t *testing.T, cfg string, loaded func() bool) (loadKills, streamKills int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
-	for attempt := 0; loadKills < 10 && attempt < 40; attempt++ {
+	kills := harness.Trials(12)
+	for attempt := 0; loadKills < kills/2 && attempt < 2*kills; attempt++ {
 		d := startDaemon(t, cfg)
 		d.waitAddr(t, 2*time.Minute)
 		time.Sleep(time.Duration(50+rng.IntN(1200)) * time.Millisecond) // a random moment
@@ -28,10 +31,13 @@ func killAtRandom(t *testing.T, cfg string, loaded func() bool) (loadKills, stre
 			break
 		}
 	}
-	if loadKills < 10 {
+	if loadKills < max(1, kills/2-2) {
+		t.Fatalf("only %d of the kills landed during the initial load", loadKills)
+	}
+	if loadKills < kills/2 {
 		t.Logf("only %d kills landed during the load (it finished before the others)", loadKills)
 	}
-	for loadKills+streamKills < 20 {
+	for loadKills+streamKills < kills {
 		d := startDaemon(t, cfg)
 		d.waitAddr(t, 2*time.Minute)
 		// Let the load finish (it may be redone), then kill mid-stream.
