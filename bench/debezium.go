@@ -175,7 +175,8 @@ func StartDebezium(ctx context.Context, o DebeziumOptions) (*DebeziumRun, error)
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	args := []string{java, "-Xmx1g", "-XX:+ExitOnOutOfMemoryError", "-cp", filepath.Join(jars, "*"), "io.sluice.bench.DebeziumBench", "--config", config}
+	args := append(append([]string{java, "-Xmx1g", "-XX:+ExitOnOutOfMemoryError"}, harness.TestJVMFlags()...),
+		"-cp", filepath.Join(jars, "*"), "io.sluice.bench.DebeziumBench", "--config", config)
 	if o.CPUs != "" {
 		ts, err := exec.LookPath("taskset")
 		if err != nil {

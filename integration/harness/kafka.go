@@ -253,7 +253,7 @@ func startKafkaOnce(ctx context.Context, java, jars, dir string, opts KafkaOptio
 	if len(jvm) == 0 {
 		jvm = []string{"-Xmx512m", "-Xms256m", "-XX:+UseSerialGC"}
 	}
-	common := append(append(append([]string{}, jvm...), testJVMFlags()...),
+	common := append(append(append([]string{}, jvm...), TestJVMFlags()...),
 		"-Djava.awt.headless=true",
 		"-Dlog4j2.configurationFile="+log4j,
 		"-cp", cp)

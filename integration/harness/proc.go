@@ -51,14 +51,14 @@ func Trials(n int) int {
 	return n
 }
 
-// testJVMFlags are the JVM flags every Java server the harness starts
-// inside a test binary gets: the client compiler only. A throwaway test
+// TestJVMFlags are the JVM flags every Java server the harness (or a
+// scenario of the bench package) starts inside a test binary gets: the client compiler only. A throwaway test
 // node spends most of its CPU on start-up, where C2 compiles for a peak it
 // never reaches; on two cores C1 alone halves an OpenSearch start (11 s of
 // CPU to 6 s) and cuts a search package run by a quarter. Outside tests
 // (the bench binary) servers keep the full JIT, so throughput figures
 // measure the servers as users run them.
-func testJVMFlags() []string {
+func TestJVMFlags() []string {
 	if testing.Testing() {
 		return []string{"-XX:TieredStopAtLevel=1"}
 	}

@@ -140,7 +140,7 @@ func startRegistryOnce(ctx context.Context, java, jar, dir string, opts Registry
 	if len(args) == 0 {
 		args = []string{"-Xmx512m", "-Xms64m", "-XX:+UseSerialGC"}
 	}
-	args = append(append([]string{}, args...), testJVMFlags()...)
+	args = append(append([]string{}, args...), TestJVMFlags()...)
 	args = append(args, "-Djava.awt.headless=true")
 	for _, k := range keys {
 		args = append(args, "-D"+k+"="+props[k])

@@ -193,7 +193,7 @@ func (n *SearchNode) prepare(javaHome string, uid, gid int, opts SearchOptions) 
 		"LANG=C.UTF-8",
 		prefix + "_JAVA_HOME=" + javaHome,
 		prefix + "_PATH_CONF=" + conf,
-		prefix + "_JAVA_OPTS=" + strings.Join(append([]string{"-Xms" + heap, "-Xmx" + heap}, testJVMFlags()...), " "),
+		prefix + "_JAVA_OPTS=" + strings.Join(append([]string{"-Xms" + heap, "-Xmx" + heap}, TestJVMFlags()...), " "),
 		prefix + "_TMPDIR=" + filepath.Join(n.Dir, "tmp"),
 	}
 	settings := map[string]string{
