@@ -29,4 +29,9 @@
 //     (GenerationKeeper), and a run without a checkpoint, or on another
 //     server, takes one above the highest any sink recorded
 //     (docs/versions.md).
+//  11. Every schema change reaches the sinks, even when no row of the table
+//     changes after it: a source that learns of a new shape without a row
+//     of it emits an OpShape record placed after the change and before any
+//     change of a later shape, and every sink applies it (adds the columns
+//     and fills the rows that predate them) as it would for a row.
 package pipeline

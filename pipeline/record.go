@@ -143,6 +143,12 @@ const (
 	OpRead                    // "r": a row read by a snapshot
 	OpTruncate                // "t": every row of the table with a lower version is gone
 	OpHeartbeat               // control: no table; carries a position and a source time
+	// OpShape is control too: Table is a table's new shape, seen by the
+	// source with no row change after it (a column added to an idle
+	// table). It carries no row; a sink applies the shape as it would for
+	// a row of it (adds the columns, fills the rows that predate them with
+	// their Missing values) and writes nothing else.
+	OpShape
 )
 
 func (o Op) String() string {
@@ -159,12 +165,18 @@ func (o Op) String() string {
 		return "t"
 	case OpHeartbeat:
 		return "heartbeat"
+	case OpShape:
+		return "shape"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
 
 // IsData reports whether the op changes rows of a table.
 func (o Op) IsData() bool { return o >= OpInsert && o <= OpTruncate }
+
+// Shaped reports whether a record of the op carries a table shape the
+// sink must hold: a data record's or an OpShape's.
+func (o Op) Shaped() bool { return o.IsData() || o == OpShape }
 
 // Version totally orders the changes of one row. Components compare
 // numerically, most significant first. Sources fill it as follows (why

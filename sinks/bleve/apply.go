@@ -150,7 +150,7 @@ func (s *Sink) checkShapes(records []pipeline.Record) error {
 	known := map[string]map[string]colType{} // by table prefix, column name
 	for i := range records {
 		t := records[i].Table
-		if t == nil || !records[i].Op.IsData() || seen[t] {
+		if t == nil || !records[i].Op.Shaped() || seen[t] {
 			continue
 		}
 		seen[t] = true

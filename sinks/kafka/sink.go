@@ -214,7 +214,7 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 	var last *pipeline.Table
 	for i := range records {
 		r := &records[i]
-		if !r.Op.IsData() || r.Table == nil || r.Table == last {
+		if !r.Op.Shaped() || r.Table == nil || r.Table == last {
 			continue
 		}
 		last = r.Table
@@ -235,7 +235,7 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 	for i := range records {
 		r := &records[i]
 		if !r.Op.IsData() {
-			continue // heartbeats carry no row; the runtime checkpoints them
+			continue // heartbeats and shapes carry no row; the runtime checkpoints them
 		}
 		recs, err := s.prepare(ctx, r)
 		var ue unencodable

@@ -17,7 +17,8 @@ import (
 // the source since, and the rows stored before hold its missing value.
 func columnsKey(base string) string { return base + "#columns" }
 
-// fillAdded records the columns of records' tables in their columns sets
+// fillAdded records the columns of records' tables (rows' and OpShape's)
+// in their columns sets
 // and, before a column the set lacks is recorded, gives every live row of
 // its table the column's missing value (pipeline.Column.Missing: ALTER
 // TABLE … ADD COLUMN … DEFAULT, whose rows hold the default with no change
@@ -30,7 +31,7 @@ func columnsKey(base string) string { return base + "#columns" }
 func (s *Sink) fillAdded(ctx context.Context, records []pipeline.Record) error {
 	for i := range records {
 		t := records[i].Table
-		if t == nil || !isRow(&records[i]) {
+		if t == nil || !isRow(&records[i]) && records[i].Op != pipeline.OpShape {
 			continue
 		}
 		if err := s.fillTable(ctx, t); err != nil {

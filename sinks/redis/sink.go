@@ -386,7 +386,7 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		failed = append(failed, pipeline.RecordError{Index: i, Err: err, Permanent: true})
 	}
 	for i := range records {
-		if r := &records[i]; isRow(r) {
+		if r := &records[i]; isRow(r) || (r.Table != nil && r.Op == pipeline.OpShape) {
 			// Fill the cache before the encoders read it.
 			if err := shapeError(r.Table, s.info(r.Table)); err != nil {
 				return err

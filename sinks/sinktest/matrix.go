@@ -191,8 +191,9 @@ func runTypeCase(t *testing.T, h Harness, tc TypeCase) {
 }
 
 // addColumns gives the table one more column per edge value, with that
-// value as its missing value, and writes one row of the new shape: the
-// rows written before hold the missing values, the written one its own.
+// value as its missing value, writes the new shape alone (OpShape), then
+// one row of it: the rows written before hold the missing values, the
+// written one its own.
 func addColumns(t *testing.T, h Harness, s pipeline.Sink, st *cellState, tc TypeCase) {
 	t.Helper()
 	wider := *st.table
@@ -231,7 +232,13 @@ func addColumns(t *testing.T, h Harness, s pipeline.Sink, st *cellState, tc Type
 	for j := range tc.Values {
 		written[2+j] = tc.Values[(j+1)%n]
 	}
+	// The new shape first reaches the sink alone (OpShape: the source saw
+	// the column added with no row change after it), then again, replayed
+	// with the row.
+	write(t, s, []pipeline.Record{{Op: pipeline.OpShape, Table: st.table, Version: st.next()}})
+	st.check(t, h, "add column … default, the shape alone")
 	st.put(written)
-	write(t, s, []pipeline.Record{{Op: pipeline.OpUpdate, Table: st.table, After: written, Version: st.next()}})
+	write(t, s, []pipeline.Record{{Op: pipeline.OpShape, Table: st.table, Version: st.next()},
+		{Op: pipeline.OpUpdate, Table: st.table, After: written, Version: st.next()}})
 	st.check(t, h, "add column … default")
 }

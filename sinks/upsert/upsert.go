@@ -39,6 +39,9 @@ type TableBatch struct {
 	Truncate *pipeline.Version
 	// Rows holds the highest-version change per key.
 	Rows []Row
+	// Reshape is true when the batch holds an OpShape record of the table:
+	// the sink applies Newest's shape even when no row comes with it.
+	Reshape bool
 	// OnlyNew is true when every change of the table in the batch was an
 	// insert or a snapshot read (no update, delete or truncate): its keys
 	// are most likely absent from the target, so a sink may try a plain
@@ -110,8 +113,8 @@ func (w *Row) absorb(o *Row) {
 
 // Prepare converts records to per-table batches, keeping the newest change
 // per key; target names a table's target. It returns the batches of the
-// tables with rows or a truncate, in the order of their first record, and
-// the per-record permanent failures.
+// tables with rows, a truncate or a new shape (OpShape), in the order of
+// their first record, and the per-record permanent failures.
 func Prepare(records []pipeline.Record, conv Converter, target func(pipeline.TableID) string) ([]*TableBatch, []pipeline.RecordError) {
 	var failed []pipeline.RecordError
 	fail := func(i int, err error) {
@@ -166,10 +169,12 @@ func Prepare(records []pipeline.Record, conv Converter, target func(pipeline.Tab
 			continue
 		}
 		tb := lookup(r.Table)
-		if r.Op != pipeline.OpInsert && r.Op != pipeline.OpRead {
+		if r.Op != pipeline.OpInsert && r.Op != pipeline.OpRead && r.Op != pipeline.OpShape {
 			tb.OnlyNew = false
 		}
 		switch r.Op {
+		case pipeline.OpShape:
+			tb.Reshape = true
 		case pipeline.OpTruncate:
 			if tb.Truncate == nil || tb.Truncate.Less(r.Version) {
 				v := r.Version
@@ -188,7 +193,7 @@ func Prepare(records []pipeline.Record, conv Converter, target func(pipeline.Tab
 	}
 	out := order[:0]
 	for _, tb := range order {
-		if tb.Truncate != nil || len(tb.Rows) > 0 {
+		if tb.Truncate != nil || len(tb.Rows) > 0 || tb.Reshape {
 			out = append(out, tb)
 		}
 	}

@@ -278,7 +278,7 @@ func (d *Decoder) Decode(ctx context.Context, walData []byte, walStart pglogrepl
 		}
 		return d.change(ctx, d.txn, msg, walData, walStart, emit)
 	case *pglogrepl.LogicalDecodingMessageV2:
-		return d.logicalMessage(m, emit)
+		return d.logicalMessage(ctx, m, emit)
 	case *pglogrepl.StreamStartMessageV2:
 		d.inStream, d.streamXid = true, m.Xid
 		if sb := d.streams[m.Xid]; sb != nil && m.FirstSegment == 1 {
@@ -316,7 +316,7 @@ func parseMessage(data []byte, inStream bool) (msg pglogrepl.Message, err error)
 	return pglogrepl.ParseV2(data, inStream)
 }
 
-func (d *Decoder) logicalMessage(m *pglogrepl.LogicalDecodingMessageV2, emit func(Chunk) error) error {
+func (d *Decoder) logicalMessage(ctx context.Context, m *pglogrepl.LogicalDecodingMessageV2, emit func(Chunk) error) error {
 	if m.Transactional || m.Prefix != d.opts.HeartbeatPrefix {
 		d.log.Debug("ignoring logical message", zap.String("prefix", m.Prefix), zap.Bool("transactional", m.Transactional))
 		return nil
@@ -328,9 +328,10 @@ func (d *Decoder) logicalMessage(m *pglogrepl.LogicalDecodingMessageV2, emit fun
 		d.log.Warn("heartbeat inside a transaction ignored", zap.Stringer("lsn", m.LSN))
 		return nil
 	}
-	at, err := time.Parse(time.RFC3339Nano, string(m.Content))
+	when, checks := parseHeartbeat(m.Content)
+	at, err := time.Parse(time.RFC3339Nano, when)
 	if err != nil {
-		ts, perr := parseTimestampText(string(m.Content), true)
+		ts, perr := parseTimestampText(when, true)
 		if perr != nil || ts.Special != pipeline.Finite {
 			d.log.Debug("heartbeat content is not a time", zap.ByteString("content", m.Content))
 		} else {
@@ -340,7 +341,9 @@ func (d *Decoder) logicalMessage(m *pglogrepl.LogicalDecodingMessageV2, emit fun
 	// Invariant 8: a heartbeat carries a position through the pipeline.
 	rec := pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: at.UTC(), Version: pipeline.Version{d.opts.Generation, uint64(m.LSN), 0, 0}}
 	rec.Size = pipeline.EstimateSize(&rec)
-	return emit(Chunk{Records: []pipeline.Record{rec}, Final: true, CommitLSN: m.LSN, EndLSN: m.LSN, CommitTime: rec.EventTime})
+	// Invariant 11: shapes changed with no row change since go out with it.
+	recs := append(d.checkShapes(ctx, checks, m.LSN, rec), rec)
+	return emit(Chunk{Records: recs, Final: true, CommitLSN: m.LSN, EndLSN: m.LSN, CommitTime: rec.EventTime})
 }
 
 // flush hands over the transaction's pending records. Non-final chunks

@@ -14,7 +14,9 @@ import (
 // OpHeartbeat record positioned at the message, so an idle database (or one
 // whose server is busy only in other databases) still moves its checkpoint
 // and the slot (Invariant 8), and the runtime can measure end-to-end latency
-// from the time the message carries.
+// from the time the message carries. The message also carries a digest of
+// every published table's columns, by which the decoder finds shapes that
+// changed with no row change after them (shapecheck.go, Invariant 11).
 func (s *Source) heartbeats(ctx context.Context) {
 	if s.version < 140000 {
 		// pgoutput decodes logical messages from PostgreSQL 14; idle
@@ -24,6 +26,7 @@ func (s *Source) heartbeats(ctx context.Context) {
 	}
 	t := time.NewTicker(s.opts.HeartbeatInterval)
 	defer t.Stop()
+	sql := heartbeatSQL(s.version)
 	var failingSince, lastLog time.Time
 	for {
 		select {
@@ -32,8 +35,8 @@ func (s *Source) heartbeats(ctx context.Context) {
 		case <-t.C:
 		}
 		// Invariant 8: a position-carrying message even when nothing changes.
-		_, err := s.pool.Exec(ctx, "SELECT pg_logical_emit_message(false, $1::text, $2::text)",
-			HeartbeatPrefix, time.Now().UTC().Format(time.RFC3339Nano))
+		// Invariant 11: with the catalog digest of every published table.
+		_, err := s.pool.Exec(ctx, sql, HeartbeatPrefix, time.Now().UTC().Format(time.RFC3339Nano), s.opts.Publication)
 		switch {
 		case ctx.Err() != nil:
 			return

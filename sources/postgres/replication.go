@@ -392,7 +392,8 @@ func (st *streamer) emit(ctx context.Context, conn *pgconn.PgConn, c Chunk) erro
 		}
 	} else {
 		it.kind = itemTxn
-		if len(c.Records) == 1 && c.Records[0].Op == pipeline.OpHeartbeat {
+		if n := len(c.Records); n > 0 && c.Records[n-1].Op == pipeline.OpHeartbeat {
+			// A heartbeat, with the shapes it found changed (Invariant 11).
 			it.kind = itemHeartbeat
 		}
 		if c.EndLSN <= st.handed && !st.partial && (it.kind == itemHeartbeat || len(recs) == 0) {
