@@ -48,7 +48,8 @@ INSERT INTO alltypes VALUES
 // Every supported type goes through the initial load and the stream into
 // DuckDB and comes out equal to what PostgreSQL returns for the same row;
 // so do updates (including one that leaves a TOASTed value unchanged),
-// deletes, a TRUNCATE, and ADD/DROP COLUMN mid-stream.
+// deletes, a TRUNCATE, ADD/DROP COLUMN mid-stream, and a column added at
+// the end with no change after it.
 func TestPostgresTypesEndToEnd(t *testing.T) {
 	pg := harness.PostgresT(t)
 	ctx := context.Background()
@@ -111,6 +112,16 @@ runtime: {checkpoint_interval: 50ms}
 	}
 	mark := commitMarkOn(t, ctx, dsn, `UPDATE trunc_me SET v = 'mark' WHERE id = 21`)
 	waitSlotConfirmed(t, ctx, dsn, "sluice_types", mark, d)
+	// A column added to a table that then sees no change (Invariant 11):
+	// only a heartbeat brings it. Two heartbeats confirmed after the
+	// ALTER: the second one's statement began after the first had
+	// returned, so its catalog snapshot holds the column.
+	if err := pg.Exec(ctx, "types", `ALTER TABLE alltypes ADD COLUMN idle_col text DEFAULT 'added while idle'`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		waitSlotConfirmed(t, ctx, dsn, "sluice_types", commitMarkOn(t, ctx, dsn, "SELECT 1"), d)
+	}
 
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -136,4 +147,5 @@ runtime: {checkpoint_interval: 50ms}
 	if n := assertSinkEqualsSource(t, ctx, dsn, "types", duck, "public", "trunc_me"); n != 2 {
 		t.Fatalf("trunc_me: %d rows compared, want 2", n)
 	}
+	expectVerifyEqual(t, cfg)
 }
