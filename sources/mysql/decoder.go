@@ -343,6 +343,15 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 					Version: streamVersion(d.epoch, d.txFile, d.txStart, i), Size: 128})
 			}
 		}
+	case ddlAlter:
+		// The next TABLE_MAP shows the new shape; the DEFAULTs of added
+		// columns (which existing rows now hold) only the statement gives.
+		added := addedColumns(sql)
+		for _, n := range c.Tables {
+			if d.isCaptured(n) {
+				d.shapes.noteAdded(tableID(n), added)
+			}
+		}
 	case ddlDrop:
 		for _, n := range c.Tables {
 			if d.isCaptured(n) {

@@ -7,6 +7,7 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -40,10 +41,17 @@ type shapes struct {
 	zeroNull  bool
 	onChange  func(id pipeline.TableID, generation int)
 	fpScratch []byte
+	// added holds the columns ALTER statements added, with their DEFAULT,
+	// until the table's next shape shows them (added.go); conv converts
+	// those defaults.
+	added map[pipeline.TableID]map[string]defaultLit
+	conv  converter
+	log   *zap.Logger
 }
 
 func newShapes(cs *charsets, capture func(db, table string) bool, zeroNull bool) *shapes {
-	return &shapes{byID: map[uint64]*shape{}, latest: map[pipeline.TableID]*shape{}, charsets: cs, capture: capture, zeroNull: zeroNull}
+	return &shapes{byID: map[uint64]*shape{}, latest: map[pipeline.TableID]*shape{}, charsets: cs, capture: capture, zeroNull: zeroNull,
+		conv: converter{zeroNull: zeroNull, charsets: cs}}
 }
 
 // of returns the shape of a TABLE_MAP event, reusing the cached one when
@@ -107,7 +115,9 @@ func (s *shapes) tableFor(id pipeline.TableID, descs []colDesc) *pipeline.Table 
 	if s.onChange != nil {
 		s.onChange(id, gen)
 	}
-	return buildTable(id, descs, gen, s.zeroNull)
+	t := buildTable(id, descs, gen, s.zeroNull)
+	s.missingValues(id, prev.descs, descs, t)
+	return t
 }
 
 // fingerprint serialises everything of a TABLE_MAP that shapes a decode.

@@ -258,6 +258,7 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 	}
 	s.shapes = newShapes(s.cs, s.isCaptured, s.opts.ZeroDates == ZeroDatesNull)
 	s.shapes.onChange = func(pipeline.TableID, int) { s.m.schemaChanges.Inc() }
+	s.shapes.log = s.log
 	for _, t := range s.tables {
 		descs, err := catalogDescs(c, t.db, t.table)
 		if err != nil {

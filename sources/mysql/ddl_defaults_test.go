@@ -1,0 +1,83 @@
+package mysql
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+func TestAddedColumns(t *testing.T) {
+	lit := func(s string) defaultLit { return defaultLit{text: s, constant: true} }
+	str := func(s string) defaultLit { return defaultLit{text: s, quoted: true, constant: true} }
+	null := defaultLit{null: true, constant: true}
+	expr := defaultLit{}
+	for _, c := range []struct {
+		sql  string
+		want map[string]defaultLit
+	}{
+		{"ALTER TABLE t ADD COLUMN n INT DEFAULT 7", map[string]defaultLit{"n": lit("7")}},
+		{"alter table db.t add n decimal(6,2) not null default -1.50 after id", map[string]defaultLit{"n": lit("-1.50")}},
+		{"ALTER TABLE t ADD COLUMN IF NOT EXISTS `s` varchar(10) DEFAULT 'a''b\\n' COMMENT 'x'", map[string]defaultLit{"s": str("a'b\n")}},
+		{"ALTER TABLE t ADD s text DEFAULT _utf8mb4'ü' , ADD COLUMN c char(3)", map[string]defaultLit{"s": {text: "ü", quoted: true, constant: true, introducer: "utf8mb4"}, "c": null}},
+		{"ALTER TABLE t ADD (a int DEFAULT 1, b date DEFAULT '2024-02-29', c timestamp DEFAULT CURRENT_TIMESTAMP)",
+			map[string]defaultLit{"a": lit("1"), "b": str("2024-02-29"), "c": expr}},
+		{"ALTER TABLE t ADD v int DEFAULT 1 + 1, ADD w int DEFAULT (2), ADD x int DEFAULT NULL, ADD y bool DEFAULT TRUE",
+			map[string]defaultLit{"v": expr, "w": expr, "x": null, "y": lit("1")}},
+		{"ALTER TABLE t ADD INDEX i (a), ADD CONSTRAINT c CHECK (a > 0), DROP COLUMN z, MODIFY q int DEFAULT 3", nil},
+		{"SET STATEMENT max_statement_time=60 FOR ALTER TABLE t ADD e enum('x','y') DEFAULT 'y'", map[string]defaultLit{"e": str("y")}},
+		{"ALTER TABLE t ADD s varchar(5) DEFAULT 'a' 'b'", map[string]defaultLit{"s": str("ab")}},
+		{"CREATE TABLE t (a int DEFAULT 1)", nil},
+	} {
+		if got := addedColumns(c.sql); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", c.sql, got, c.want)
+		}
+	}
+}
+
+// A column added with a DEFAULT gives the rows that existed before the
+// ALTER that value with no row event; the new shape carries it as the
+// column's missing value, read from the statement. The oracle is the
+// server itself: an update of such an old row logs its full image, whose
+// values of the added columns must equal their missing values.
+func TestAddedColumnDefaultsAreMissingValues(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE addcol", "CREATE TABLE addcol.t (id int PRIMARY KEY, touch int)")
+	start := gtidNow(t, c)
+	added := map[string]string{
+		"a": "int DEFAULT -5", "b": "bigint unsigned DEFAULT 18446744073709551615", "c": "decimal(8,3) DEFAULT 1.5",
+		"d": "double DEFAULT 2.5e-3", "f": "float DEFAULT 0.1", "e": "date DEFAULT '2024-02-29'",
+		"g": "datetime(3) DEFAULT '2024-02-29 12:34:56.789'", "h": "time DEFAULT '-838:59:59'",
+		"i": `varchar(10) DEFAULT 'a''b\\'`, "j": "char(4) DEFAULT 'xy'", "k": "enum('p','q') DEFAULT 'q'",
+		"l": "set('r','s','u') DEFAULT 'u,r'", "m": "year DEFAULT 2024", "n": "varbinary(4) DEFAULT 'ab'",
+		"o": "binary(3) DEFAULT 'z'", "p": "text DEFAULT 'long'", "q": "tinyint DEFAULT TRUE", "r": "int",
+		"s": "varchar(3) CHARACTER SET latin1 DEFAULT _latin1'é'", "u": "json DEFAULT '{\"x\": 1}'",
+	}
+	var specs []string
+	for name, def := range added {
+		specs = append(specs, "ADD COLUMN "+name+" "+def)
+	}
+	mustExec(t, c, "INSERT INTO addcol.t VALUES (1, 0)",
+		"ALTER TABLE addcol.t "+strings.Join(specs, ", "),
+		"UPDATE addcol.t SET touch = 1 WHERE id = 1")
+	s := streamFrom(t, m, "addcol.t", start, nil, nil)
+	recs, _ := readRecords(t, s, 2)
+	up := recs[1]
+	if up.Op != pipeline.OpUpdate {
+		t.Fatalf("second record is %s", up.Op)
+	}
+	for i, col := range up.Table.Columns {
+		if _, ok := added[col.Name]; !ok {
+			if col.Missing != nil {
+				t.Errorf("column %s (not added) has missing value %v", col.Name, col.Missing)
+			}
+			continue
+		}
+		if got, want := fmt.Sprintf("%#v", col.Missing), fmt.Sprintf("%#v", up.After[i]); got != want {
+			t.Errorf("column %s (%s): missing value %s, the server's %s", col.Name, added[col.Name], got, want)
+		}
+	}
+}
