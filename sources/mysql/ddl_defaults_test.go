@@ -1,10 +1,12 @@
 package mysql
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -79,5 +81,75 @@ func TestAddedColumnDefaultsAreMissingValues(t *testing.T) {
 		if got, want := fmt.Sprintf("%#v", col.Missing), fmt.Sprintf("%#v", up.After[i]); got != want {
 			t.Errorf("column %s (%s): missing value %s, the server's %s", col.Name, added[col.Name], got, want)
 		}
+	}
+}
+
+// A column added to a table that then sees no row change still reaches the
+// pipeline (Invariant 11): the stream reads the pending table's shape from
+// the catalog between two GTID positions and emits it, with the added
+// column's DEFAULT as its missing value, once it has read up to the second.
+// A concurrent workload on another table keeps the server busy (and its
+// GTID position moving) throughout. A row changed afterwards keeps that
+// shape.
+func TestShapeChangeWithoutRowsReachesThePipeline(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE idle", "CREATE TABLE idle.t (id int PRIMARY KEY, v varchar(5))",
+		"CREATE TABLE idle.busy (id int PRIMARY KEY AUTO_INCREMENT, n int)", "INSERT INTO idle.t VALUES (1, 'a')")
+	start := gtidNow(t, c)
+	s := streamFrom(t, m, "idle.t", start, nil, func(o *Options) { o.HeartbeatInterval = 200 * time.Millisecond })
+	busy := rootConn(t, m, "")
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := busy.Execute("INSERT INTO idle.busy (n) VALUES (1)"); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-done; err != nil {
+			t.Errorf("workload: %v", err)
+		}
+	}()
+	mustExec(t, c, "INSERT INTO idle.t VALUES (2, 'b')")
+	readRecords(t, s, 1)
+	mustExec(t, c, "ALTER TABLE idle.t ADD COLUMN n int DEFAULT 7")
+	var shape *pipeline.Record
+	deadline := time.Now().Add(time.Minute)
+	for shape == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no shape record within a minute")
+		}
+		rctx, cancel := context.WithTimeout(ctx, time.Until(deadline))
+		b, err := s.Read(rctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range b.Records {
+			if r := &b.Records[i]; r.Op == pipeline.OpShape && r.Table.ID.Table == "t" && len(r.Table.Columns) == 3 {
+				shape = r
+			}
+		}
+	}
+	col := shape.Table.Columns[2]
+	if col.Name != "n" || col.Missing != int64(7) || shape.Pos == nil {
+		t.Fatalf("shape column %+v, position %s", col, shape.Pos)
+	}
+	mustExec(t, c, "UPDATE idle.t SET v = 'c' WHERE id = 1")
+	recs, _ := readRecords(t, s, 1)
+	up := recs[len(recs)-1]
+	if up.Op != pipeline.OpUpdate || up.Table != shape.Table {
+		t.Fatalf("the update after has shape generation %d (want the shape record's %d)", up.Table.Generation, shape.Table.Generation)
 	}
 }

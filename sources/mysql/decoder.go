@@ -350,6 +350,7 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 		for _, n := range c.Tables {
 			if d.isCaptured(n) {
 				d.shapes.noteAdded(tableID(n), added)
+				d.shapes.markPending(tableID(n))
 			}
 		}
 	case ddlDrop:

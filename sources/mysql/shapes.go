@@ -47,6 +47,9 @@ type shapes struct {
 	added map[pipeline.TableID]map[string]defaultLit
 	conv  converter
 	log   *zap.Logger
+	// pending counts the ALTERs of each table since its last TABLE_MAP
+	// (shapecheck.go).
+	pending map[pipeline.TableID]int
 }
 
 func newShapes(cs *charsets, capture func(db, table string) bool, zeroNull bool) *shapes {
@@ -76,6 +79,7 @@ func (s *shapes) of(tm *replication.TableMapEvent) (*shape, error) {
 		sh.descs = descs
 		sh.table = s.tableFor(id, descs)
 		s.latest[id] = sh
+		delete(s.pending, id) // the binlog told the shape (Invariant 11)
 	}
 	s.byID[tm.TableID] = sh
 	return sh, nil

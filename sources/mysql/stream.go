@@ -31,6 +31,8 @@ type streamer struct {
 
 	errMu sync.Mutex
 	err   error
+
+	checks shapeChecks // shapes changed with no row change (shapecheck.go)
 }
 
 func newStreamer(s *Source, server string) *streamer {
@@ -125,6 +127,11 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 		return false, classify(err, last)
 	}
 	st.setConnected(true)
+	// Whatever changed while no session read the binlog is pending until
+	// the catalog or a TABLE_MAP tells (Invariant 11).
+	for _, n := range st.dec.captured {
+		st.dec.shapes.markPending(tableID(n))
+	}
 	st.dec.open = false // a transaction cut by the last connection arrives again whole
 	// The session starts before every XA still prepared (no position passes
 	// one), so their prepares arrive again.
@@ -151,6 +158,12 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 				return progressed, ctx.Err()
 			}
 			return progressed, pipeline.Fatal(err)
+		}
+		if !st.dec.open && !st.dec.inTx {
+			st.readShapes(ctx)
+			if err := st.applyShapes(*last, emit); err != nil {
+				return progressed, err
+			}
 		}
 	}
 }
