@@ -54,6 +54,13 @@ var TypeCases = []TypeCase{
 		[]any{int64(0), int64(math.MinInt32), int64(math.MaxInt32)}},
 	{"int64", pipeline.Column{Type: pipeline.TypeInt64, SourceType: "bigint"},
 		[]any{int64(0), int64(math.MinInt64), int64(math.MaxInt64), int64(1 << 53), int64(1<<53 + 1)}},
+	// MySQL/MariaDB unsigned integers (TINYINT … INT UNSIGNED).
+	{"uint8", pipeline.Column{Type: pipeline.TypeUint8, SourceType: "tinyint unsigned"},
+		[]any{uint64(0), uint64(math.MaxUint8)}},
+	{"uint16", pipeline.Column{Type: pipeline.TypeUint16, SourceType: "smallint unsigned"},
+		[]any{uint64(0), uint64(math.MaxUint16)}},
+	{"uint32", pipeline.Column{Type: pipeline.TypeUint32, SourceType: "int unsigned"},
+		[]any{uint64(0), uint64(math.MaxUint32)}},
 	{"uint64", pipeline.Column{Type: pipeline.TypeUint64, SourceType: "bigint unsigned"},
 		[]any{uint64(0), uint64(math.MaxUint64), uint64(1<<63 + 1)}},
 	{"float64", pipeline.Column{Type: pipeline.TypeFloat64, SourceType: "double precision"},
