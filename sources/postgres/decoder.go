@@ -94,8 +94,11 @@ type Decoder struct {
 	log      *zap.Logger
 	resolver TypeResolver
 
-	rels     map[uint32]*TableShape // relation cache by relation OID
-	typeMsgs map[uint32]pglogrepl.TypeMessage
+	rels map[uint32]*TableShape // relation cache by relation OID
+	// shapeMiss is, by relation OID, the last heartbeat digest the
+	// catalog did not hold (shapecheck.go).
+	shapeMiss map[uint32]*shapeMiss
+	typeMsgs  map[uint32]pglogrepl.TypeMessage
 
 	txn       *txnState // open non-streamed transaction
 	inStream  bool

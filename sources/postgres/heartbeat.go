@@ -36,7 +36,14 @@ func (s *Source) heartbeats(ctx context.Context) {
 		}
 		// Invariant 8: a position-carrying message even when nothing changes.
 		// Invariant 11: with the catalog digest of every published table.
-		_, err := s.pool.Exec(ctx, sql, HeartbeatPrefix, time.Now().UTC().Format(time.RFC3339Nano), s.opts.Publication)
+		now := time.Now().UTC().Format(time.RFC3339Nano)
+		_, err := s.pool.Exec(ctx, sql, HeartbeatPrefix, now, s.opts.Publication)
+		if err != nil && ctx.Err() == nil {
+			// Whatever the digests' query ran into must not stop the
+			// heartbeats themselves: the time alone still moves the slot.
+			s.log.Debug("heartbeat with shape digests failed; sending the time alone", zap.Error(err))
+			_, err = s.pool.Exec(ctx, "SELECT pg_logical_emit_message(false, $1::text, $2::text)", HeartbeatPrefix, now)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"reflect"
 	"testing"
 	"time"
@@ -166,5 +167,30 @@ func TestParseHeartbeat(t *testing.T) {
 	got := shapeDigest([]ColumnInfo{{Name: "id", OID: 23, TypMod: -1}, {Name: "v", OID: 25, TypMod: -1}})
 	if got != "e1c7c9369ebfee17f8b51e83227ac9e9" {
 		t.Fatalf("digest %s", got)
+	}
+}
+
+// A heartbeat digest the catalog does not hold (a backlog of heartbeats
+// from before a later schema change) is looked up once, then only every
+// missSkips heartbeats, not once per heartbeat per table.
+func TestMissedDigestIsNotLookedUpEveryHeartbeat(t *testing.T) {
+	lookups := 0
+	d, err := NewDecoder(DecoderOptions{Database: "shop", Log: testLogger(t),
+		Catalog: func(context.Context, uint32, string, string) (*TableShape, error) {
+			lookups++
+			return &TableShape{RelationOID: 7, Columns: []ColumnInfo{{Name: "id", OID: 23, TypMod: -1}}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []shapeCheck{{oid: 7, schema: "public", table: "t", digest: "not the catalog's"}}
+	const heartbeats = 2*(missSkips+1) + 1 // looked up at the 1st, 12th and 23rd
+	for i := 0; i < heartbeats; i++ {
+		if recs := d.checkShapes(context.Background(), checks, 1, pipeline.Record{}); len(recs) != 0 {
+			t.Fatalf("heartbeat %d: %d shape records", i, len(recs))
+		}
+	}
+	if lookups != 3 {
+		t.Fatalf("%d catalog lookups for %d heartbeats, want 3", lookups, heartbeats)
 	}
 }

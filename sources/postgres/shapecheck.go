@@ -124,13 +124,26 @@ func (d *Decoder) checkShapes(ctx context.Context, checks []shapeCheck, lsn pglo
 		if cur := d.rels[c.oid]; cur != nil && shapeDigest(cur.Columns) == c.digest {
 			continue
 		}
+		if m := d.shapeMiss[c.oid]; m != nil && m.digest == c.digest && m.skips < missSkips {
+			// This digest already missed the catalog (heartbeats of a
+			// backlog): look again only every missSkips of them.
+			m.skips++
+			continue
+		}
 		cs, err := d.opts.Catalog(ctx, c.oid, c.schema, c.table)
 		if err != nil || cs == nil || cs.RelationOID != c.oid || shapeDigest(cs.Columns) != c.digest {
 			// The catalog has moved on (or the table is gone): a later
 			// heartbeat, or the table's next change, carries the shape.
 			d.log.Debug("shape check skipped", zap.String("schema", c.schema), zap.String("table", c.table), zap.Error(err))
+			if err == nil {
+				if d.shapeMiss == nil {
+					d.shapeMiss = map[uint32]*shapeMiss{}
+				}
+				d.shapeMiss[c.oid] = &shapeMiss{digest: c.digest}
+			}
 			continue
 		}
+		delete(d.shapeMiss, c.oid)
 		id := pipeline.TableID{Database: d.opts.Database, Schema: c.schema, Table: c.table}
 		d.mu.Lock()
 		prev := d.latest[id]
@@ -153,6 +166,17 @@ func (d *Decoder) checkShapes(ctx context.Context, checks []shapeCheck, lsn pglo
 	}
 	return out
 }
+
+// shapeMiss is a heartbeat digest the catalog did not hold, and how many
+// heartbeats with it were not looked up since.
+type shapeMiss struct {
+	digest string
+	skips  int
+}
+
+// missSkips bounds how long a missed digest goes unchecked (a table whose
+// catalog returns to that shape is then found within that many heartbeats).
+const missSkips = 10
 
 // catalogRelation is the Relation message pgoutput would send for the
 // catalog shape s: key flags on the replica identity's columns (all of
