@@ -52,7 +52,7 @@ func TestPGSnapshotScenario(t *testing.T) {
 }
 
 func TestPGLatencyScenario(t *testing.T) {
-	figs := runScenario(t, PGLatency{}, RunOptions{Duration: 5 * time.Second}, []string{"p50 at 5k rows/s",
+	figs := runScenario(t, PGLatency{}, RunOptions{Duration: 3 * time.Second}, []string{"p50 at 5k rows/s",
 		"p99 at 5k rows/s", "p99 at 20k rows/s", "canary p99 at 5k rows/s", "recovery after kill -9 at 5k rows/s"})
 	if p50, p99 := figs["p50 at 5k rows/s"].Value, figs["p99 at 5k rows/s"].Value; p50 > p99 {
 		t.Errorf("p50 %.1f ms above p99 %.1f ms", p50, p99)
@@ -70,6 +70,6 @@ func TestMariaDBSnapshotScenario(t *testing.T) {
 }
 
 func TestMariaDBLatencyScenario(t *testing.T) {
-	runScenario(t, MariaDBLatency{}, RunOptions{Duration: 5 * time.Second}, []string{"p99 at 5k rows/s", "p99 at 20k rows/s",
+	runScenario(t, MariaDBLatency{}, RunOptions{Duration: 3 * time.Second}, []string{"p99 at 5k rows/s", "p99 at 20k rows/s",
 		"recovery after kill -9 at 5k rows/s"})
 }
