@@ -31,7 +31,7 @@ func (s *Sink) prepare(records []pipeline.Record) ([]*upsert.TableBatch, []pipel
 // (toStage) and UUID keys encode as their 16 bytes.
 type stager struct{}
 
-func (stager) Stage(c *pipeline.Column, v any) (any, error) { return stageNested(c, v) }
+func (stager) Stage(c *pipeline.Column, v any) (any, error) { return stageCompanion(c, v) }
 
 func (stager) Invalid(msg string) error { return valueErr("%s", msg) }
 
@@ -75,7 +75,7 @@ func (s *Sink) applyTable(ctx context.Context, tb *upsert.TableBatch, now time.T
 		return err
 	}
 	// Before any UPDATE of the table in this transaction, as every ALTER.
-	nested, err := s.nestedCols(ctx, tb)
+	comp, err := s.companionCols(ctx, tb)
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (s *Sink) applyTable(ctx context.Context, tb *upsert.TableBatch, now time.T
 			break
 		}
 	}
-	if err := s.mergeRows(ctx, tb, rows, lean, nested, now); err != nil {
+	if err := s.mergeRows(ctx, tb, rows, lean, comp, now); err != nil {
 		return fmt.Errorf("merge: %w", err)
 	}
 	return nil
@@ -181,8 +181,8 @@ func (s *Sink) ensureTable(ctx context.Context, tb *upsert.TableBatch) error {
 			// missing value without any change event saying so; every row
 			// here predates the column.
 			fills = append(fills, &tb.Cols[i])
-			if isNested(&tb.Cols[i], m) {
-				comp := nestedColumn(tb.Cols[i].Name)
+			if needsCompanion(&tb.Cols[i], m) {
+				comp := companionColumn(tb.Cols[i].Name)
 				if _, err := s.conn.ExecContext(ctx, "ALTER TABLE "+s.qualified(tb.Target)+" ADD COLUMN "+quote(comp)+" VARCHAR"); err != nil {
 					return fmt.Errorf("add column %s: %w", comp, err)
 				}
@@ -216,9 +216,9 @@ func (s *Sink) fillMissing(ctx context.Context, target string, cols []*pipeline.
 	vals := make([]driver.Value, len(cols))
 	for i, c := range cols {
 		names[i] = "m" + strconv.Itoa(i)
-		if isNested(c, c.Missing) {
-			// Into the companion (nested.go), which ensureTable added.
-			text, err := stageNested(c, c.Missing)
+		if needsCompanion(c, c.Missing) {
+			// Into the companion (companion.go), which ensureTable added.
+			text, err := stageCompanion(c, c.Missing)
 			if err != nil {
 				return fmt.Errorf("column %s: %w", c.Name, err)
 			}
@@ -226,8 +226,8 @@ func (s *Sink) fillMissing(ctx context.Context, target string, cols []*pipeline.
 			if err != nil {
 				return err
 			}
-			types[i], vals[i] = ti, string(text.(nestedValue))
-			set[i] = quote(nestedColumn(c.Name)) + " = s." + names[i]
+			types[i], vals[i] = ti, string(text.(companionValue))
+			set[i] = quote(companionColumn(c.Name)) + " = s." + names[i]
 			continue
 		}
 		ct := typeOf(c)
@@ -274,7 +274,7 @@ func (s *Sink) appendThrough(ctx context.Context, q string, types []duck.TypeInf
 
 // mergeQuery is the set-based upsert of the staged rows, read from the
 // relation from; now is the _sluice_updated_at expression.
-func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, nested []bool, from, now string) string {
+func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, comp []bool, from, now string) string {
 	sel := make([]string, 0, 2*len(tb.Cols)+4)
 	prefixes := []string{"c", "f"}
 	if lean {
@@ -287,7 +287,7 @@ func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, nested []bool, from,
 				x = ct.conv(x) + " AS " + x
 			}
 			sel = append(sel, x)
-			if nested[i] {
+			if comp[i] {
 				sel = append(sel, "n"+x)
 			}
 		}
@@ -302,11 +302,11 @@ func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, nested []bool, from,
 	}
 	var set, names, vals []string
 	for i := range tb.Cols {
-		// A column and its nested-array companion (nested.go) take their
+		// A column and its companion (companion.go) take their
 		// values from the same staged change.
 		cols := [][2]string{{quote(tb.Cols[i].Name), ""}}
-		if nested[i] {
-			cols = append(cols, [2]string{quote(nestedColumn(tb.Cols[i].Name)), "n"})
+		if comp[i] {
+			cols = append(cols, [2]string{quote(companionColumn(tb.Cols[i].Name)), "n"})
 		}
 		for _, col := range cols {
 			name, n := col[0], col[1]
@@ -343,7 +343,7 @@ func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, nested []bool, from,
 }
 
 // stageTypes returns the staging columns' names and types.
-func stageTypes(tb *upsert.TableBatch, lean bool, nested []bool) ([]string, []duck.TypeInfo, error) {
+func stageTypes(tb *upsert.TableBatch, lean bool, comp []bool) ([]string, []duck.TypeInfo, error) {
 	var names []string
 	var types []duck.TypeInfo
 	add := func(name, typ string) error {
@@ -362,7 +362,7 @@ func stageTypes(tb *upsert.TableBatch, lean bool, nested []bool) ([]string, []du
 			if err := add(p+strconv.Itoa(i), typeOf(&tb.Cols[i]).stage); err != nil {
 				return nil, nil, err
 			}
-			if nested[i] {
+			if comp[i] {
 				if err := add("n"+p+strconv.Itoa(i), "VARCHAR"); err != nil {
 					return nil, nil, err
 				}
@@ -407,22 +407,22 @@ func typeInfo(typ string) (duck.TypeInfo, error) {
 // mergeRows runs the MERGE over the rows through a query Appender: DuckDB
 // reads the appended rows as the relation stageTable, with no table to
 // create and drop.
-func (s *Sink) mergeRows(ctx context.Context, tb *upsert.TableBatch, rows []upsert.Row, lean bool, nested []bool, now time.Time) error {
-	names, types, err := stageTypes(tb, lean, nested)
+func (s *Sink) mergeRows(ctx context.Context, tb *upsert.TableBatch, rows []upsert.Row, lean bool, comp []bool, now time.Time) error {
+	names, types, err := stageTypes(tb, lean, comp)
 	if err != nil {
 		return err
 	}
-	q := s.mergeQuery(tb, lean, nested, stageTable, "make_timestamptz("+strconv.FormatInt(now.UnixMicro(), 10)+"::BIGINT)")
+	q := s.mergeQuery(tb, lean, comp, stageTable, "make_timestamptz("+strconv.FormatInt(now.UnixMicro(), 10)+"::BIGINT)")
 	// The MERGE may run more than once, which is harmless: every key
 	// appears once in the rows.
 	return s.appendThrough(ctx, q, types, names, func(a *duck.Appender) error {
-		return appendRows(ctx, a, len(tb.Cols), rows, lean, nested)
+		return appendRows(ctx, a, len(tb.Cols), rows, lean, comp)
 	})
 }
 
-func appendRows(ctx context.Context, a *duck.Appender, n int, rows []upsert.Row, lean bool, nested []bool) error {
-	if slices.Contains(nested, true) {
-		return appendNestedRows(ctx, a, n, rows, lean, nested)
+func appendRows(ctx context.Context, a *duck.Appender, n int, rows []upsert.Row, lean bool, comp []bool) error {
+	if slices.Contains(comp, true) {
+		return appendCompanionRows(ctx, a, n, rows, lean, comp)
 	}
 	// One backing array for every row's version bytes.
 	vbuf := make([]byte, 32*len(rows))

@@ -31,10 +31,11 @@
 // such a record inserts a key the target does not hold, the column is NULL:
 // there is nothing to keep.
 //
-// A multi-dimensional array, which a LIST column cannot hold, lands as text
-// in the row's companion column _sluice_nested_<column> (nested.go).
-// Values DuckDB cannot hold (decimal NaN or infinity in a DECIMAL column,
-// dates and timestamps outside its range, invalid JSON) fail their record
+// A multi-dimensional array, which a LIST column cannot hold, and a decimal
+// NaN or infinity, which a DECIMAL(p,s) column cannot, land as text in the
+// row's companion column _sluice_text_<column> (companion.go). Values
+// DuckDB cannot hold otherwise (dates and timestamps outside its range,
+// invalid JSON) fail their record
 // permanently through a *pipeline.BatchError so the runtime dead-letters
 // it (Invariant 7); the rest of the batch applies.
 package duckdb

@@ -614,9 +614,9 @@ func (s *Sink) scanRows(ctx context.Context, table *pipeline.Table, where string
 		return nil
 	}
 	exprs := make([]string, len(table.Columns), len(table.Columns)+1)
-	// nested holds, per column with a companion (nested.go), the index
+	// comp holds, per column with a companion (companion.go), the index
 	// of the companion's expression.
-	nested := map[int]int{}
+	comp := map[int]int{}
 	for i := range table.Columns {
 		c := &table.Columns[i]
 		if _, ok := have[strings.ToLower(c.Name)]; !ok {
@@ -629,9 +629,9 @@ func (s *Sink) scanRows(ctx context.Context, table *pipeline.Table, where string
 		}
 	}
 	for i := range table.Columns {
-		if name := nestedColumn(table.Columns[i].Name); table.Columns[i].Type == pipeline.TypeArray {
+		if name := companionColumn(table.Columns[i].Name); hasCompanion(&table.Columns[i]) {
 			if _, ok := have[strings.ToLower(name)]; ok {
-				nested[i] = len(exprs)
+				comp[i] = len(exprs)
 				exprs = append(exprs, quote(name))
 			}
 		}
@@ -662,8 +662,8 @@ func (s *Sink) scanRows(ctx context.Context, table *pipeline.Table, where string
 		}
 		row := raw[:n:n]
 		for i := range row {
-			if j, ok := nested[i]; ok {
-				row[i], err = readNested(&table.Columns[i], row[i], raw[j])
+			if j, ok := comp[i]; ok {
+				row[i], err = readCompanion(&table.Columns[i], row[i], raw[j])
 			} else {
 				row[i], err = fromRead(&table.Columns[i], row[i])
 			}

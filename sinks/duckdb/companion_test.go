@@ -52,7 +52,51 @@ func TestNestedArraysLandWithTheRow(t *testing.T) {
 		t.Fatalf("RowsByKey: %v, %v", got, err)
 	}
 	var text string
-	if err := s.conn.QueryRowContext(ctx, `SELECT "_sluice_nested_cells" FROM main.public_grids WHERE id = 3`).Scan(&text); err != nil || text != "[[1,2],[3,null]]" {
+	if err := s.conn.QueryRowContext(ctx, `SELECT "_sluice_text_cells" FROM main.public_grids WHERE id = 3`).Scan(&text); err != nil || text != "[[1,2],[3,null]]" {
 		t.Fatalf("companion of row 3: %q, %v", text, err)
 	}
+}
+
+var amounts = &pipeline.Table{
+	ID: pipeline.TableID{Schema: "public", Table: "amounts"},
+	Columns: []pipeline.Column{
+		{Name: "id", Type: pipeline.TypeInt64, Key: true},
+		{Name: "amount", Type: pipeline.TypeDecimal, Precision: 12, Scale: 2, Nullable: true, SourceType: "numeric(12,2)"},
+	},
+	KeyIdx: []int{0}, Generation: 1,
+}
+
+// A numeric(p,s) NaN or infinity, which a DuckDB DECIMAL(p,s) cannot hold,
+// lands in the companion column with the DECIMAL NULL, through the bulk
+// path and the MERGE, as an added column's missing value, and across a
+// restart; a finite value clears the companion again. Nothing goes to the
+// dead-letter queue.
+func TestNonFiniteDecimalsLandWithTheRow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.duckdb")
+	s := openSink(t, Options{Path: path})
+	nan, inf := pipeline.Decimal{Special: pipeline.NaN}, pipeline.Decimal{Special: pipeline.PosInfinity}
+	row := func(op pipeline.Op, v uint64, id int64, amount any) pipeline.Record {
+		return pipeline.Record{Op: op, Table: amounts, After: []any{id, amount}, Version: ver(v)}
+	}
+	one, err := pipeline.ParseDecimal("1.50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, row(pipeline.OpInsert, 1, 1, nan), row(pipeline.OpInsert, 2, 2, one))
+	mustWrite(t, s, row(pipeline.OpUpdate, 3, 2, inf), row(pipeline.OpUpdate, 4, 1, one))
+	expectRows(t, s, amounts, []any{int64(1), one}, []any{int64(2), inf})
+
+	// An added column whose missing value is NaN fills the older rows.
+	wider := *amounts
+	wider.Columns = append(append([]pipeline.Column(nil), amounts.Columns...),
+		pipeline.Column{Name: "fee", Type: pipeline.TypeDecimal, Precision: 8, Scale: 3, Nullable: true, SourceType: "numeric(8,3)", Missing: nan})
+	wider.Generation = 2
+	mustWrite(t, s, pipeline.Record{Op: pipeline.OpShape, Table: &wider, Version: ver(5)})
+	want := [][]any{{int64(1), one, nan}, {int64(2), inf, nan}}
+	expectRows(t, s, &wider, want...)
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = openSink(t, Options{Path: path})
+	expectRows(t, s, &wider, want...)
 }
