@@ -45,18 +45,20 @@ func hasCompanion(c *pipeline.Column) bool {
 // companion: an array with an array element, or a decimal NaN or
 // infinity in a DECIMAL(p,s) column.
 func needsCompanion(c *pipeline.Column, v any) bool {
-	if !hasCompanion(c) {
-		return false
-	}
+	// The value first: this runs for every staged value, and the column
+	// test (typeOf) formats the column's DDL.
 	switch x := v.(type) {
 	case []any:
+		if c.Type != pipeline.TypeArray {
+			return false
+		}
 		for _, e := range x {
 			if _, ok := e.([]any); ok {
 				return true
 			}
 		}
 	case pipeline.Decimal:
-		return !x.IsFinite()
+		return !x.IsFinite() && hasCompanion(c)
 	}
 	return false
 }
