@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 
 	"go.uber.org/zap"
@@ -18,10 +19,12 @@ import (
 // Values a column's DuckDB type cannot hold. A Postgres array column may
 // hold values of any dimension, while its DuckDB column is a LIST of the
 // element type, which holds one dimension; a numeric(p,s) column may hold
-// NaN and ±Infinity, which a DuckDB DECIMAL(p,s) cannot. Such a value is
-// stored in the row's companion column _sluice_text_<column> (VARCHAR,
+// NaN and ±Infinity, which a DuckDB DECIMAL(p,s) cannot; a float column
+// may hold -0, which DuckDB's DOUBLE and FLOAT take as equal to 0 in an
+// update (0 to -0 is no change) and which its checkpoint compresses to 0
+// among zeros. Such a value is stored in the row's companion column _sluice_text_<column> (VARCHAR,
 // created the first time the table gets such a value), in the text form of
-// package sinks/textform (JSON arrays, "NaN", "Infinity"), with NULL in the
+// package sinks/textform (JSON arrays, "NaN", "Infinity", "-0"), with NULL in the
 // typed column; a value the typed column holds clears the companion.
 // Reading gives the companion's value back when it is set. So the row
 // lands whole and every other column stays current.
@@ -36,14 +39,18 @@ func companionColumn(name string) string { return companionPrefix + name }
 type companionValue string
 
 // hasCompanion reports whether column c may need a companion: an array,
-// or a decimal stored as DuckDB DECIMAL(p,s).
+// a float, or a decimal stored as DuckDB DECIMAL(p,s).
 func hasCompanion(c *pipeline.Column) bool {
-	return c.Type == pipeline.TypeArray || c.Type == pipeline.TypeDecimal && strings.HasPrefix(typeOf(c).ddl, "DECIMAL(")
+	switch c.Type {
+	case pipeline.TypeArray, pipeline.TypeFloat32, pipeline.TypeFloat64:
+		return true
+	}
+	return c.Type == pipeline.TypeDecimal && strings.HasPrefix(typeOf(c).ddl, "DECIMAL(")
 }
 
 // needsCompanion reports whether v, a value of column c, goes to the
-// companion: an array with an array element, or a decimal NaN or
-// infinity in a DECIMAL(p,s) column.
+// companion: an array with an array element, a float -0, or a decimal
+// NaN or infinity in a DECIMAL(p,s) column.
 func needsCompanion(c *pipeline.Column, v any) bool {
 	// The value first: this runs for every staged value, and the column
 	// test (typeOf) formats the column's DDL.
@@ -57,6 +64,8 @@ func needsCompanion(c *pipeline.Column, v any) bool {
 				return true
 			}
 		}
+	case float64:
+		return x == 0 && math.Signbit(x) && (c.Type == pipeline.TypeFloat32 || c.Type == pipeline.TypeFloat64)
 	case pipeline.Decimal:
 		return !x.IsFinite() && hasCompanion(c)
 	}

@@ -2,7 +2,6 @@ package duckdb
 
 import (
 	"context"
-	"math"
 	"path/filepath"
 	"testing"
 
@@ -41,14 +40,6 @@ func (h *harness) Read(t *testing.T, table *pipeline.Table) map[string][]any {
 }
 
 func TestConformance(t *testing.T) { sinktest.Run(t, &harness{}) }
-
-// Excluded names the matrix values the DuckDB sink does not yet give back.
-func (*harness) Excluded(tc sinktest.TypeCase, v any) string {
-	if f, ok := v.(float64); ok && f == 0 && math.Signbit(f) {
-		return "DuckDB takes an update from 0 to -0 as no change, and its checkpoint stores a -0 among zeros as 0 (open)"
-	}
-	return ""
-}
 
 func TestMatrix(t *testing.T) {
 	sinktest.Matrix(t, &harness{}, "DuckDB sink", "../../docs/types/duckdb.md")
