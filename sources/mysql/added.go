@@ -14,7 +14,16 @@ import (
 )
 
 // noteAdded remembers the columns an ALTER TABLE of id adds, with their
-// DEFAULT, until the table's next shape shows them (missingValues).
+// DEFAULT, until the table's next shape (missingValues), by lower-cased
+// name: MySQL column names are case-insensitive. Until then no position
+// passes the ALTER (decoder.holdsPositions).
+//
+// A latest shape seeded from the catalog at start that already has such a
+// column is ahead of the stream: the stream is reading again, from a
+// checkpoint before the ALTER, the change that added it. Before the ALTER
+// the table lacked the column, so it leaves the seed; the next shape then
+// adds it again, with its DEFAULT as the missing value, and a sink that
+// never saw it fills the older rows.
 func (s *shapes) noteAdded(id pipeline.TableID, cols map[string]defaultLit) {
 	if len(cols) == 0 {
 		return
@@ -26,8 +35,30 @@ func (s *shapes) noteAdded(id pipeline.TableID, cols map[string]defaultLit) {
 		s.added[id] = map[string]defaultLit{}
 	}
 	for name, lit := range cols {
-		s.added[id][name] = lit
+		s.added[id][strings.ToLower(name)] = lit
 	}
+	if sh := s.latest[id]; sh != nil && sh.seeded {
+		kept := make([]colDesc, 0, len(sh.descs))
+		for _, d := range sh.descs {
+			if _, ok := s.added[id][strings.ToLower(d.name)]; !ok {
+				kept = append(kept, d)
+			}
+		}
+		if len(kept) < len(sh.descs) {
+			s.latest[id] = &shape{table: sh.table, descs: kept, captured: true, seeded: true}
+		}
+	}
+}
+
+// awaitingDefaults reports whether some ALTER's added columns wait for a
+// shape to carry their DEFAULTs.
+func (s *shapes) awaitingDefaults() bool { return len(s.added) > 0 }
+
+// forget drops what an ALTER noted of id (the table was dropped or
+// renamed: no shape of it follows).
+func (s *shapes) forget(id pipeline.TableID) {
+	delete(s.added, id)
+	delete(s.pending, id)
 }
 
 // missingValues sets Missing on the columns of t (a new shape of id) that
@@ -46,11 +77,11 @@ func (s *shapes) missingValues(id pipeline.TableID, prev []colDesc, descs []colD
 	}
 	for i := range descs {
 		d := &descs[i]
-		lit, ok := pending[d.name]
+		lit, ok := pending[strings.ToLower(d.name)]
 		if !ok || had[strings.ToLower(d.name)] {
 			continue
 		}
-		delete(pending, d.name)
+		delete(pending, strings.ToLower(d.name))
 		if lit.null {
 			continue
 		}

@@ -153,3 +153,58 @@ func TestShapeChangeWithoutRowsReachesThePipeline(t *testing.T) {
 		t.Fatalf("the update after has shape generation %d (want the shape record's %d)", up.Table.Generation, shape.Table.Generation)
 	}
 }
+
+// No checkpoint passes an ALTER whose added column's DEFAULT no shape has
+// carried yet: a change after it (another table's) goes out with no
+// position, so a crash there resumes before the ALTER. The restarted
+// source — whose catalog seed already has the column — reads the ALTER
+// again and the table's next change carries the DEFAULT as the missing
+// value; positions flow again from that change on.
+func TestCheckpointWaitsForAddedDefaults(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE held", "CREATE TABLE held.t (id int PRIMARY KEY, v varchar(5))",
+		"CREATE TABLE held.other (id int PRIMARY KEY)", "INSERT INTO held.t VALUES (1, 'a')")
+	start := gtidNow(t, c)
+	tables := func(o *Options) {
+		o.Tables = []string{"held.t", "held.other"}
+		o.HeartbeatInterval = time.Hour // no catalog check: only the binlog tells
+	}
+	s := streamFrom(t, m, "held.t", start, nil, tables)
+	mustExec(t, c, "INSERT INTO held.t VALUES (2, 'b')")
+	recs, before := readRecords(t, s, 1)
+	if before == nil || recs[len(recs)-1].Pos == nil {
+		t.Fatalf("the insert before the ALTER has no position")
+	}
+	mustExec(t, c, "ALTER TABLE held.t ADD COLUMN Fee int DEFAULT 7", "INSERT INTO held.other VALUES (1)", "INSERT INTO held.other VALUES (2)")
+	recs, pos := readRecords(t, s, 2)
+	for _, r := range recs {
+		if r.Pos != nil || pos != nil {
+			t.Fatalf("a change after the ALTER has position %s (batch %s): a checkpoint there loses the DEFAULT of fee", r.Pos, pos)
+		}
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The crash: a new source from the last position handed over.
+	s = streamFrom(t, m, "held.t", "", before, tables)
+	mustExec(t, c, "UPDATE held.t SET v = 'c' WHERE id = 1")
+	var up *pipeline.Record
+	var after pipeline.Position
+	for up == nil {
+		recs, after = readRecords(t, s, 1)
+		for i := range recs {
+			if recs[i].Table.ID.Table == "t" && recs[i].Op == pipeline.OpUpdate {
+				up = &recs[i]
+			}
+		}
+	}
+	cols := up.Table.Columns
+	if len(cols) != 3 || !strings.EqualFold(cols[2].Name, "fee") || cols[2].Missing != int64(7) {
+		t.Fatalf("the update after the restart has columns %+v: want fee with missing value 7", cols)
+	}
+	if up.Pos == nil || after == nil {
+		t.Fatal("positions did not flow again once the shape carried the DEFAULT")
+	}
+}

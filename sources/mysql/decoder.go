@@ -71,6 +71,9 @@ type decoder struct {
 	// of prepared XA transactions until their XA COMMIT (see xa.go).
 	xa       bool
 	prepared map[string]*xaTxn
+	// reached is the last commit the stream read, whether or not a hold
+	// kept its position from the items (holdsPositions).
+	reached Position
 
 	// handed remembers how many rows of a large transaction already left
 	// in chunks, so that when a reconnect re-sends it from its GTID the
@@ -356,12 +359,14 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 	case ddlDrop:
 		for _, n := range c.Tables {
 			if d.isCaptured(n) {
+				d.shapes.forget(tableID(n))
 				d.log.Warn("a captured table was dropped; sinks keep its rows", zap.String("table", n.db+"."+n.table), zap.String("at", where))
 			}
 		}
 	case ddlRename:
 		for i, n := range c.Tables {
 			if d.isCaptured(n) {
+				d.shapes.forget(tableID(n))
 				d.log.Warn("a captured table was renamed; changes under its new name are not captured unless it is listed",
 					zap.String("table", n.db+"."+n.table), zap.String("new_name", c.Renamed[i].db+"."+c.Renamed[i].table), zap.String("at", where))
 			}
@@ -419,9 +424,9 @@ func (d *decoder) commit(h *replication.EventHeader, gset gomysql.GTIDSet, emit 
 		return errors.New("mysql source: a commit without a GTID set: is gtid_mode on?")
 	}
 	at := Position{Flavor: d.flavor, GTID: gset.String(), File: d.file, Pos: h.LogPos, Server: d.server, Epoch: d.epoch}
+	d.reached = at
 	it := txItem{pos: at.Encode(), at: at, commitTime: d.txTime, records: d.takeRecords()}
-	if len(d.prepared) > 0 {
-		// A prepared XA is open: no position may pass its prepare (xa.go).
+	if d.holdsPositions() {
 		it.pos, it.at = nil, Position{}
 	}
 	it.dead = append([]pipeline.DeadLetter(nil), d.dead...)
@@ -435,6 +440,18 @@ func (d *decoder) commit(h *replication.EventHeader, gset gomysql.GTIDSet, emit 
 	d.recs, d.dead = d.recs[:0], d.dead[:0]
 	d.handed.rows = 0
 	return emit(it)
+}
+
+// holdsPositions reports whether no position may be handed over now, so
+// that a checkpoint stays where a restart reads again what only this
+// session knows:
+//   - a prepared XA is open: no position may pass its prepare (xa.go);
+//   - an ALTER added columns whose DEFAULTs no shape has carried yet: a
+//     checkpoint past it would lose them in a crash, since the binlog's
+//     next TABLE_MAP and the catalog show the column but not the value the
+//     rows older than the ALTER hold (added.go, Invariant 11).
+func (d *decoder) holdsPositions() bool {
+	return len(d.prepared) > 0 || d.shapes.awaitingDefaults()
 }
 
 // flushChunk hands over the rows of a large open transaction so far, with

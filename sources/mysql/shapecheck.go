@@ -141,6 +141,7 @@ func (st *streamer) applyShapes(last Position, emit func(txItem) error) error {
 			continue // a column no ALTER read so far added: read again later
 		}
 		delete(sh.pending, id)
+		delete(sh.added, id) // the shape carried them (or they are gone)
 		if t == nil {
 			continue // unchanged
 		}
@@ -154,11 +155,14 @@ func (st *streamer) applyShapes(last Position, emit func(txItem) error) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	pos := last.Encode()
-	for i := range recs {
-		recs[i].Pos = pos
+	it := txItem{records: recs, pos: last.Encode(), at: last, commitTime: recs[0].EventTime}
+	if st.dec.holdsPositions() {
+		it.pos, it.at = nil, Position{}
 	}
-	return emit(txItem{records: recs, pos: pos, at: last, commitTime: recs[0].EventTime})
+	for i := range recs {
+		recs[i].Pos = it.pos
+	}
+	return emit(it)
 }
 
 // fromCatalog makes a catalog reading the latest shape of id. It returns
@@ -173,7 +177,7 @@ func (s *shapes) fromCatalog(id pipeline.TableID, descs []colDesc) (t *pipeline.
 			had[strings.ToLower(d.name)] = true
 		}
 		for _, d := range descs {
-			if _, noted := s.added[id][d.name]; !had[strings.ToLower(d.name)] && !noted {
+			if _, noted := s.added[id][strings.ToLower(d.name)]; !had[strings.ToLower(d.name)] && !noted {
 				return nil, false
 			}
 		}

@@ -24,6 +24,9 @@ type shape struct {
 	table       *pipeline.Table
 	descs       []colDesc
 	captured    bool
+	// seeded marks a shape read from the catalog at start rather than
+	// from the binlog: it may be ahead of the stream (noteAdded).
+	seeded bool
 }
 
 // shapes caches shapes by TABLE_MAP table id and hands out one *Table per
@@ -80,6 +83,7 @@ func (s *shapes) of(tm *replication.TableMapEvent) (*shape, error) {
 		sh.table = s.tableFor(id, descs)
 		s.latest[id] = sh
 		delete(s.pending, id) // the binlog told the shape (Invariant 11)
+		delete(s.added, id)   // and carried the added columns' DEFAULTs, or they are gone
 	}
 	s.byID[tm.TableID] = sh
 	return sh, nil
@@ -100,7 +104,7 @@ func (s *shapes) seed(id pipeline.TableID, descs []colDesc) *pipeline.Table {
 			s.jsonCols[id][descs[i].name] = true
 		}
 	}
-	sh := &shape{table: s.tableFor(id, descs), descs: descs, captured: true}
+	sh := &shape{table: s.tableFor(id, descs), descs: descs, captured: true, seeded: true}
 	s.latest[id] = sh
 	return sh.table
 }

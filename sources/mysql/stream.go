@@ -133,6 +133,7 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 		st.dec.shapes.markPending(tableID(n))
 	}
 	st.dec.open = false // a transaction cut by the last connection arrives again whole
+	st.dec.reached = *last
 	// The session starts before every XA still prepared (no position passes
 	// one), so their prepares arrive again.
 	st.dec.prepared = nil
@@ -161,7 +162,7 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 		}
 		if !st.dec.open && !st.dec.inTx {
 			st.readShapes(ctx)
-			if err := st.applyShapes(*last, emit); err != nil {
+			if err := st.applyShapes(st.dec.reached, emit); err != nil {
 				return progressed, err
 			}
 		}
