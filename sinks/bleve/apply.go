@@ -267,7 +267,7 @@ func (s *Sink) plan(ctx context.Context, tbs []*upsert.TableBatch, snaps map[str
 			ts = edit(prefix, tb.ID)
 			v := *tb.Truncate
 			ts.barrier, ts.Barrier, raised = &v, v.String(), true
-			ids, err := s.idsBelow(ctx, prefix, v)
+			ids, err := s.idsBelow(ctx, ts.ID, v)
 			if err != nil {
 				return nil, fmt.Errorf("table %s: truncate: %w", tb.ID, err)
 			}
@@ -486,9 +486,9 @@ func (s *Sink) apply(ctx context.Context, p *plan) error {
 // whose version is below v. Versions are stored, not indexed (a unique
 // term per row would slow every write down), so it reads them: truncates
 // are rare.
-func (s *Sink) idsBelow(ctx context.Context, prefix string, v pipeline.Version) ([]string, error) {
+func (s *Sink) idsBelow(ctx context.Context, table string, v pipeline.Version) ([]string, error) {
 	var ids []string
-	err := eachDoc(ctx, s.idx, tableQuery(prefix), []string{fieldVersion}, func(id string, fields map[string]any) error {
+	err := eachDoc(ctx, s.idx, tableQuery(table), []string{fieldVersion}, func(id string, fields map[string]any) error {
 		text, _ := fields[fieldVersion].(string)
 		dv, err := pipeline.ParseVersion(text)
 		if err != nil {
@@ -502,11 +502,13 @@ func (s *Sink) idsBelow(ctx context.Context, prefix string, v pipeline.Version) 
 	return ids, err
 }
 
-// tableQuery matches the documents of one table: their ids start with its
-// prefix and a slash.
-func tableQuery(prefix string) query.Query {
-	q := query.NewPrefixQuery(prefix + "/")
-	q.SetField(fieldID)
+// tableQuery matches the documents of one table ("schema.table"): the
+// one term of their _table field. (A prefix query on the ids expands to a
+// searcher per document: excluding a 900,000-row table from the purge
+// that way held 7.7 GiB.)
+func tableQuery(table string) query.Query {
+	q := query.NewTermQuery(table)
+	q.SetField(fieldTable)
 	return q
 }
 
@@ -552,9 +554,9 @@ func (s *Sink) purge(ctx context.Context, now time.Time) {
 	old := query.NewNumericRangeQuery(nil, &ms)
 	old.SetField(fieldAt)
 	q := query.NewBooleanQuery([]query.Query{deadQuery(), old}, nil, nil)
-	for prefix, t := range s.state.Tables {
+	for _, t := range s.state.Tables {
 		if t.SnapshotAt >= cutoff.UnixMilli() {
-			q.AddMustNot(tableQuery(prefix))
+			q.AddMustNot(tableQuery(t.ID))
 		}
 	}
 	var ids []string

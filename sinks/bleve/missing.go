@@ -85,7 +85,7 @@ func (s *Sink) fillTable(ctx context.Context, wide *tableState, prefix string, f
 		return err
 	}
 	var rowBuf []byte
-	err := eachDoc(ctx, s.idx, tableQuery(prefix), []string{fieldVersion, fieldDeleted, fieldKey, fieldRow},
+	err := eachDoc(ctx, s.idx, tableQuery(wide.ID), []string{fieldVersion, fieldDeleted, fieldKey, fieldRow},
 		func(id string, f map[string]any) error {
 			if f[fieldDeleted] == "true" {
 				return nil
