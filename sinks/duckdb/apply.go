@@ -282,13 +282,14 @@ func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, comp []bool, from, n
 	}
 	for _, p := range prefixes {
 		for i := range tb.Cols {
-			x := p + strconv.Itoa(i)
+			name := p + strconv.Itoa(i)
+			x := name
 			if ct := typeOf(&tb.Cols[i]); ct.conv != nil {
-				x = ct.conv(x) + " AS " + x
+				x = ct.conv(name) + " AS " + name
 			}
 			sel = append(sel, x)
 			if comp[i] {
-				sel = append(sel, "n"+x)
+				sel = append(sel, "n"+name)
 			}
 		}
 	}

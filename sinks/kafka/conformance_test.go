@@ -119,6 +119,9 @@ func (matrixHarness) NoDefault(tc sinktest.TypeCase, v any) string {
 	if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
 		return "JSON, and so an Avro default, has no NaN or infinity"
 	}
+	if d, ok := v.(pipeline.Decimal); ok && !d.IsFinite() {
+		return "an Avro decimal, and so its default, has no NaN or infinity"
+	}
 	return ""
 }
 
