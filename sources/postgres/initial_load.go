@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -101,23 +103,57 @@ func (l *snapshotLoad) importSnapshot(ctx context.Context) error {
 		cfg.Password = l.s.opts.Password
 	}
 	applySessionSettings(cfg.RuntimeParams, l.s.opts.Pipeline)
+	names := make([]string, len(l.s.tables))
+	for i, t := range l.s.tables {
+		names[i] = pgx.Identifier{t.Schema, t.Name}.Sanitize()
+	}
+	lock := "LOCK TABLE " + strings.Join(names, ", ") + " IN ACCESS SHARE MODE"
 	for i := 0; i < l.s.opts.Snapshot.Parallel; i++ {
 		conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
 		if err != nil {
 			return fmt.Errorf("postgres source: snapshot reader %d: %w", i, err)
 		}
-		l.connMu.Lock()
-		l.conns = append(l.conns, conn)
-		l.connMu.Unlock()
 		if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+			closeReader(conn)
 			return fmt.Errorf("postgres source: snapshot reader %d: begin: %w", i, err)
 		}
 		if _, err := conn.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+l.name+"'"); err != nil {
+			closeReader(conn)
 			return fmt.Errorf("postgres source: snapshot reader %d: import snapshot %s: %w", i, l.name, err)
 		}
+		// Every reader takes its locks on all the tables before it reads
+		// any. A reader that first locked a table mid-load would queue
+		// behind an ALTER waiting for another reader's lock, which is held
+		// until the whole load ends: the load would wait for itself for
+		// ever. The first reader waits for its locks; the others give up
+		// after a moment (an ALTER or a TRUNCATE is queued behind the
+		// first) and the load goes on with fewer readers.
+		if i > 0 {
+			if _, err := conn.Exec(ctx, "SET LOCAL lock_timeout = '"+strconv.Itoa(readerLockWait)+"ms'"); err != nil {
+				closeReader(conn)
+				return fmt.Errorf("postgres source: snapshot reader %d: %w", i, err)
+			}
+		}
+		if _, err := conn.Exec(ctx, lock); err != nil {
+			closeReader(conn)
+			var pgErr *pgconn.PgError
+			if i > 0 && errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+				l.s.log.Info("initial load: a schema change waits for the load's locks; going on with fewer readers",
+					zap.Int("readers", i), zap.Int("configured", l.s.opts.Snapshot.Parallel))
+				return nil
+			}
+			return fmt.Errorf("postgres source: snapshot reader %d: lock the captured tables: %w", i, err)
+		}
+		l.connMu.Lock()
+		l.conns = append(l.conns, conn)
+		l.connMu.Unlock()
 	}
 	return nil
 }
+
+// readerLockWait is how long, in milliseconds, a snapshot reader after the
+// first waits for its table locks before the load goes on without it.
+const readerLockWait = 2000
 
 // closeConns closes the reader connections still open.
 func (l *snapshotLoad) closeConns() {
