@@ -208,3 +208,21 @@ func TestCheckpointWaitsForAddedDefaults(t *testing.T) {
 		t.Fatal("positions did not flow again once the shape carried the DEFAULT")
 	}
 }
+
+// A missing value stays with its column in every later shape: a sink
+// whose batch holds the changes of two shapes applies the newer one, and
+// must still fill the rows older than the first ALTER.
+func TestMissingValuesCarryIntoLaterShapes(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE carry", "CREATE TABLE carry.t (id int PRIMARY KEY, v varchar(5))", "INSERT INTO carry.t VALUES (1, 'a')")
+	s := streamFrom(t, m, "carry.t", gtidNow(t, c), nil, nil)
+	mustExec(t, c, "ALTER TABLE carry.t ADD COLUMN a int DEFAULT 1", "UPDATE carry.t SET v = 'b'",
+		"ALTER TABLE carry.t ADD COLUMN b varchar(3) DEFAULT 'two'", "UPDATE carry.t SET v = 'c'")
+	recs, _ := readRecords(t, s, 2)
+	last := recs[len(recs)-1]
+	cols := last.Table.Columns
+	if len(cols) != 4 || cols[2].Missing != int64(1) || cols[3].Missing != "two" {
+		t.Fatalf("the second update's columns %+v: want a with missing value 1 and b with 'two'", cols)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -124,8 +125,30 @@ func (s *shapes) tableFor(id pipeline.TableID, descs []colDesc) *pipeline.Table 
 		s.onChange(id, gen)
 	}
 	t := buildTable(id, descs, gen, s.zeroNull)
+	carryMissing(prev.table, t)
 	s.missingValues(id, prev.descs, descs, t)
 	return t
+}
+
+// carryMissing gives the columns of t the missing values their namesakes
+// of the same type had in prev: a missing value belongs to the column, not
+// to the shape that added it. A sink may first see the column in a later
+// shape (one batch holds every shape since its last write, and applies
+// the newest), and must still fill the older rows with it.
+func carryMissing(prev, t *pipeline.Table) {
+	if prev == nil {
+		return
+	}
+	for i := range t.Columns {
+		c := &t.Columns[i]
+		for j := range prev.Columns {
+			p := &prev.Columns[j]
+			if p.Missing != nil && strings.EqualFold(p.Name, c.Name) && p.Type == c.Type && p.Elem == c.Elem {
+				c.Missing = p.Missing
+				break
+			}
+		}
+	}
 }
 
 // fingerprint serialises everything of a TABLE_MAP that shapes a decode.
