@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -82,9 +81,9 @@ runtime:
 	// during the initial load are streamed after it) to the final run.
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
-	var writes atomic.Int64
+	var work chaosCounts
 	workErr := make(chan error, 1)
-	go func() { workErr <- chaosWorkload(wctx, dsn, items, &writes) }()
+	go func() { workErr <- chaosWorkload(wctx, dsn, items, &work, false) }()
 
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 9))
@@ -155,7 +154,7 @@ runtime:
 			cutTxns++
 		}
 		t.Logf("kill %d %s: checkpoint age %s, left an open transaction: %v, %d workload transactions so far",
-			i+1, how, age, cut, writes.Load())
+			i+1, how, age, cut, work.writes.Load())
 	}
 
 	// Final run: stop the workload, let sluice confirm the last
@@ -190,7 +189,7 @@ runtime:
 		}
 	}
 	t.Logf("%d runs, %d workload transactions; %d runs resumed behind Kafka and dropped %d already committed changes",
-		len(runs), writes.Load(), skippedRuns, skipped)
+		len(runs), work.writes.Load(), skippedRuns, skipped)
 	if skippedRuns == 0 {
 		t.Logf("no run resumed from a checkpoint older than Kafka's mark: the skip rule was not exercised")
 	}

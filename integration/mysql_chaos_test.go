@@ -51,19 +51,42 @@ INSERT INTO items SELECT seq, CONCAT('item ', seq), seq % 1000, (seq % 9973) / 7
   FROM seq_1_to_ITEMS;
 INSERT INTO events SELECT seq % 500, CONCAT('k', seq DIV 500), REPEAT('p', seq % 50), seq FROM seq_1_to_EVENTS;`
 
-// mysqlWorkload keeps writing small transactions until ctx ends.
-func mysqlWorkload(ctx context.Context, addr string, maxID int64, writes *atomic.Int64) error {
-	c, err := client.Connect(addr, "root", "", "chaos")
+// mysqlAdded are the columns the MariaDB chaos workload adds to items as
+// it goes, one every chaosAlterEvery transactions: the rows that existed
+// before each ALTER hold its DEFAULT with no row event saying so, which
+// only the statement tells the source.
+var mysqlAdded = []string{
+	`c_int INT DEFAULT -42`,
+	`c_dt DATETIME(6) DEFAULT '2024-02-29 12:34:56.789012'`,
+	`c_txt VARCHAR(20) DEFAULT 'it''s \\ here'`,
+	`c_dec DECIMAL(20,5) DEFAULT '-123.45'`,
+	`c_u BIGINT UNSIGNED DEFAULT 18446744073709551615`,
+	`c_day DATE DEFAULT '1000-01-01'`,
+	`c_enum ENUM('x','y') DEFAULT 'y'`,
+	`c_dbl DOUBLE DEFAULT 1e-300`,
+}
+
+// mysqlWorkload keeps writing small transactions until ctx ends, counting
+// them into c; while ddl holds, also an ALTER TABLE items ADD COLUMN …
+// DEFAULT (mysqlAdded) every chaosAlterEvery transactions and a TRUNCATE
+// events every chaosTruncateEvery.
+func mysqlWorkload(ctx context.Context, addr string, maxID int64, c *chaosCounts, ddl *atomic.Bool) error {
+	conn, err := client.Connect(addr, "root", "", "chaos")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer conn.Close()
 	rng := rand.New(rand.NewPCG(7, 11))
 	next := maxID
-	for ctx.Err() == nil {
+	for op := 1; ctx.Err() == nil; op++ {
 		id := 1 + rng.Int64N(next)
 		var stmts []string
+		alter, truncate := false, false
 		switch n := rng.IntN(12); {
+		case ddl.Load() && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(mysqlAdded):
+			stmts, alter = []string{`ALTER TABLE items ADD COLUMN ` + mysqlAdded[c.alters.Load()]}, true
+		case ddl.Load() && op%chaosTruncateEvery == 0:
+			stmts, truncate = []string{`TRUNCATE events`}, true
 		case n < 3:
 			next++
 			stmts = []string{fmt.Sprintf(`INSERT INTO items (id, name, qty, price, at, flag, m, tags)
@@ -86,14 +109,20 @@ func mysqlWorkload(ctx context.Context, addr string, maxID int64, writes *atomic
 				fmt.Sprintf(`DELETE FROM events WHERE a = %d ORDER BY b LIMIT 1`, a), "COMMIT"}
 		}
 		for _, q := range stmts {
-			if _, err := c.Execute(q); err != nil {
+			if _, err := conn.Execute(q); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return fmt.Errorf("%s: %w", q, err)
 			}
 		}
-		writes.Add(1)
+		switch {
+		case alter:
+			c.alters.Add(1)
+		case truncate:
+			c.truncates.Add(1)
+		}
+		c.writes.Add(1)
 	}
 	return nil
 }
@@ -175,7 +204,8 @@ func assertSinkEqualsMySQL(t *testing.T, ctx context.Context, opts mysql.Options
 
 // harness.Trials(12) kill -9 of the real binary at random moments — during
 // the initial load and during the stream — under a concurrent write
-// workload; the DuckDB copy then equals MariaDB row by row.
+// workload that also adds columns with DEFAULTs and truncates; the DuckDB
+// copy then equals MariaDB row by row.
 func TestKill9DuringLoadAndStreamMariaDB(t *testing.T) {
 	m := harness.MariaDBT(t)
 	ctx := context.Background()
@@ -207,12 +237,24 @@ runtime: {checkpoint_interval: 100ms}
 
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
-	var writes atomic.Int64
+	var work chaosCounts
+	// Schema changes start once the initial load is checkpointed: a
+	// consistent-snapshot read of a table that a TRUNCATE or an ALTER
+	// changed after the snapshot fails on MariaDB ("Table definition has
+	// changed"), which stops the load (the incremental snapshot engine is
+	// where that is handled).
+	var ddl atomic.Bool
 	workErr := make(chan error, 1)
-	go func() { workErr <- mysqlWorkload(wctx, addr, items, &writes) }()
+	go func() { workErr <- mysqlWorkload(wctx, addr, items, &work, &ddl) }()
 
-	loadKills, streamKills := killAtRandom(t, cfg, func() bool { return checkpointGTID(t, checkpoint) != "" })
-	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, writes.Load())
+	loadKills, streamKills := killAtRandom(t, cfg, func() bool {
+		loaded := checkpointGTID(t, checkpoint) != ""
+		if loaded {
+			ddl.Store(true)
+		}
+		return loaded
+	})
+	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, work.writes.Load())
 
 	// Final run: stop the workload, wait until the checkpoint holds the
 	// last transaction (it commits only what DuckDB holds), then stop.
@@ -232,10 +274,15 @@ runtime: {checkpoint_interval: 100ms}
 	if code := d.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("final run exit %d:\n%s", code, d.logs())
 	}
+	if a := work.alters.Load(); a < 3 || work.truncates.Load() < 1 {
+		t.Fatalf("the workload ran %d ALTERs and %d TRUNCATEs in %d transactions: too few to test schema changes under kills",
+			a, work.truncates.Load(), work.writes.Load())
+	}
 	duck := filepath.Join(dir, "sink.duckdb")
 	opts := mysql.Options{Pipeline: "verify", DSN: dsn}
 	n1 := assertSinkEqualsMySQL(t, ctx, opts, duck, "chaos", "items")
 	n2 := assertSinkEqualsMySQL(t, ctx, opts, duck, "chaos", "events")
 	expectVerifyEqual(t, cfg)
-	t.Logf("items: %d rows, events: %d rows equal after %d kills", n1, n2, loadKills+streamKills)
+	t.Logf("items: %d rows, events: %d rows equal after %d kills, %d transactions, %d columns added with a DEFAULT, %d truncates",
+		n1, n2, loadKills+streamKills, work.writes.Load(), work.alters.Load(), work.truncates.Load())
 }

@@ -50,8 +50,38 @@ INSERT INTO items
 INSERT INTO events SELECT g % 500, 'k' || (g / 500), repeat('p', g % 50), g FROM generate_series(1, EVENTS) g;
 `
 
-// chaosWorkload keeps writing small transactions until ctx ends.
-func chaosWorkload(ctx context.Context, dsn string, maxID int64, writes *atomic.Int64) error {
+// chaosAdded are the columns the chaos workload adds to items as it goes,
+// one every chaosAlterEvery transactions: each DEFAULT is a value the rows
+// that existed before hold with no change event saying so, and each is
+// one that a sink once failed to fill (uuid, timestamptz, an array with a
+// NULL, a quoted boolean, a BC date) or holds only in a fallback form
+// (NaN in a numeric(p,s), -0).
+var chaosAdded = []string{
+	`c_uuid uuid DEFAULT 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'`,
+	`c_ts timestamptz DEFAULT '2024-02-29 12:34:56.789012+05:30'`,
+	`c_arr integer[] DEFAULT '{1,NULL,3}'`,
+	`c_bool boolean DEFAULT 'true'`,
+	`c_date date DEFAULT '0044-03-15 BC'`,
+	`c_num numeric(10,2) DEFAULT 'NaN'`,
+	`c_neg double precision DEFAULT '-0'`,
+	`c_text text DEFAULT e'tab\there, quote '' and \\'`,
+}
+
+const (
+	chaosAlterEvery    = 150
+	chaosTruncateEvery = 4000
+)
+
+// chaosCounts are what the chaos workload did: transactions, and of them
+// the ALTERs and TRUNCATEs.
+type chaosCounts struct{ writes, alters, truncates atomic.Int64 }
+
+// chaosWorkload keeps writing small transactions until ctx ends, counting
+// them into c: inserts, updates, deletes, primary-key updates, upserts and
+// transactions across both tables; with ddl, also an ALTER TABLE items ADD
+// COLUMN … DEFAULT (chaosAdded) every chaosAlterEvery transactions and a
+// TRUNCATE events every chaosTruncateEvery.
+func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts, ddl bool) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -59,10 +89,18 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, writes *atomic.
 	defer conn.Close(context.Background())
 	rng := rand.New(rand.NewPCG(7, 11))
 	next := maxID
-	for ctx.Err() == nil {
+	for op := 1; ctx.Err() == nil; op++ {
 		var err error
 		id := 1 + rng.Int64N(next)
 		switch n := rng.IntN(12); {
+		case ddl && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(chaosAdded):
+			if _, err = conn.Exec(ctx, `ALTER TABLE items ADD COLUMN `+chaosAdded[c.alters.Load()]); err == nil {
+				c.alters.Add(1)
+			}
+		case ddl && op%chaosTruncateEvery == 0:
+			if _, err = conn.Exec(ctx, `TRUNCATE events`); err == nil {
+				c.truncates.Add(1)
+			}
 		case n < 3:
 			next++
 			_, err = conn.Exec(ctx, `INSERT INTO items (id, name, qty, price, tags, at, data, flag, m)
@@ -101,20 +139,24 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, writes *atomic.
 			}
 			return err
 		}
-		writes.Add(1)
+		c.writes.Add(1)
 	}
 	return nil
 }
 
 // harness.Trials(12) kill -9 of the real binary at random moments — up to
 // half during the initial load, the rest during the stream — under a
-// concurrent write workload; the DuckDB copy then equals PostgreSQL row by
-// row.
+// concurrent write workload that also adds columns with DEFAULTs and
+// truncates (chaosWorkload); the DuckDB copy then equals PostgreSQL row by
+// row, and sluice verify finds both sinks (DuckDB and Postgres) equal to
+// it.
 func TestKill9DuringLoadAndStreamPostgres(t *testing.T) {
 	pg := harness.PostgresT(t)
 	ctx := context.Background()
-	if err := pg.CreateDatabase(ctx, "chaos"); err != nil {
-		t.Fatal(err)
+	for _, db := range []string{"chaos", "chaos_target"} {
+		if err := pg.CreateDatabase(ctx, db); err != nil {
+			t.Fatal(err)
+		}
 	}
 	const items, events = 150000, 30000
 	if err := pg.Exec(ctx, "chaos", strings.NewReplacer("ITEMS", fmt.Sprint(items), "EVENTS", fmt.Sprint(events)).Replace(chaosSchema)); err != nil {
@@ -133,22 +175,23 @@ source:
     snapshot: {parallel: 2}
 sinks:
   - duckdb: {path: ./sink.duckdb}
+  - postgres: {dsn: "%s"}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 100ms}
-`, dsn)), 0o644)
+`, dsn, pg.DSN("chaos_target"))), 0o644)
 	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
 
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
-	var writes atomic.Int64
+	var work chaosCounts
 	workErr := make(chan error, 1)
-	go func() { workErr <- chaosWorkload(wctx, dsn, items, &writes) }()
+	go func() { workErr <- chaosWorkload(wctx, dsn, items, &work, true) }()
 
 	loadKills, streamKills := killAtRandom(t, cfg, func() bool {
 		_, err := os.Stat(checkpoint)
 		return err == nil
 	})
-	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, writes.Load())
+	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, work.writes.Load())
 
 	// Final run: stop the workload, let sluice confirm the last
 	// transaction (it only confirms what DuckDB holds), then stop it.
@@ -165,11 +208,16 @@ runtime: {checkpoint_interval: 100ms}
 	if code := d.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("final run exit %d:\n%s", code, d.logs())
 	}
+	if a := work.alters.Load(); a < 3 || work.truncates.Load() < 1 {
+		t.Fatalf("the workload ran %d ALTERs and %d TRUNCATEs in %d transactions: too few to test schema changes under kills",
+			a, work.truncates.Load(), work.writes.Load())
+	}
 	duck := filepath.Join(dir, "sink.duckdb")
 	n1 := assertSinkEqualsSource(t, ctx, dsn, "chaos", duck, "public", "items")
 	n2 := assertSinkEqualsSource(t, ctx, dsn, "chaos", duck, "public", "events")
 	expectVerifyEqual(t, cfg)
-	t.Logf("items: %d rows, events: %d rows equal after %d kills", n1, n2, loadKills+streamKills)
+	t.Logf("items: %d rows, events: %d rows equal in DuckDB and the Postgres sink after %d kills, %d transactions, %d columns added with a DEFAULT, %d truncates",
+		n1, n2, loadKills+streamKills, work.writes.Load(), work.alters.Load(), work.truncates.Load())
 }
 
 // commitMark commits a change to a captured table and returns an LSN inside
