@@ -46,6 +46,11 @@ type daemon struct {
 }
 
 func startDaemon(config, addr, logPath string) (*daemon, error) {
+	return startDaemonIn(nil, config, addr, logPath)
+}
+
+// startDaemonIn is startDaemon inside the memory cgroup cg (nil: none).
+func startDaemonIn(cg *memCgroup, config, addr, logPath string) (*daemon, error) {
 	bin, err := daemonBinary()
 	if err != nil {
 		return nil, err
@@ -54,7 +59,11 @@ func startDaemon(config, addr, logPath string) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{cmd: exec.Command(bin, "run", "-c", config), addr: addr, config: config, log: f, exited: make(chan struct{})}
+	cmd := exec.Command(bin, "run", "-c", config)
+	if cg != nil {
+		cmd = cg.command(bin, "run", "-c", config)
+	}
+	d := &daemon{cmd: cmd, addr: addr, config: config, log: f, exited: make(chan struct{})}
 	d.cmd.Stdout, d.cmd.Stderr = f, f
 	if err := d.cmd.Start(); err != nil {
 		f.Close()

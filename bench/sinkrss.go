@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,13 @@ import (
 // just before its drain and stops after it, so the runs do not compete.
 //
 // SLUICE_BENCH_SINKS (a comma-separated list of kinds) limits the run.
+// SLUICE_BENCH_MEMCG_MIB=N (root, a memory cgroup controller) drains each
+// kind a second time, from a second slot and into a fresh target, inside
+// a memory cgroup limited to N MiB, as a container limit would hold it:
+// the kernel reclaims file pages (code, mapped index segments, written
+// files) under the limit and kills the daemon if what it cannot reclaim
+// passes it, so that drain finishing shows the kind works within N MiB;
+// its time is reported as a ratio to the unconstrained drain's.
 type PGBacklogSinks struct{}
 
 // Name implements Scenario.
@@ -105,6 +113,27 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 			kinds = append(kinds, k)
 		}
 	}
+	// The drains: each kind unconstrained, then in a cgroup if asked.
+	type drain struct {
+		k     backlogSink
+		name  string // pipeline rss_<name>, slot sluice_rss_<name>
+		limit int64  // memory cgroup limit in bytes; 0: none
+	}
+	var drains []drain
+	var limitMiB int64
+	if v := os.Getenv("SLUICE_BENCH_MEMCG_MIB"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s: SLUICE_BENCH_MEMCG_MIB=%q: want a positive number of MiB", s.Name(), v)
+		}
+		limitMiB = n
+	}
+	for _, k := range kinds {
+		drains = append(drains, drain{k: k, name: k.kind})
+		if limitMiB > 0 {
+			drains = append(drains, drain{k: k, name: k.kind + "_memcg", limit: limitMiB << 20})
+		}
+	}
 	ctx := context.Background()
 	pg, err := startPostgres(ctx, o, false)
 	if err != nil {
@@ -121,8 +150,9 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 	// table; the servers start again for the drain (a sink holds nothing
 	// of the workload yet).
 	configs := map[string]string{}
-	for _, k := range kinds {
-		dir := filepath.Join(root, k.kind)
+	for _, d := range drains {
+		k := d.k
+		dir := filepath.Join(root, d.name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
@@ -131,8 +161,8 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 			return nil, fmt.Errorf("%s: %w", k.kind, err)
 		}
 		cfg := filepath.Join(dir, "sluice.yaml")
-		configs[k.kind] = cfg
-		err = writeBacklogConfig(cfg, k.kind, pg.pg.DSN(pgDB), yaml)
+		configs[d.name] = cfg
+		err = writeBacklogConfig(cfg, d.name, pg.pg.DSN(pgDB), yaml)
 		if err == nil {
 			err = runUntil(ctx, cfg, filepath.Join(dir, "setup.log"), func() (bool, error) {
 				_, err := os.Stat(filepath.Join(dir, "offsets", "checkpoint.json"))
@@ -163,34 +193,65 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 	}
 	figs := []Figure{{Name: "pg_recvlogical drain", Unit: "changes/s", Value: float64(changes) / ref.Seconds()}}
 
-	for _, k := range kinds {
+	free := map[string]time.Duration{} // unconstrained drain time per kind
+	for _, d := range drains {
+		k := d.k
 		yaml, stop, err := k.start(ctx, o)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k.kind, err)
 		}
-		cfg := configs[k.kind]
-		if err := writeBacklogConfig(cfg, k.kind, pg.pg.DSN(pgDB), yaml); err != nil {
+		cfg := configs[d.name]
+		if err := writeBacklogConfig(cfg, d.name, pg.pg.DSN(pgDB), yaml); err != nil {
 			stop()
 			return nil, err
 		}
-		slot := "sluice_rss_" + k.kind
+		var cg *memCgroup
+		if d.limit > 0 {
+			if cg, err = newMemCgroup(fmt.Sprintf("sluice-bench-%d-%s", os.Getpid(), k.kind), d.limit); err != nil {
+				stop()
+				return nil, err
+			}
+		}
+		slot := "sluice_rss_" + d.name
 		var peak memPeak
 		t1 := time.Now()
-		err = runUntilPeak(ctx, cfg, filepath.Join(filepath.Dir(cfg), "drain.log"), &peak, func() (bool, error) {
+		err = runUntilPeak(ctx, cg, cfg, filepath.Join(filepath.Dir(cfg), "drain.log"), &peak, func() (bool, error) {
 			confirmed, err := pg.lsn(ctx, "SELECT coalesce(confirmed_flush_lsn, '0/0')::text FROM pg_replication_slots WHERE slot_name = $1", slot)
 			return err == nil && confirmed >= end, err
 		})
 		took := time.Since(t1)
 		stop()
-		if err != nil {
-			return nil, fmt.Errorf("%s: drain: %w", k.kind, err)
+		if cg == nil {
+			if err != nil {
+				return nil, fmt.Errorf("%s: drain: %w", k.kind, err)
+			}
+			free[k.kind] = took
+			o.log("%s: %s drained %d changes in %s, peak RSS %.0f MiB (anonymous %.0f MiB)", s.Name(), k.kind, changes, took,
+				peak.rss/(1<<20), peak.anon/(1<<20))
+			figs = append(figs,
+				Figure{Name: k.kind + " peak RSS", Unit: "MiB", Value: peak.rss / (1 << 20), Target: "< 256"},
+				Figure{Name: k.kind + " peak anonymous RSS", Unit: "MiB", Value: peak.anon / (1 << 20)},
+				Figure{Name: k.kind + " drain / pg_recvlogical", Unit: "ratio", Value: ref.Seconds() / took.Seconds()})
+			continue
 		}
-		o.log("%s: %s drained %d changes in %s, peak RSS %.0f MiB (anonymous %.0f MiB)", s.Name(), k.kind, changes, took,
-			peak.rss/(1<<20), peak.anon/(1<<20))
+		charged, perr := cg.peak()
+		kills, kerr := cg.oomKills()
+		if rerr := cg.remove(); rerr != nil {
+			o.log("%s: remove %s: %v", s.Name(), cg.dir, rerr)
+		}
+		if err = errors.Join(err, perr, kerr); err == nil && kills > 0 {
+			err = fmt.Errorf("killed %d times for the cgroup's limit", kills)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: drain in a %d MiB memory cgroup: %w", k.kind, limitMiB, err)
+		}
+		o.log("%s: %s drained %d changes in %s inside a %d MiB memory cgroup, peak RSS %.0f MiB (anonymous %.0f MiB), peak charge %.0f MiB",
+			s.Name(), k.kind, changes, took, limitMiB, peak.rss/(1<<20), peak.anon/(1<<20), charged/(1<<20))
+		lim := fmt.Sprintf(" in a %d MiB cgroup", limitMiB)
 		figs = append(figs,
-			Figure{Name: k.kind + " peak RSS", Unit: "MiB", Value: peak.rss / (1 << 20), Target: "< 256"},
-			Figure{Name: k.kind + " peak anonymous RSS", Unit: "MiB", Value: peak.anon / (1 << 20)},
-			Figure{Name: k.kind + " drain / pg_recvlogical", Unit: "ratio", Value: ref.Seconds() / took.Seconds()})
+			Figure{Name: k.kind + " peak RSS" + lim, Unit: "MiB", Value: peak.rss / (1 << 20), Target: fmt.Sprintf("< %d", limitMiB)},
+			Figure{Name: k.kind + " peak anonymous RSS" + lim, Unit: "MiB", Value: peak.anon / (1 << 20)},
+			Figure{Name: k.kind + " drain" + lim + " / unconstrained", Unit: "ratio", Value: free[k.kind].Seconds() / took.Seconds()})
 	}
 	return figs, nil
 }
@@ -211,7 +272,7 @@ http: {listen: "127.0.0.1:0"}
 // runUntil runs the daemon on cfg until done reports true, then stops it.
 func runUntil(ctx context.Context, cfg, logPath string, done func() (bool, error)) error {
 	var peak memPeak
-	return runUntilPeak(ctx, cfg, logPath, &peak, done)
+	return runUntilPeak(ctx, nil, cfg, logPath, &peak, done)
 }
 
 // memPeak is a daemon's peak RSS (VmHWM, exact) and the highest
@@ -220,9 +281,10 @@ func runUntil(ctx context.Context, cfg, logPath string, done func() (bool, error
 type memPeak struct{ rss, anon float64 }
 
 // runUntilPeak is runUntil that also keeps the daemon's peak memory, read
-// every 100 ms and last just before it is stopped (VmHWM only grows).
-func runUntilPeak(ctx context.Context, cfg, logPath string, peak *memPeak, done func() (bool, error)) error {
-	d, err := startDaemon(cfg, "", logPath)
+// every 100 ms and last just before it is stopped (VmHWM only grows),
+// inside the memory cgroup cg (nil: none).
+func runUntilPeak(ctx context.Context, cg *memCgroup, cfg, logPath string, peak *memPeak, done func() (bool, error)) error {
+	d, err := startDaemonIn(cg, cfg, "", logPath)
 	if err != nil {
 		return err
 	}

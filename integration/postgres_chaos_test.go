@@ -69,7 +69,7 @@ var chaosAdded = []string{
 
 const (
 	chaosAlterEvery    = 150
-	chaosTruncateEvery = 4000
+	chaosTruncateEvery = 1500
 )
 
 // chaosCounts are what the chaos workload did: transactions, and of them
