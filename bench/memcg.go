@@ -48,31 +48,33 @@ func (c *memCgroup) command(bin string, args ...string) *exec.Cmd {
 	return exec.Command("/bin/sh", append([]string{"-c", script, bin}, args...)...)
 }
 
+// read is the content of the cgroup's file v1 (cgroup v1) or v2.
+func (c *memCgroup) read(v1, v2 string) (string, error) {
+	name := v1
+	if c.v2 {
+		name = v2
+	}
+	b, err := os.ReadFile(filepath.Join(c.dir, name))
+	return string(b), err
+}
+
 // peak is the cgroup's highest charge in bytes: the daemon's memory and
 // the page cache of its files.
 func (c *memCgroup) peak() (float64, error) {
-	name := "memory.max_usage_in_bytes"
-	if c.v2 {
-		name = "memory.peak"
-	}
-	b, err := os.ReadFile(filepath.Join(c.dir, name))
+	s, err := c.read("memory.max_usage_in_bytes", "memory.peak")
 	if err != nil {
 		return 0, err
 	}
-	return strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	return strconv.ParseFloat(strings.TrimSpace(s), 64)
 }
 
 // oomKills is how many processes the kernel killed for the cgroup's limit.
 func (c *memCgroup) oomKills() (int, error) {
-	name := "memory.oom_control"
-	if c.v2 {
-		name = "memory.events"
-	}
-	b, err := os.ReadFile(filepath.Join(c.dir, name))
+	s, err := c.read("memory.oom_control", "memory.events")
 	if err != nil {
 		return 0, err
 	}
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(s, "\n") {
 		if f := strings.Fields(l); len(f) == 2 && f[0] == "oom_kill" {
 			return strconv.Atoi(f[1])
 		}
