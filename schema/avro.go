@@ -8,6 +8,7 @@ import (
 
 	"github.com/hamba/avro/v2"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/textform"
 )
 
 // Options shape the schemas of every table of one connector.
@@ -45,6 +46,10 @@ const (
 	PropKey        = "sluice.key"         // true on key columns
 	PropNullable   = "sluice.nullable"    // Column.Nullable, as the source declared it
 	PropColumn     = "sluice.column"      // the original column name, when SanitizeName changed it
+	// PropMissing is an added column's missing value (pipeline.Column.
+	// Missing) in its text form (sinks/textform), when the field cannot
+	// have it as its Avro default (see missingDefault).
+	PropMissing = "sluice.missing"
 )
 
 // ErrNoKey is returned for the key schema of a table without key columns;
@@ -318,11 +323,17 @@ func (b *builder) columnField(i int, forceNullable bool) (*avro.Field, error) {
 	if name != c.Name {
 		props[PropColumn] = c.Name
 	}
+	def, hasDefault := b.missingDefault(c, typ)
+	if c.Missing != nil && !hasDefault {
+		if text, err := textform.Encode(c, c.Missing); err == nil {
+			props[PropMissing] = text
+		}
+	}
 	opts := []avro.SchemaOption{avro.WithProps(props)}
 	if c.Comment != "" {
 		opts = append(opts, avro.WithDoc(c.Comment))
 	}
-	if def, ok := b.missingDefault(c, typ); ok {
+	if hasDefault {
 		// Older events lack the column; read with this schema they hold
 		// its missing value, as the rows do. A union's default is its
 		// first branch, so the type goes first.

@@ -46,6 +46,12 @@ func TestMissingValueIsTheAvroDefault(t *testing.T) {
 				t.Errorf("field %s: %s, default %v; want null first and no other default", f.Name(), f.Type(), f.Default())
 			}
 		}
+		// A missing value the default cannot hold is the field's
+		// sluice.missing property, in its text form.
+		want := map[string]any{"f": "Infinity", "ts": "1970-01-01T00:00:00.000001Z"}[f.Name()]
+		if got := f.Prop(PropMissing); got != want {
+			t.Errorf("field %s: property %s = %v, want %v", f.Name(), PropMissing, got, want)
+		}
 	}
 	payload, err := old.EncodeValue(&pipeline.Record{Op: pipeline.OpInsert, Table: v1, After: []any{int64(1), "x"}})
 	if err != nil {

@@ -105,24 +105,28 @@ func (matrixHarness) Fallback(tc sinktest.TypeCase, v any) string {
 	return ""
 }
 
-func (matrixHarness) NoDefault(tc sinktest.TypeCase, v any) string {
+func (matrixHarness) MissingFallback(tc sinktest.TypeCase, v any) string {
+	why := ""
 	switch tc.Column.Type {
 	case pipeline.TypeDate, pipeline.TypeTime, pipeline.TypeTimestamp, pipeline.TypeTimestampTZ, pipeline.TypeInterval:
-		return "no Avro default that hamba reads back for a date, time or interval union"
+		why = "no Avro default that hamba reads back for a date, time or interval union"
 	case pipeline.TypeArray:
-		return "an array's items are unions, whose default can only be null"
+		why = "an array's items are unions, whose default can only be null"
 	case pipeline.TypeDecimal:
 		if tc.Column.Precision == 0 {
-			return "no Avro default that hamba reads back for a variable-scale decimal record"
+			why = "no Avro default that hamba reads back for a variable-scale decimal record"
 		}
 	}
 	if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
-		return "JSON, and so an Avro default, has no NaN or infinity"
+		why = "JSON, and so an Avro default, has no NaN or infinity"
 	}
 	if d, ok := v.(pipeline.Decimal); ok && !d.IsFinite() {
-		return "an Avro decimal, and so its default, has no NaN or infinity"
+		why = "an Avro decimal, and so its default, has no NaN or infinity"
 	}
-	return ""
+	if why == "" {
+		return ""
+	}
+	return why + ": the field's default is null and its sluice.missing property holds the value's text form, which sluice's readers apply to events written before the column"
 }
 
 var (

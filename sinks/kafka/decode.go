@@ -60,6 +60,11 @@ type reader struct {
 	// target, which the payload is encoded in again; nil when the writer
 	// schema is codec's own.
 	resolved, target avro.Schema
+	// older are the columns with a missing value that the writer's rows
+	// lack: events written before the column was added, whose rows hold
+	// its missing value (which not every type can have as its Avro
+	// default).
+	older []int
 }
 
 func newDecoder(table *pipeline.Table, opts schema.Options, row bool, lookup SchemaLookup) (*decoder, error) {
@@ -133,7 +138,55 @@ func (d *decoder) readerFor(id int, w avro.Schema, key bool) (*reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema id %d cannot be read in the table's shape: %w", id, err)
 	}
-	return &reader{codec: d.relaxed, resolved: res, target: target}, nil
+	r := &reader{codec: d.relaxed, resolved: res, target: target}
+	if !key {
+		if row := d.rowRecord(w); row != nil {
+			for i := range d.table.Columns {
+				c := &d.table.Columns[i]
+				if c.Missing != nil && !hasField(row, schema.SanitizeName(c.Name)) {
+					r.older = append(r.older, i)
+				}
+			}
+		}
+	}
+	return r, nil
+}
+
+// rowRecord is the row record of a value schema w: w itself in the row
+// envelope, else the record of its "after" field.
+func (d *decoder) rowRecord(w avro.Schema) *avro.RecordSchema {
+	rec, ok := w.(*avro.RecordSchema)
+	if !ok || d.row {
+		return rec
+	}
+	for _, f := range rec.Fields() {
+		if f.Name() != "after" {
+			continue
+		}
+		t := f.Type()
+		if u, ok := t.(*avro.UnionSchema); ok {
+			for _, b := range u.Types() {
+				if b.Type() != avro.Null {
+					t = b
+				}
+			}
+		}
+		if r, ok := t.(*avro.RefSchema); ok {
+			t = r.Schema()
+		}
+		after, _ := t.(*avro.RecordSchema)
+		return after
+	}
+	return nil
+}
+
+func hasField(r *avro.RecordSchema, name string) bool {
+	for _, f := range r.Fields() {
+		if f.Name() == name {
+			return true
+		}
+	}
+	return false
 }
 
 // payload unframes b and returns its Avro payload in the reader's schema.
@@ -170,11 +223,13 @@ func (d *decoder) decode(ctx context.Context, rec *kgo.Record) (event, error) {
 		return ev, fmt.Errorf("header %s: %w", headerVersion, err)
 	}
 	ev.version = v
+	var r0 *reader // the value's
 	if rec.Value != nil {
 		r, p, err := d.payload(ctx, rec.Value, false)
 		if err != nil {
 			return ev, fmt.Errorf("value: %w", err)
 		}
+		r0 = r
 		if r.other {
 			ev.other = true
 			return ev, nil
@@ -210,6 +265,11 @@ func (d *decoder) decode(ctx context.Context, rec *kgo.Record) (event, error) {
 	if ev.row != nil {
 		if err := d.textValues(rec, ev.row); err != nil {
 			return ev, err
+		}
+		for _, i := range r0.older {
+			if i < len(ev.row) && ev.row[i] == nil {
+				ev.row[i] = d.table.Columns[i].Missing
+			}
 		}
 	}
 	if rec.Key == nil {

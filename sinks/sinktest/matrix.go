@@ -30,12 +30,11 @@ import (
 // A harness with a method Excluded(tc TypeCase, v any) string leaves out
 // the values it names a reason for (an open defect or a documented
 // limit of its target); the test logs each with the reason. One with a
-// method NoDefault(tc TypeCase, v any) string expects the rows written
-// before an added column whose missing value is v to read NULL in it,
-// for the reason it gives (a target that cannot hold the default). One
-// with a method Fallback(tc TypeCase, v any) string names the values the
+// method Fallback(tc TypeCase, v any) string names the values the
 // target holds in a documented fallback form (still checked exactly, as
-// the harness reads that form back), for the type table.
+// the harness reads that form back), for the type table; one with a
+// method MissingFallback(tc TypeCase, v any) string, the same for values
+// as an added column's missing value only.
 //
 // The results — per type family, the values that went through exactly and
 // the exceptions with their reasons — are the sink's type table, which
@@ -43,8 +42,8 @@ import (
 // The table is only compared when every cell passed.
 func Matrix(t *testing.T, h Harness, title, doc string) {
 	ex, _ := h.(interface{ Excluded(TypeCase, any) string })
-	nd, _ := h.(interface{ NoDefault(TypeCase, any) string })
 	fb, _ := h.(interface{ Fallback(TypeCase, any) string })
+	mf, _ := h.(interface{ MissingFallback(TypeCase, any) string })
 	var cells []cellReport
 	for _, tc := range TypeCases {
 		rep := cellReport{name: tc.Name, sourceType: tc.Column.SourceType}
@@ -61,9 +60,9 @@ func Matrix(t *testing.T, h Harness, title, doc string) {
 					rep.fallback = append(rep.fallback, exception{docValue(v), how})
 				}
 			}
-			if nd != nil {
-				if why := nd.NoDefault(tc, v); why != "" {
-					rep.noDefault = append(rep.noDefault, exception{docValue(v), why})
+			if mf != nil {
+				if how := mf.MissingFallback(tc, v); how != "" {
+					rep.missingFallback = append(rep.missingFallback, exception{docValue(v), how})
 				}
 			}
 			kept = append(kept, v)
@@ -207,14 +206,6 @@ func addColumns(t *testing.T, h Harness, s pipeline.Sink, st *cellState, tc Type
 	st.table = &wider
 	n := len(tc.Values)
 	held := slices.Clone(tc.Values) // what the older rows read in each new column
-	if nd, ok := h.(interface{ NoDefault(TypeCase, any) string }); ok {
-		for j, v := range tc.Values {
-			if why := nd.NoDefault(tc, v); why != "" {
-				t.Logf("rows older than column d%d (default %s) read NULL in it: %s", j, Canon(v), why)
-				held[j] = nil
-			}
-		}
-	}
 	var written []any
 	for k, row := range st.rows {
 		grown := slices.Clone(row)

@@ -15,13 +15,13 @@ const UpdateDocsEnv = "SLUICE_UPDATE_DOCS"
 
 // cellReport is what the matrix found for one TypeCase: how many edge
 // values went through every operation exactly, and the documented
-// exceptions (values left out, added columns whose older rows read NULL).
+// exceptions (values left out, values held in a fallback form).
 type cellReport struct {
 	name, sourceType string
 	exact            int
 	excluded         []exception
-	noDefault        []exception
 	fallback         []exception
+	missingFallback  []exception
 }
 
 type exception struct{ value, why string }
@@ -55,8 +55,8 @@ func matrixDoc(title string, cells []cellReport) string {
 		for _, e := range groupExceptions(c.excluded) {
 			ex = append(ex, fmt.Sprintf("%s: not written exactly — %s", e.value, e.why))
 		}
-		for _, e := range groupExceptions(c.noDefault) {
-			ex = append(ex, fmt.Sprintf("%s as an added column's default: older rows read NULL — %s", e.value, e.why))
+		for _, e := range groupExceptions(c.missingFallback) {
+			ex = append(ex, fmt.Sprintf("%s as an added column's default: exact through a fallback form — %s", e.value, e.why))
 		}
 		note := "none"
 		if len(ex) > 0 {
