@@ -80,6 +80,13 @@ func (st *streamer) readShapes(ctx context.Context) {
 	for _, id := range todo {
 		descs, err := catalogDescs(c, id.Schema, id.Table)
 		if err != nil {
+			if _, held := sh.added[id]; held {
+				// The checkpoint waits for this table's shape
+				// (decoder.holdsPositions): say so.
+				st.log.Warn("shape check: the catalog read failed; the checkpoint waits for the table's next change or a successful read",
+					zap.Stringer("table", id), zap.Error(err))
+				continue
+			}
 			st.log.Debug("shape check: catalog", zap.Stringer("table", id), zap.Error(err))
 			continue
 		}
