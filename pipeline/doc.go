@@ -33,5 +33,8 @@
 //     changes after it: a source that learns of a new shape without a row
 //     of it emits an OpShape record placed after the change and before any
 //     change of a later shape, and every sink applies it (adds the columns
-//     and fills the rows that predate them) as it would for a row.
+//     and fills the rows that predate them) as it would for a row. No
+//     checkpoint passes a schema change whose missing values only the
+//     running source knows before a shape carrying them is handed over,
+//     and a missing value stays with its column in every later shape.
 package pipeline
