@@ -105,7 +105,7 @@ func (l *snapshotLoad) importSnapshot(ctx context.Context) error {
 	applySessionSettings(cfg.RuntimeParams, l.s.opts.Pipeline)
 	names := make([]string, len(l.s.tables))
 	for i, t := range l.s.tables {
-		names[i] = pgx.Identifier{t.Schema, t.Name}.Sanitize()
+		names[i] = t.quoted()
 	}
 	lock := "LOCK TABLE " + strings.Join(names, ", ") + " IN ACCESS SHARE MODE"
 	for i := 0; i < l.s.opts.Snapshot.Parallel; i++ {
