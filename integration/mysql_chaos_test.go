@@ -261,6 +261,7 @@ runtime: {checkpoint_interval: 100ms}
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, 2*time.Minute)
 	time.Sleep(500 * time.Millisecond) // some live traffic on the final run too
+	work.waitDDL(t, d)
 	stopWork()
 	if err := <-workErr; err != nil {
 		t.Fatalf("workload: %v", err)

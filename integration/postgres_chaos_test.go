@@ -76,6 +76,25 @@ const (
 // the ALTERs and TRUNCATEs.
 type chaosCounts struct{ writes, alters, truncates atomic.Int64 }
 
+// waitDDL waits, while the daemon d runs, until the workload has run at
+// least 3 ALTERs and a TRUNCATE (however slow the machine, the test then
+// exercises them), and fails when that takes over 3 minutes.
+func (c *chaosCounts) waitDDL(t *testing.T, d *daemonProc) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for c.alters.Load() < 3 || c.truncates.Load() < 1 {
+		select {
+		case <-d.done:
+			t.Fatalf("daemon exited (%d) while the workload ran its schema changes:\n%s", d.exitCode(), d.logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the workload ran %d ALTERs and %d TRUNCATEs in 3 minutes", c.alters.Load(), c.truncates.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // chaosWorkload keeps writing small transactions until ctx ends, counting
 // them into c: inserts, updates, deletes, primary-key updates, upserts and
 // transactions across both tables; with ddl, also an ALTER TABLE items ADD
@@ -198,6 +217,7 @@ runtime: {checkpoint_interval: 100ms}
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, 2*time.Minute)
 	time.Sleep(500 * time.Millisecond) // some live traffic on the final run too
+	work.waitDDL(t, d)
 	stopWork()
 	if err := <-workErr; err != nil {
 		t.Fatalf("workload: %v", err)
