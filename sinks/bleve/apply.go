@@ -503,7 +503,7 @@ func (s *Sink) idsBelow(ctx context.Context, table string, v pipeline.Version) (
 }
 
 // tableQuery matches the documents of one table ("schema.table"): the
-// one term of their _table field. (A prefix query on the ids expands to a
+// one term of their _table field. (Invariant 6: a prefix query on the ids expands to a
 // searcher per document: excluding a 900,000-row table from the purge
 // that way held 7.7 GiB.)
 func tableQuery(table string) query.Query {
