@@ -153,10 +153,32 @@ func RenderStatus(w io.Writer, r StatusReport) error {
 			width = max(width, len(t.Table))
 		}
 		for _, t := range r.Source.Tables {
-			fmt.Fprintf(ew, "  %-*s   %s\n", width, t.Table, tableProgress(t))
+			fmt.Fprintf(ew, "  %-*s   %s%s\n", width, t.Table, tableProgress(t), incrementalDetail(t))
+		}
+		if r.Source.SnapshotError != "" {
+			fmt.Fprintf(ew, "  last error (retrying): %s\n", Redact(r.Source.SnapshotError))
 		}
 	}
 	return ew.err
+}
+
+// incrementalDetail renders an incremental snapshot's chunks, rate, ETA
+// and filter: "  incremental, 12 chunks, 5400 rows/s, ETA 2m0s".
+func incrementalDetail(t pipeline.TableStatus) string {
+	if !t.Incremental {
+		return ""
+	}
+	out := fmt.Sprintf("  incremental, %d chunks", t.Chunks)
+	if t.RowsPerSecond > 0 && !t.Done {
+		out += fmt.Sprintf(", %.0f rows/s", t.RowsPerSecond)
+	}
+	if t.ETASeconds > 0 && !t.Done {
+		out += ", ETA " + seconds(t.ETASeconds)
+	}
+	if t.Where != "" {
+		out += ", where " + t.Where
+	}
+	return out
 }
 
 // tableProgress renders "[#####-----]  50%  5000/10000".

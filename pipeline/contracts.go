@@ -232,6 +232,9 @@ type SourceStatus struct {
 	// LastEventTime is the commit time of the last transaction handed over.
 	LastEventTime time.Time `json:"last_event_time"`
 	Connected     bool      `json:"connected"`
+	// SnapshotError is the last error of an incremental snapshot still
+	// in progress (it is retried).
+	SnapshotError string `json:"snapshot_error,omitempty"`
 }
 
 // TableStatus is a table's snapshot progress.
@@ -240,4 +243,11 @@ type TableStatus struct {
 	RowsDone  int64  `json:"rows_done"`
 	RowsTotal int64  `json:"rows_total"` // estimate; 0 when unknown
 	Done      bool   `json:"done"`
+	// Incremental marks a snapshot read in chunks while the stream flows
+	// (snapshot/); Where is its row filter, Chunks the chunks emitted.
+	Incremental   bool    `json:"incremental,omitempty"`
+	Where         string  `json:"where,omitempty"`
+	Chunks        int64   `json:"chunks,omitempty"`
+	RowsPerSecond float64 `json:"rows_per_second,omitempty"`
+	ETASeconds    float64 `json:"eta_seconds,omitempty"`
 }

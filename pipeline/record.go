@@ -149,6 +149,12 @@ const (
 	// a row of it (adds the columns, fills the rows that predate them with
 	// their Missing values) and writes nothing else.
 	OpShape
+	// OpWatermark is control inside a source's stream: After[0] is the
+	// token (a string) of an incremental snapshot's low or high
+	// watermark, read back from the log at the position where it
+	// committed (snapshot/). The snapshot engine consumes it; it never
+	// reaches an operator or a sink.
+	OpWatermark
 )
 
 func (o Op) String() string {
@@ -167,6 +173,8 @@ func (o Op) String() string {
 		return "heartbeat"
 	case OpShape:
 		return "shape"
+	case OpWatermark:
+		return "watermark"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }

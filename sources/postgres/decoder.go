@@ -320,6 +320,11 @@ func parseMessage(data []byte, inStream bool) (msg pglogrepl.Message, err error)
 }
 
 func (d *Decoder) logicalMessage(ctx context.Context, m *pglogrepl.LogicalDecodingMessageV2, emit func(Chunk) error) error {
+	if m.Transactional && m.Prefix == WatermarkPrefix && d.txn != nil {
+		// An incremental snapshot's watermark, versioned in its
+		// transaction like a change (snapshot/).
+		return d.add(d.txn, pipeline.Record{Op: pipeline.OpWatermark, After: []any{string(m.Content)}}, emit)
+	}
 	if m.Transactional || m.Prefix != d.opts.HeartbeatPrefix {
 		d.log.Debug("ignoring logical message", zap.String("prefix", m.Prefix), zap.Bool("transactional", m.Transactional))
 		return nil

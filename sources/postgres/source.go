@@ -33,6 +33,11 @@ const (
 // heartbeats (Invariant 8).
 const HeartbeatPrefix = "sluice.heartbeat"
 
+// WatermarkPrefix is the logical decoding message prefix of incremental
+// snapshot watermarks: transactional messages, so they are decoded in
+// commit order with the changes around them (snapshot/).
+const WatermarkPrefix = "sluice.watermark"
+
 // Options configure a Postgres source. Zero values take the defaults noted
 // on each field.
 type Options struct {
@@ -133,7 +138,8 @@ type Source struct {
 	tables []TableRef
 	full   map[TableRef]bool
 
-	pool     *pgxpool.Pool // preflight, catalog, heartbeats, slot polls
+	pool     *pgxpool.Pool  // preflight, catalog, heartbeats, slot polls
+	readers  []*ChunkReader // closed with the source
 	database string
 	version  int // server_version_num
 	systemID string
@@ -592,6 +598,11 @@ func (s *Source) Close(ctx context.Context) error {
 	if s.pool != nil {
 		s.pool.Close()
 	}
+	s.mu.Lock()
+	for _, r := range s.readers {
+		r.Close()
+	}
+	s.mu.Unlock()
 	s.cancel = nil
 	return err
 }

@@ -1,0 +1,284 @@
+package snapshot
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// Options configure an Engine. Zero values take the defaults noted.
+type Options struct {
+	// Tables are the captured tables, in configuration order.
+	Tables []pipeline.TableID
+	// Fresh selects what a pipeline without a checkpoint does: true
+	// snapshots every table here (the source does no initial load of its
+	// own), false leaves it to the source's initial load.
+	Fresh bool
+	// IgnoreAdded leaves configured tables the checkpoint does not know
+	// unread (snapshot mode never); by default each is snapshotted.
+	IgnoreAdded bool
+	// Parallel is how many windows are open at once, and how many key
+	// ranges a table is split into (default 2).
+	Parallel int
+	// ChunkRows is the first chunk's row limit (default 4096); chunks
+	// then grow or shrink towards ChunkTime per read (default 500ms),
+	// between 64 rows and MaxChunkRows (default 65536).
+	ChunkRows    int
+	MaxChunkRows int
+	ChunkTime    time.Duration
+	// RetryWait is the first wait after a failed chunk (default 1s,
+	// doubling to 30s).
+	RetryWait time.Duration
+	Log       *zap.Logger
+	// Registerer receives the engine's metrics when not nil.
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) withDefaults() {
+	if o.Parallel <= 0 {
+		o.Parallel = 2
+	}
+	if o.MaxChunkRows <= 0 {
+		o.MaxChunkRows = 65536
+	}
+	if o.ChunkRows <= 0 {
+		o.ChunkRows = 4096
+	}
+	o.ChunkRows = min(max(o.ChunkRows, minChunkRows), o.MaxChunkRows)
+	if o.ChunkTime <= 0 {
+		o.ChunkTime = 500 * time.Millisecond
+	}
+	if o.RetryWait <= 0 {
+		o.RetryWait = time.Second
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+}
+
+const minChunkRows = 64
+
+// Engine is a pipeline.Source: the wrapped source's stream with snapshot
+// chunks merged in at their high watermarks. It forwards
+// pipeline.Generational and pipeline.StatusReporter to the source.
+type Engine struct {
+	src  pipeline.Source
+	rd   Reader
+	opts Options
+	log  *zap.Logger
+	m    *metrics
+
+	instance string // in every watermark token of this run
+
+	mu       sync.Mutex
+	prog     *progress
+	windows  map[string]*window // by token stem, open or waiting for H
+	seq      uint64
+	wake     chan struct{} // a table was requested or a range freed
+	lastErr  error
+	finished []pipeline.TableStatus // tables done in this run, for status
+	rates    map[string]*rate
+	stats    Stats
+
+	// Read's goroutine only.
+	pending []pipeline.Batch
+	shapes  map[pipeline.TableID]*pipeline.Table // newest shape the stream showed
+	commits commitRing
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New wraps src; rd reads the same database.
+func New(src pipeline.Source, rd Reader, opts Options) *Engine {
+	opts.withDefaults()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	e := &Engine{src: src, rd: rd, opts: opts, log: opts.Log, instance: hex.EncodeToString(b),
+		windows: map[string]*window{}, wake: make(chan struct{}, 1), rates: map[string]*rate{},
+		shapes: map[pipeline.TableID]*pipeline.Table{}}
+	e.m = newMetrics(opts.Registerer)
+	return e
+}
+
+// Source returns the wrapped source.
+func (e *Engine) Source() pipeline.Source { return e.src }
+
+// FloorGeneration forwards to the source (pipeline.Generational).
+func (e *Engine) FloorGeneration(floor uint64, held bool) {
+	if g, ok := e.src.(pipeline.Generational); ok {
+		g.FloorGeneration(floor, held)
+	}
+}
+
+// Open opens the source at the stream part of from, restores the
+// snapshot progress, queues a snapshot of every configured table the
+// sinks do not have yet (all of them on a fresh pipeline with
+// Options.Fresh) and starts the workers.
+func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
+	prog := &progress{}
+	var stream pipeline.Position
+	switch {
+	case from == nil:
+		if !e.opts.Fresh {
+			// The source's initial load reads every table.
+			for _, t := range e.opts.Tables {
+				prog.know(t.String())
+			}
+		}
+	default:
+		pos, wrapped, err := parsePosition(from)
+		if err != nil {
+			return pipeline.Fatal(err)
+		}
+		stream = pipeline.Position(pos.Stream)
+		if wrapped {
+			prog = pos.Snapshot
+		} else {
+			// A checkpoint from before the engine: every table was
+			// loaded.
+			for _, t := range e.opts.Tables {
+				prog.know(t.String())
+			}
+		}
+	}
+	for _, t := range prog.Tables {
+		if t.Barrier {
+			// Nothing of it can be durable before its barrier: plan
+			// again, and emit the barrier first.
+			t.Planned, t.Ranges, t.Rows, t.Chunks = false, nil, 0, 0
+		}
+	}
+	now := time.Now().UTC()
+	for _, id := range e.opts.Tables {
+		if slices.Contains(prog.Known, id.String()) || prog.active(id, "") != nil {
+			continue
+		}
+		if from != nil && e.opts.IgnoreAdded {
+			prog.know(id.String())
+			continue
+		}
+		prog.Tables = append(prog.Tables, &tableProgress{Database: id.Database, Schema: id.Schema, Name: id.Table,
+			Run: e.newRun(), Barrier: from == nil, Requested: now})
+		if from != nil {
+			e.log.Info("table added to the pipeline: snapshotting it while the stream flows", zap.String("table", id.String()))
+		}
+	}
+	e.mu.Lock()
+	e.prog = prog
+	e.mu.Unlock()
+	if err := e.src.Open(ctx, stream); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	for range e.opts.Parallel {
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); e.work(runCtx) }()
+	}
+	e.m.tables.Set(float64(len(prog.Tables)))
+	return nil
+}
+
+// Request queues a snapshot of table, of the rows where selects when not
+// empty, while the stream flows. It returns the request's run id. A
+// table already being snapshotted with the same condition is not queued
+// twice: its run id is returned.
+func (e *Engine) Request(table pipeline.TableID, where string) (string, error) {
+	if !slices.ContainsFunc(e.opts.Tables, func(id pipeline.TableID) bool { return sameTable(id, table) }) {
+		return "", fmt.Errorf("table %s is not captured by this pipeline (captured: %v)", table, e.opts.Tables)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.prog == nil {
+		return "", errors.New("the pipeline is not open yet")
+	}
+	if t := e.prog.active(table, where); t != nil {
+		return t.Run, nil
+	}
+	t := &tableProgress{Database: table.Database, Schema: table.Schema, Name: table.Table, Where: where,
+		Run: e.newRun(), Requested: time.Now().UTC()}
+	e.prog.Tables = append(e.prog.Tables, t)
+	e.m.tables.Set(float64(len(e.prog.Tables)))
+	e.log.Info("snapshot requested", zap.String("table", table.String()), zap.String("where", where), zap.String("run", t.Run))
+	e.signal()
+	return t.Run, nil
+}
+
+func (p *progress) active(id pipeline.TableID, where string) *tableProgress {
+	for _, t := range p.Tables {
+		if sameTable(t.id(), id) && t.Where == where {
+			return t
+		}
+	}
+	return nil
+}
+
+// sameTable compares schema and table only: a Postgres source learns its
+// database's name when it connects, and a MySQL table's schema is its
+// database.
+func sameTable(a, b pipeline.TableID) bool { return a.Schema == b.Schema && a.Table == b.Table }
+
+func (e *Engine) newRun() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b)
+}
+
+// signal wakes one idle worker.
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Ack forwards the stream part of upTo (Invariant 1: upTo is durable and
+// checkpointed, snapshot rows included).
+func (e *Engine) Ack(ctx context.Context, upTo pipeline.Position) error {
+	return e.src.Ack(ctx, StreamPosition(upTo))
+}
+
+// Close stops the workers, then closes the source. Windows still open
+// are dropped: their chunks are read again after a restart.
+func (e *Engine) Close(ctx context.Context) error {
+	if e.cancel != nil {
+		e.cancel()
+	}
+	e.wg.Wait()
+	e.mu.Lock()
+	for k, w := range e.windows {
+		w.finish(outcome{err: context.Canceled})
+		delete(e.windows, k)
+	}
+	e.mu.Unlock()
+	return e.src.Close(ctx)
+}
+
+// Snapshotting lists the tables whose snapshot is not over: their
+// history is still being read (for operators that hold their
+// watermark until it is).
+func (e *Engine) Snapshotting() []pipeline.TableID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.prog == nil {
+		return nil
+	}
+	out := make([]pipeline.TableID, 0, len(e.prog.Tables))
+	for _, t := range e.prog.Tables {
+		if id := t.id(); !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}

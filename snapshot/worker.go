@@ -1,0 +1,220 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// work runs chunks until ctx ends: it plans the next table that needs a
+// plan, or takes a free range and reads it chunk by chunk, one window at
+// a time.
+func (e *Engine) work(ctx context.Context) {
+	limit := e.opts.ChunkRows
+	wait := e.opts.RetryWait
+	for ctx.Err() == nil {
+		t, rng := e.claim()
+		if t == nil {
+			select {
+			case <-e.wake:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		var err error
+		if rng == nil {
+			err = e.plan(ctx, t)
+		} else {
+			limit, err = e.readRange(ctx, t, rng, limit)
+		}
+		if err == nil {
+			wait = e.opts.RetryWait
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		e.mu.Lock()
+		e.lastErr = fmt.Errorf("snapshot of %s: %w", t.id(), err)
+		e.mu.Unlock()
+		e.m.errors.Inc()
+		e.log.Warn("snapshot chunk failed; retrying", zap.String("table", t.id().String()), zap.Duration("in", wait), zap.Error(err))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// claim picks work: a table to plan (rng nil) or a free range. It marks
+// what it returns busy; release undoes that.
+func (e *Engine) claim() (*tableProgress, *keyRange) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range e.prog.Tables {
+		if !t.Planned {
+			if t.planning {
+				continue
+			}
+			t.planning = true
+			return t, nil
+		}
+		for _, r := range t.Ranges {
+			if !r.Done && !r.busy {
+				r.busy = true
+				return t, r
+			}
+		}
+	}
+	return nil, nil
+}
+
+// plan splits a table into Parallel ranges up to its max key.
+func (e *Engine) plan(ctx context.Context, t *tableProgress) error {
+	defer func() {
+		e.mu.Lock()
+		t.planning = false
+		e.mu.Unlock()
+		e.signal()
+	}()
+	if t.Barrier {
+		// The barrier's place in the log: before the max key is read.
+		stem := e.register(&window{table: t, barrierOnly: true, done: make(chan outcome, 1)})
+		if err := e.rd.Mark(ctx, stem+barrierSuffix, t.id(), nil); err != nil {
+			e.mu.Lock()
+			delete(e.windows, stem)
+			e.mu.Unlock()
+			return fmt.Errorf("barrier watermark: %w", err)
+		}
+	}
+	p, err := e.rd.Plan(ctx, t.target(), nil, e.opts.Parallel)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t.shape = p.Table
+	t.Estimate = p.Rows
+	t.Planned = true
+	t.Ranges = nil
+	after := Cursor(nil)
+	for _, s := range append(p.Splits, p.Max) {
+		// A nil Max (no row yet) is one range with no upper bound, read
+		// until a chunk comes back short; its window still carries the
+		// barrier of a fresh pipeline.
+		t.Ranges = append(t.Ranges, &keyRange{After: after, UpTo: s})
+		after = s
+	}
+	e.log.Info("snapshot planned", zap.String("table", t.id().String()), zap.String("where", t.Where),
+		zap.Int("ranges", len(t.Ranges)), zap.Int64("estimated_rows", p.Rows))
+	return nil
+}
+
+// readRange reads rng chunk by chunk until it is done, a chunk fails or
+// ctx ends; it returns the adapted row limit.
+func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange, limit int) (int, error) {
+	defer func() {
+		e.mu.Lock()
+		rng.busy = false
+		e.mu.Unlock()
+		e.signal()
+	}()
+	for {
+		e.mu.Lock()
+		done, after, upTo := rng.Done, rng.After, rng.UpTo
+		e.mu.Unlock()
+		if done {
+			return limit, nil
+		}
+		took, o, err := e.window(ctx, t, rng, after, upTo, limit)
+		if err != nil {
+			return limit, err
+		}
+		if o.redo != "" {
+			e.log.Debug("chunk read again", zap.String("table", t.id().String()), zap.String("why", o.redo))
+			continue
+		}
+		limit = adapt(limit, took, e.opts.ChunkTime, e.opts.MaxChunkRows)
+	}
+}
+
+// adapt moves a chunk's row limit towards the target read time: doubled
+// when a read took under half of it, halved when over twice.
+func adapt(limit int, took, target time.Duration, maxRows int) int {
+	switch {
+	case took < target/2:
+		limit *= 2
+	case took > 2*target:
+		limit /= 2
+	}
+	return min(max(limit, minChunkRows), maxRows)
+}
+
+// register names w and lists it for Read's goroutine.
+func (e *Engine) register(w *window) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq++
+	w.stem = e.instance + ":" + strconv.FormatUint(e.seq, 10)
+	e.windows[w.stem] = w
+	return w.stem
+}
+
+// window runs one chunk: L, read, H, then waits until Read's goroutine
+// reconciled it at H.
+func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, after, upTo Cursor, limit int) (time.Duration, outcome, error) {
+	w := &window{table: t, rng: rng, limit: limit, touched: map[string]struct{}{}, done: make(chan outcome, 1)}
+	e.register(w)
+	e.m.windows.Inc()
+	defer e.m.windows.Dec()
+	abandon := func(err error) (time.Duration, outcome, error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if w.over { // reconciled meanwhile: its H made it
+			return 0, <-w.done, nil
+		}
+		delete(e.windows, w.stem)
+		w.over = true
+		return 0, outcome{}, err
+	}
+	id := t.id()
+	if err := e.rd.Mark(ctx, w.stem+lowSuffix, id, nil); err != nil {
+		return abandon(fmt.Errorf("low watermark: %w", err))
+	}
+	start := time.Now()
+	c, err := e.rd.Chunk(ctx, t.target(), after, upTo, limit)
+	took := time.Since(start)
+	if err != nil {
+		return abandon(fmt.Errorf("read: %w", err))
+	}
+	if c.Table == nil {
+		return abandon(errors.New("read: the reader returned no shape"))
+	}
+	e.mu.Lock()
+	w.chunk = &c
+	e.mu.Unlock()
+	err = e.rd.Mark(ctx, w.stem+highSuffix, id, func(shape *pipeline.Table) error {
+		e.mu.Lock()
+		w.high = shape
+		e.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return abandon(fmt.Errorf("high watermark: %w", err))
+	}
+	select {
+	case o := <-w.done:
+		return took, o, o.err
+	case <-ctx.Done():
+		return abandon(ctx.Err())
+	}
+}
