@@ -129,11 +129,21 @@ type ReconnectBackoff struct {
 	Max     Duration `yaml:"max" default:"30s" min:"1ms"`
 }
 
-// Snapshot configures the initial copy of existing rows.
+// Snapshot configures the copy of existing rows: mode initial loads a
+// new pipeline from the slot's exported snapshot before streaming;
+// incremental reads every table in chunks while the stream flows
+// (resumable; snapshot/); never reads no existing rows. Tables added to
+// a running pipeline, and `sluice snapshot` requests, are read
+// incrementally in every mode but never.
 type Snapshot struct {
-	Mode      string `yaml:"mode" default:"initial" enum:"initial|never"`
-	Parallel  int    `yaml:"parallel" default:"2" min:"1" max:"64"`
-	ChunkRows int64  `yaml:"chunk_rows" default:"100000" min:"1"`
+	Mode     string `yaml:"mode" default:"initial" enum:"initial|incremental|never"`
+	Parallel int    `yaml:"parallel" default:"2" min:"1" max:"64"`
+	// ChunkRows is the initial load's key range size.
+	ChunkRows int64 `yaml:"chunk_rows" default:"100000" min:"1"`
+	// ChunkTime is the read time an incremental chunk aims at; its rows
+	// adapt between 64 and MaxChunkRows.
+	ChunkTime    Duration `yaml:"chunk_time" default:"500ms" min:"10ms"`
+	MaxChunkRows int      `yaml:"max_chunk_rows" default:"65536" min:"64" max:"1000000"`
 }
 
 // Sink is one list item of sinks: exactly one field (the sink kind) is set.

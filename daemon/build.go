@@ -21,6 +21,7 @@ import (
 	pgsink "github.com/sluice-cdc/sluice/sinks/postgres"
 	redissink "github.com/sluice-cdc/sluice/sinks/redis"
 	"github.com/sluice-cdc/sluice/sinks/search"
+	"github.com/sluice-cdc/sluice/snapshot"
 	"github.com/sluice-cdc/sluice/sources/generate"
 	"github.com/sluice-cdc/sluice/sources/mysql"
 	"github.com/sluice-cdc/sluice/sources/postgres"
@@ -45,7 +46,25 @@ func buildSource(cfg *config.Config, flags RunFlags, log *zap.Logger, reg promet
 		opts.Snapshot.Mode = p.Snapshot.Mode
 		opts.Snapshot.Parallel = p.Snapshot.Parallel
 		opts.Snapshot.ChunkRows = int(p.Snapshot.ChunkRows)
-		return postgres.New(opts, log.Named("postgres"), reg)
+		if p.Snapshot.Mode == "incremental" {
+			opts.Snapshot.Mode = postgres.SnapshotNever // the engine reads the tables
+		}
+		src, err := postgres.New(opts, log.Named("postgres"), reg)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]pipeline.TableID, len(p.Tables))
+		for i, t := range p.Tables {
+			schema, name, _ := strings.Cut(t, ".")
+			ids[i] = pipeline.TableID{Schema: schema, Table: name}
+		}
+		// Every Postgres pipeline runs the incremental snapshot engine:
+		// tables added later and `sluice snapshot` requests use it.
+		return snapshot.New(src, src.ChunkReader(2*p.Snapshot.Parallel), snapshot.Options{
+			Tables: ids, Fresh: p.Snapshot.Mode == "incremental", IgnoreAdded: p.Snapshot.Mode == "never",
+			Parallel: p.Snapshot.Parallel, MaxChunkRows: p.Snapshot.MaxChunkRows, ChunkTime: p.Snapshot.ChunkTime.Std(),
+			Log: log.Named("snapshot"), Registerer: reg,
+		}), nil
 	case cfg.Source.MySQL != nil:
 		return buildMySQL(cfg, log, reg)
 	}

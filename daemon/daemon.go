@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-cdc/sluice/obs"
 	"github.com/sluice-cdc/sluice/offsets"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/snapshot"
 )
 
 // RunFlags are the command-line switches of `sluice run`.
@@ -203,6 +204,9 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 		}
 		srv := obs.NewServer(listen, reg, status, ready, log.Named("http"))
 		srv.Handle(SearchPath, searchHandler(sinks))
+		if eng, ok := src.(*snapshot.Engine); ok {
+			srv.Handle(SnapshotPath, snapshotHandler(eng))
+		}
 		if cfg.HTTP.Pprof {
 			srv.HandleProfiles()
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-cdc/sluice/offsets"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/kafka"
+	"github.com/sluice-cdc/sluice/snapshot"
 	"github.com/sluice-cdc/sluice/sources/generate"
 	"github.com/sluice-cdc/sluice/sources/mysql"
 	"github.com/sluice-cdc/sluice/sources/postgres"
@@ -187,7 +188,8 @@ type lsnMark pglogrepl.LSN
 func (m lsnMark) String() string { return pglogrepl.LSN(m).String() }
 
 func (m lsnMark) CoveredBy(cp pipeline.Position) (bool, error) {
-	pos, err := postgres.ParsePosition(cp)
+	// A checkpoint position wraps the source's with the snapshot progress.
+	pos, err := postgres.ParsePosition(snapshot.StreamPosition(cp))
 	if err != nil {
 		return false, err
 	}
@@ -216,7 +218,7 @@ type gtidMark struct{ p mysql.Position }
 func (m gtidMark) String() string { return m.p.GTID }
 
 func (m gtidMark) CoveredBy(cp pipeline.Position) (bool, error) {
-	pos, err := mysql.ParsePosition(cp)
+	pos, err := mysql.ParsePosition(snapshot.StreamPosition(cp))
 	if err != nil {
 		return false, err
 	}

@@ -64,7 +64,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(runCmd(stderr), validateCmd(stdout), statusCmd(stdout), searchCmd(stdout), verifyCmd(stdout, stderr), versionCmd(stdout))
+	root.AddCommand(runCmd(stderr), validateCmd(stdout), statusCmd(stdout), searchCmd(stdout), verifyCmd(stdout, stderr), snapshotCmd(stdout), versionCmd(stdout))
 	return root
 }
 
