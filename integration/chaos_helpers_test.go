@@ -9,14 +9,14 @@ import (
 	"github.com/sluice-cdc/sluice/integration/harness"
 )
 
-// killAtRandom kill -9s the daemon of cfg harness.Trials(12) times at
+// killAtRandom kill -9s the daemon of cfg harness.Trials(8) times at
 // random moments: as many as land there (up to half) during the initial
 // load, the rest during the stream. loaded reports whether a checkpoint exists, i.e. whether the
 // load finished. It returns the kills of each phase.
 func killAtRandom(t *testing.T, cfg string, loaded func() bool) (loadKills, streamKills int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
-	kills := harness.Trials(12)
+	kills := harness.Trials(8)
 	for attempt := 0; loadKills < kills/2 && attempt < 2*kills; attempt++ {
 		d := startDaemon(t, cfg)
 		d.waitAddr(t, 2*time.Minute)

@@ -28,7 +28,7 @@ import (
 // (one Kafka transaction per batch, with a high-water mark in the offsets
 // topic) under a concurrent write workload (inserts, updates, deletes,
 // primary-key updates, multi-table transactions) and is killed with
-// SIGKILL 5 to 8 times at random moments of the stream phase. Checkpoints
+// SIGKILL 3 or 4 times (harness.Trials) at random moments of the stream phase. Checkpoints
 // are taken every 2 s, so after a kill sluice usually resumes from a
 // position older than what Kafka committed: the sink must drop what the
 // mark shows as committed. A read_committed consumer then sees every
@@ -87,7 +87,8 @@ runtime:
 
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 9))
-	kills := 5 + rng.IntN(4)
+	// CI kills 3 or 4 times; SLUICE_TRIALS=N kills N to N+1 times.
+	kills := harness.Trials(3) + rng.IntN(2)
 	t.Logf("seed %d: %d kills", seed, kills)
 
 	acl, err := k.Client()

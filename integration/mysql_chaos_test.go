@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/sinktest"
+	"github.com/sluice-cdc/sluice/snapshot"
 	"github.com/sluice-cdc/sluice/sources/mysql"
 )
 
@@ -144,7 +145,7 @@ func checkpointGTID(t *testing.T, path string) string {
 	if err := json.Unmarshal(raw, &env); err != nil {
 		return "" // a torn read of a file being replaced; the next poll sees the new one
 	}
-	p, err := mysql.ParsePosition(pipeline.Position(env.Checkpoint.Position))
+	p, err := mysql.ParsePosition(snapshot.StreamPosition(pipeline.Position(env.Checkpoint.Position)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func assertSinkEqualsMySQL(t *testing.T, ctx context.Context, opts mysql.Options
 	return len(want)
 }
 
-// harness.Trials(12) kill -9 of the real binary at random moments — during
+// harness.Trials(8) kill -9 of the real binary at random moments — during
 // the initial load and during the stream — under a concurrent write
 // workload that also adds columns with DEFAULTs and truncates; the DuckDB
 // copy then equals MariaDB row by row.

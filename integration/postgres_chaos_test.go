@@ -163,7 +163,7 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts,
 	return nil
 }
 
-// harness.Trials(12) kill -9 of the real binary at random moments — up to
+// harness.Trials(8) kill -9 of the real binary at random moments — up to
 // half during the initial load, the rest during the stream — under a
 // concurrent write workload that also adds columns with DEFAULTs and
 // truncates (chaosWorkload); the DuckDB copy then equals PostgreSQL row by
