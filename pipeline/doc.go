@@ -37,4 +37,11 @@
 //     checkpoint passes a schema change whose missing values only the
 //     running source knows before a shape carrying them is handed over,
 //     and a missing value stays with its column in every later shape.
+//  12. A snapshot read while the stream flows never sorts above a change it
+//     did not see: a chunk's rows are emitted at their high watermark,
+//     versioned just below it, only for keys no change touched since the
+//     low watermark, and only when the read saw every transaction that
+//     committed before the low watermark and read the table's shape at the
+//     high one; a table's snapshot progress is checkpointed only inside a
+//     position at or after its rows (snapshot/).
 package pipeline

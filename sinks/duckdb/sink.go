@@ -138,6 +138,10 @@ func (s *Sink) openLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("duckdb sink: open %s: %w", s.opts.Path, err)
 	}
+	// Invariant 6: freed pages leave the process at once (allocator.go).
+	if err := returnFreedPages(); err != nil {
+		s.log.Warn("duckdb allocator keeps its default decay", zap.Error(err))
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		db.Close()
