@@ -99,8 +99,9 @@ func (c *chaosCounts) waitDDL(t *testing.T, d *daemonProc) {
 // them into c: inserts, updates, deletes, primary-key updates, upserts and
 // transactions across both tables; with ddl, also an ALTER TABLE items ADD
 // COLUMN … DEFAULT (chaosAdded) every chaosAlterEvery transactions and a
-// TRUNCATE events every chaosTruncateEvery.
-func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts, ddl bool) error {
+// TRUNCATE events every chaosTruncateEvery. perSecond > 0 paces it to
+// that many transactions a second.
+func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts, ddl bool, perSecond int) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -108,7 +109,20 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts,
 	defer conn.Close(context.Background())
 	rng := rand.New(rand.NewPCG(7, 11))
 	next := maxID
+	var pace <-chan time.Time
+	if perSecond > 0 {
+		tick := time.NewTicker(time.Second / time.Duration(perSecond))
+		defer tick.Stop()
+		pace = tick.C
+	}
 	for op := 1; ctx.Err() == nil; op++ {
+		if pace != nil {
+			select {
+			case <-pace:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		var err error
 		id := 1 + rng.Int64N(next)
 		switch n := rng.IntN(12); {
@@ -204,7 +218,7 @@ runtime: {checkpoint_interval: 100ms}
 	defer stopWork()
 	var work chaosCounts
 	workErr := make(chan error, 1)
-	go func() { workErr <- chaosWorkload(wctx, dsn, items, &work, true) }()
+	go func() { workErr <- chaosWorkload(wctx, dsn, items, &work, true, 0) }()
 
 	loadKills, streamKills := killAtRandom(t, cfg, func() bool {
 		_, err := os.Stat(checkpoint)
