@@ -86,7 +86,7 @@ type Engine struct {
 	seq      uint64
 	wake     chan struct{} // a table was requested or a range freed
 	lastErr  error
-	finished []pipeline.TableStatus // tables done in this run, for status
+	finished []finishedTable // tables read in this run, for status
 	rates    map[string]*rate
 	stats    Stats
 
@@ -244,8 +244,21 @@ func (e *Engine) signal() {
 }
 
 // Ack forwards the stream part of upTo (Invariant 1: upTo is durable and
-// checkpointed, snapshot rows included).
+// checkpointed, snapshot rows included). A table read whose run upTo's
+// progress no longer lists is durable: its status shows done from now on.
 func (e *Engine) Ack(ctx context.Context, upTo pipeline.Position) error {
+	pos, wrapped, err := parsePosition(upTo)
+	if err == nil && wrapped {
+		e.mu.Lock()
+		for i := range e.finished {
+			f := &e.finished[i]
+			if !f.status.Done && !slices.ContainsFunc(pos.Snapshot.Tables, func(t *tableProgress) bool { return t.Run == f.run }) {
+				f.status.Done = true
+			}
+		}
+		e.mu.Unlock()
+		return e.src.Ack(ctx, pipeline.Position(pos.Stream))
+	}
 	return e.src.Ack(ctx, StreamPosition(upTo))
 }
 

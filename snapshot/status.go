@@ -35,6 +35,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// finishedTable is a table whose rows were all emitted in this run; its
+// status says done once a checkpoint covers them.
+type finishedTable struct {
+	run    string
+	status pipeline.TableStatus
+}
+
 // rate is a table's rows per second over the last minute or so.
 type rate struct {
 	since time.Time
@@ -96,7 +103,9 @@ func (e *Engine) Status() pipeline.SourceStatus {
 		}
 		st.Tables = append(st.Tables, ts)
 	}
-	st.Tables = append(st.Tables, e.finished...)
+	for _, f := range e.finished {
+		st.Tables = append(st.Tables, f.status)
+	}
 	if e.lastErr != nil && len(e.prog.Tables) > 0 {
 		st.SnapshotError = e.lastErr.Error()
 	}

@@ -238,8 +238,9 @@ func (e *Engine) finishTable(t *tableProgress) {
 	if t.Where == "" {
 		e.prog.know(t.id().String())
 	}
-	e.finished = append(e.finished, pipeline.TableStatus{Table: t.id().String(), RowsDone: t.Rows, RowsTotal: t.Rows,
-		Done: true, Incremental: true, Chunks: t.Chunks, Where: t.Where})
+	// Done once a checkpoint covers the last rows (Ack).
+	e.finished = append(e.finished, finishedTable{run: t.Run, status: pipeline.TableStatus{Table: t.id().String(),
+		RowsDone: t.Rows, RowsTotal: t.Rows, Incremental: true, Chunks: t.Chunks, Where: t.Where}})
 	if len(e.finished) > 32 {
 		e.finished = e.finished[1:]
 	}
