@@ -85,3 +85,28 @@ func TestRenderStatusWriteError(t *testing.T) {
 		t.Fatal("write error not reported")
 	}
 }
+
+// Incremental snapshots show their chunks, rate, ETA and filter, and the
+// last error while they retry.
+func TestRenderStatusIncremental(t *testing.T) {
+	r := StatusReport{Pipeline: "shop", State: StateStreaming, Source: pipeline.SourceStatus{
+		Phase: "stream", Connected: true, SnapshotError: "snapshot of public.items: read: lock timeout",
+		Tables: []pipeline.TableStatus{
+			{Table: "public.items", RowsDone: 2500, RowsTotal: 10000, Incremental: true, Chunks: 5, RowsPerSecond: 500, ETASeconds: 15},
+			{Table: "public.orders", RowsDone: 80, RowsTotal: 80, Done: true, Incremental: true, Chunks: 1, Where: "id < 100"},
+		}}}
+	var buf bytes.Buffer
+	if err := RenderStatus(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	got := buf.String()
+	for _, want := range []string{
+		"public.items    [#####---------------]  25%  2500/10000  incremental, 5 chunks, 500 rows/s, ETA 15.0s\n",
+		"public.orders   [####################] 100%  80/80 done  incremental, 1 chunks, where id < 100\n",
+		"last error (retrying): snapshot of public.items: read: lock timeout\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+}
