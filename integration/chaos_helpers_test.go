@@ -41,7 +41,10 @@ func killAtRandom(t *testing.T, cfg string, loaded func() bool) (loadKills, stre
 		d := startDaemon(t, cfg)
 		d.waitAddr(t, 2*time.Minute)
 		// Let the load finish (it may be redone), then kill mid-stream.
-		deadline := time.Now().Add(3 * time.Minute)
+		// A killed run's Postgres sink session can still be filling an
+		// added column's rows (it ends only when the statement does) and
+		// hold the target's lock meanwhile: allow for it.
+		deadline := time.Now().Add(5 * time.Minute)
 		for !loaded() {
 			if time.Now().After(deadline) {
 				t.Fatalf("initial load never completed:\n%s", d.logs())

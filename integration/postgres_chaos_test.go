@@ -184,46 +184,67 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts,
 // row, and sluice verify finds both sinks (DuckDB and Postgres) equal to
 // it.
 func TestKill9DuringLoadAndStreamPostgres(t *testing.T) {
+	runPostgresChaos(t, postgresChaos{name: "chaos", items: 150000, events: 30000, snapshot: "{parallel: 2}",
+		loaded: func(t *testing.T, checkpoint string) bool {
+			_, err := os.Stat(checkpoint)
+			return err == nil
+		}})
+}
+
+// postgresChaos is one kill -9 chaos run of the Postgres source.
+type postgresChaos struct {
+	name          string // database, pipeline and slot name
+	items, events int
+	snapshot      string // the source's snapshot settings (YAML)
+	perSecond     int    // workload pace; 0 unpaced
+	// loaded reports whether the table copy is over, from the checkpoint
+	// file: kills before it count as load kills.
+	loaded func(t *testing.T, checkpoint string) bool
+}
+
+// runPostgresChaos runs c: the workload from before the first start,
+// killAtRandom, a final run that sees at least 3 ALTERs and a TRUNCATE
+// and confirms a last transaction, then DuckDB compared row by row and
+// sluice verify over both sinks.
+func runPostgresChaos(t *testing.T, c postgresChaos) {
 	pg := harness.PostgresT(t)
 	ctx := context.Background()
-	for _, db := range []string{"chaos", "chaos_target"} {
+	for _, db := range []string{c.name, c.name + "_target"} {
 		if err := pg.CreateDatabase(ctx, db); err != nil {
 			t.Fatal(err)
 		}
 	}
-	const items, events = 150000, 30000
-	if err := pg.Exec(ctx, "chaos", strings.NewReplacer("ITEMS", fmt.Sprint(items), "EVENTS", fmt.Sprint(events)).Replace(chaosSchema)); err != nil {
+	if err := pg.Exec(ctx, c.name, strings.NewReplacer("ITEMS", fmt.Sprint(c.items), "EVENTS", fmt.Sprint(c.events)).Replace(chaosSchema)); err != nil {
 		t.Fatal(err)
 	}
-	dsn := pg.DSN("chaos")
+	dsn := pg.DSN(c.name)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "pg.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`pipeline: pgchaos
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`pipeline: pg%s
 source:
   postgres:
     dsn: %s
     tables: [public.items, public.events]
     heartbeat_interval: 1s
     status_interval: 1s
-    snapshot: {parallel: 2}
+    snapshot: %s
 sinks:
   - duckdb: {path: ./sink.duckdb}
   - postgres: {dsn: "%s"}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 100ms}
-`, dsn, pg.DSN("chaos_target"))), 0o644)
+`, c.name, dsn, c.snapshot, pg.DSN(c.name+"_target"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
 
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	var work chaosCounts
 	workErr := make(chan error, 1)
-	go func() { workErr <- chaosWorkload(wctx, dsn, items, &work, true, 0) }()
+	go func() { workErr <- chaosWorkload(wctx, dsn, int64(c.items), &work, true, c.perSecond) }()
 
-	loadKills, streamKills := killAtRandom(t, cfg, func() bool {
-		_, err := os.Stat(checkpoint)
-		return err == nil
-	})
+	loadKills, streamKills := killAtRandom(t, cfg, func() bool { return c.loaded(t, checkpoint) })
 	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, work.writes.Load())
 
 	// Final run: stop the workload, let sluice confirm the last
@@ -237,7 +258,7 @@ runtime: {checkpoint_interval: 100ms}
 		t.Fatalf("workload: %v", err)
 	}
 	mark := commitMark(t, ctx, dsn)
-	waitSlotConfirmed(t, ctx, dsn, "sluice_pgchaos", mark, d)
+	waitSlotConfirmed(t, ctx, dsn, "sluice_pg"+c.name, mark, d)
 	d.signal(syscall.SIGTERM)
 	if code := d.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("final run exit %d:\n%s", code, d.logs())
@@ -247,8 +268,8 @@ runtime: {checkpoint_interval: 100ms}
 			a, work.truncates.Load(), work.writes.Load())
 	}
 	duck := filepath.Join(dir, "sink.duckdb")
-	n1 := assertSinkEqualsSource(t, ctx, dsn, "chaos", duck, "public", "items")
-	n2 := assertSinkEqualsSource(t, ctx, dsn, "chaos", duck, "public", "events")
+	n1 := assertSinkEqualsSource(t, ctx, dsn, c.name, duck, "public", "items")
+	n2 := assertSinkEqualsSource(t, ctx, dsn, c.name, duck, "public", "events")
 	expectVerifyEqual(t, cfg)
 	t.Logf("items: %d rows, events: %d rows equal in DuckDB and the Postgres sink after %d kills, %d transactions, %d columns added with a DEFAULT, %d truncates",
 		n1, n2, loadKills+streamKills, work.writes.Load(), work.alters.Load(), work.truncates.Load())

@@ -33,6 +33,11 @@
 //   - its shape differs from the table's shape at H (a schema change
 //     between the read and H).
 //
+// A change in the window that carries an unchanged value (Postgres
+// unchanged TOAST) touches its key like any other, but a sink that never
+// held the row has no value to keep; such keys are read again in a window
+// of their own (Reader.Keys) before the range moves on.
+//
 // Progress (per table: the key cursor of every range, the max key read
 // when the table's snapshot started, the rows done) travels inside the
 // positions the engine hands to the runtime, so it is checkpointed only

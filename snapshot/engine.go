@@ -80,15 +80,24 @@ type Engine struct {
 
 	instance string // in every watermark token of this run
 
-	mu       sync.Mutex
-	prog     *progress
-	windows  map[string]*window // by token stem, open or waiting for H
-	seq      uint64
-	wake     chan struct{} // a table was requested or a range freed
-	lastErr  error
-	finished []finishedTable // tables read in this run, for status
-	rates    map[string]*rate
-	stats    Stats
+	mu   sync.Mutex
+	prog *progress
+	// progJSON is prog encoded, again only after progChanged: every
+	// positioned batch carries it.
+	progJSON    []byte
+	progChanged bool
+	windows     map[string]*window // by token stem, open or waiting for H
+	seq         uint64
+	wake        chan struct{} // a table was requested or a range freed
+	lastErr     error
+	fatal       error // a fresh pipeline's table cannot be read: Read returns it
+	refused     error // the last request dropped for a permanent error
+	// interrupt cancels the source read in progress (set while Read
+	// waits on the source).
+	interrupt context.CancelFunc
+	finished  []finishedTable // tables read in this run, for status
+	rates     map[string]*rate
+	stats     Stats
 
 	// Read's goroutine only.
 	pending []pipeline.Batch
@@ -209,6 +218,7 @@ func (e *Engine) Request(table pipeline.TableID, where string) (string, error) {
 	t := &tableProgress{Database: table.Database, Schema: table.Schema, Name: table.Table, Where: where,
 		Run: e.newRun(), Requested: time.Now().UTC()}
 	e.prog.Tables = append(e.prog.Tables, t)
+	e.progChanged = true
 	e.m.tables.Set(float64(len(e.prog.Tables)))
 	e.log.Info("snapshot requested", zap.String("table", table.String()), zap.String("where", where), zap.String("run", t.Run))
 	e.signal()

@@ -3,10 +3,12 @@ package snapshot
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,6 +68,17 @@ func drain(t *testing.T, e *Engine, db *fakeDB, sink *fakeSink) pipeline.Positio
 
 func snapshotOver(e *Engine) func(pipeline.Batch) bool {
 	return func(pipeline.Batch) bool { return len(e.Snapshotting()) == 0 }
+}
+
+// finish reads until the snapshot is over and everything committed is in
+// sink, then compares sink with the table.
+func finish(t *testing.T, e *Engine, db *fakeDB, sink *fakeSink) {
+	t.Helper()
+	pump(t, e, sink, snapshotOver(e))
+	drain(t, e, db, sink)
+	if d := sink.diff(db); len(d) > 0 {
+		t.Fatalf("%d keys differ, first: %v", len(d), d[:min(5, len(d))])
+	}
 }
 
 func fill(db *fakeDB, n int) {
@@ -303,11 +316,7 @@ func TestFreshSnapshotClearsOlderRows(t *testing.T) {
 	sink := newFakeSink()
 	sink.rows[5000], sink.vers[5000] = "left by an earlier run", pipeline.Version{0, 0, 0, 9}
 	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 2, ChunkRows: 64}, nil)
-	pump(t, e, sink, snapshotOver(e))
-	drain(t, e, db, sink)
-	if d := sink.diff(db); len(d) > 0 {
-		t.Fatal(d)
-	}
+	finish(t, e, db, sink)
 }
 
 // A row inserted above the max key after the plan read it, before the
@@ -323,9 +332,61 @@ func TestInsertAboveTheMaxKeyAfterThePlanSurvivesTheBarrier(t *testing.T) {
 	}
 	sink := newFakeSink()
 	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1, ChunkRows: 64}, nil)
-	pump(t, e, sink, snapshotOver(e))
-	drain(t, e, db, sink)
-	if d := sink.diff(db); len(d) > 0 {
-		t.Fatal(d)
+	finish(t, e, db, sink)
+}
+
+// A table that cannot be read in key order (no key) is refused, not
+// retried for ever: a fresh pipeline stops with the reason (its rows would
+// never arrive); a request is dropped and /status says why.
+func TestTableWithoutAKeyIsRefused(t *testing.T) {
+	db := newFakeDB(t)
+	fill(db, 10)
+	db.planErr = pipeline.Fatal(errors.New("table s.t has no primary key: add one"))
+	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		_, err := e.Read(ctx)
+		if err == nil {
+			continue
+		}
+		if !pipeline.IsFatal(err) || !strings.Contains(err.Error(), "no primary key") {
+			t.Fatalf("read: %v, want the refusal as a fatal error", err)
+		}
+		break
+	}
+
+	db2 := newFakeDB(t)
+	fill(db2, 10)
+	db2.planErr = db.planErr
+	e2, _ := openEngine(t, db2, Options{Parallel: 1}, nil)
+	if _, err := e2.Request(db2.table.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	sink := newFakeSink()
+	for len(e2.Snapshotting()) > 0 {
+		drain(t, e2, db2, sink) // the stream moves while the worker plans
+	}
+	if st := e2.Status(); !strings.Contains(st.SnapshotError, "refused") {
+		t.Fatalf("status error %q, want the refusal", st.SnapshotError)
+	}
+}
+
+// A change in the window that sends a column unchanged (Postgres TOAST
+// under REPLICA IDENTITY DEFAULT) drops its row from the chunk, but a
+// sink new to the table holds no value to keep: the key is read again in
+// a window of its own, and the sink ends with the value.
+func TestUnchangedValueInTheWindowIsReadAgain(t *testing.T) {
+	db := newFakeDB(t)
+	fill(db, 10)
+	var once sync.Once
+	db.onChunk = func() {
+		once.Do(func() { db.commit(true, op{kind: pipeline.OpUpdate, key: 3, old: 3, unchanged: true}) })
+	}
+	sink := newFakeSink()
+	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1, ChunkRows: 64}, nil)
+	finish(t, e, db, sink)
+	if n := e.Stats().Refetched; n != 1 {
+		t.Fatalf("%d keys read again, want 1", n)
 	}
 }

@@ -28,6 +28,7 @@ type fakeDB struct {
 	chunks  int
 	onChunk func() // called inside Chunk, after the read
 	onPlan  func() // called inside Plan, after the read
+	planErr error
 }
 
 func newFakeDB(t *testing.T) *fakeDB {
@@ -38,10 +39,11 @@ func newFakeDB(t *testing.T) *fakeDB {
 }
 
 type op struct {
-	kind  pipeline.Op
-	key   int64
-	old   int64 // for a key update: the old key
-	value string
+	kind      pipeline.Op
+	key       int64
+	old       int64 // for a key update: the old key
+	value     string
+	unchanged bool // an update that leaves v as is and sends it unchanged (Postgres TOAST)
 }
 
 // commit applies ops in one transaction and logs them; visible false
@@ -59,6 +61,9 @@ func (db *fakeDB) commit(visible bool, ops ...op) uint64 {
 		switch o.kind {
 		case pipeline.OpInsert, pipeline.OpUpdate:
 			r.After = []any{o.key, o.value}
+			if o.unchanged {
+				r.After[1] = pipeline.UnchangedValue
+			}
 			if o.old != o.key && o.kind == pipeline.OpUpdate {
 				r.Before = []any{o.old, nil}
 			}
@@ -72,6 +77,9 @@ func (db *fakeDB) commit(visible bool, ops ...op) uint64 {
 			prev()
 			switch o.kind {
 			case pipeline.OpInsert, pipeline.OpUpdate:
+				if o.unchanged {
+					return
+				}
 				if o.kind == pipeline.OpUpdate && o.old != o.key {
 					delete(db.rows, o.old)
 				}
@@ -126,6 +134,9 @@ func keyOf(c Cursor) (int64, bool) {
 func (db *fakeDB) Plan(_ context.Context, t Target, after Cursor, parts int) (Plan, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	if db.planErr != nil {
+		return Plan{}, db.planErr
+	}
 	keys := db.sortedKeys()
 	p := Plan{Table: db.table, Rows: int64(len(keys))}
 	if len(keys) == 0 {
@@ -168,6 +179,21 @@ func (db *fakeDB) Chunk(_ context.Context, t Target, after, upTo Cursor, limit i
 	db.mu.Unlock()
 	if f != nil {
 		f()
+	}
+	return c, nil
+}
+
+func (db *fakeDB) Keys(_ context.Context, t Target, keys [][]any) (Chunk, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	c := Chunk{Table: db.table}
+	for _, k := range keys {
+		if v, ok := db.rows[k[0].(int64)]; ok {
+			c.Rows = append(c.Rows, []any{k[0], v})
+		}
+	}
+	for xid := range db.hidden {
+		c.InProgress = append(c.InProgress, xid)
 	}
 	return c, nil
 }
@@ -249,8 +275,14 @@ func (s *fakeSink) apply(t *testing.T, recs []pipeline.Record) {
 			s.set(r.Before[0].(int64), r.Version, nil)
 		}
 		if r.After != nil {
-			v := r.After[1].(string)
-			s.set(r.After[0].(int64), r.Version, &v)
+			k := r.After[0].(int64)
+			v, ok := r.After[1].(string)
+			if !ok { // unchanged: keep what the sink holds
+				if v, ok = s.rows[k]; !ok {
+					v = "<no value to keep>"
+				}
+			}
+			s.set(k, r.Version, &v)
 		} else {
 			s.set(r.Before[0].(int64), r.Version, nil)
 		}

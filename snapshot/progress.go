@@ -125,13 +125,24 @@ func StreamPosition(p pipeline.Position) pipeline.Position {
 	return pipeline.Position(pos.Stream)
 }
 
-// encode wraps stream with the progress as it is now.
-func (p *progress) encode(stream pipeline.Position) pipeline.Position {
-	b, err := json.Marshal(position{Stream: json.RawMessage(stream), Snapshot: p})
+// marshal is the JSON of p.
+func (p *progress) marshal() []byte {
+	b, err := json.Marshal(p)
 	if err != nil { // only strings, numbers and raw JSON the readers made
-		panic(fmt.Sprintf("snapshot: encode position: %v", err))
+		panic(fmt.Sprintf("snapshot: encode progress: %v", err))
 	}
 	return b
+}
+
+// wrap makes the engine's position from the source's and the progress's
+// JSON, without encoding either again.
+func wrap(stream pipeline.Position, progress []byte) pipeline.Position {
+	b := make([]byte, 0, len(stream)+len(progress)+25)
+	b = append(b, `{"stream":`...)
+	b = append(b, stream...)
+	b = append(b, `,"snapshot":`...)
+	b = append(b, progress...)
+	return append(b, '}')
 }
 
 func (p *progress) know(table string) {

@@ -67,6 +67,11 @@ type Reader interface {
 	// keys are above after (nil: from the first row) and at most upTo
 	// (nil: no bound), in key order.
 	Chunk(ctx context.Context, t Target, after, upTo Cursor, limit int) (Chunk, error)
+	// Keys reads, in one consistent read like Chunk's, the current rows
+	// of t among keys (each key's values in the table's key order, in
+	// the record model's types), in key order; keys with no row are
+	// absent.
+	Keys(ctx context.Context, t Target, keys [][]any) (Chunk, error)
 	// Mark commits a watermark holding token into the database's log, in
 	// a transaction of its own that changes nothing else, and returns
 	// once it committed. The source's stream then delivers it, in commit

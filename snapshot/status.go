@@ -106,16 +106,20 @@ func (e *Engine) Status() pipeline.SourceStatus {
 	for _, f := range e.finished {
 		st.Tables = append(st.Tables, f.status)
 	}
-	if e.lastErr != nil && len(e.prog.Tables) > 0 {
+	switch {
+	case e.lastErr != nil && len(e.prog.Tables) > 0:
 		st.SnapshotError = e.lastErr.Error()
+	case e.refused != nil:
+		st.SnapshotError = e.refused.Error()
 	}
 	return st
 }
 
 // Stats counts the chunks of this run.
 type Stats struct {
-	Chunks int64 // emitted
-	Redone int64 // read again (visibility or schema)
+	Chunks    int64 // emitted
+	Redone    int64 // read again (visibility or schema)
+	Refetched int64 // keys read again after an unchanged value in their window
 }
 
 // Stats returns the counts of this run.

@@ -19,8 +19,26 @@ import (
 // end, so a checkpoint covers exactly the chunks emitted before it.
 func (e *Engine) Read(ctx context.Context) (pipeline.Batch, error) {
 	for len(e.pending) == 0 {
-		b, err := e.src.Read(ctx)
+		// A refusal that stops the pipeline interrupts a blocked read.
+		rctx, cancel := context.WithCancel(ctx)
+		e.mu.Lock()
+		fatal := e.fatal
+		e.interrupt = cancel
+		e.mu.Unlock()
+		if fatal != nil {
+			cancel()
+			return pipeline.Batch{}, pipeline.Fatal(fatal)
+		}
+		b, err := e.src.Read(rctx)
+		e.mu.Lock()
+		e.interrupt = nil
+		fatal = e.fatal
+		e.mu.Unlock()
+		cancel()
 		if err != nil {
+			if fatal != nil && ctx.Err() == nil {
+				return b, pipeline.Fatal(fatal)
+			}
 			return b, err
 		}
 		e.scan(b)
@@ -81,6 +99,7 @@ func (e *Engine) scan(b pipeline.Batch) {
 				bar.Size = pipeline.EstimateSize(&bar)
 				recs = append(recs, bar)
 				t.Barrier, t.barrier = false, nil
+				e.progChanged = true
 			}
 			continue
 		}
@@ -121,11 +140,16 @@ func (e *Engine) track(recs []pipeline.Record) {
 	}
 }
 
-// positioned wraps b's position with the progress as it is now.
+// positioned wraps b's position with the progress as it is now; the
+// progress is encoded again only after it changed (e.changed).
 func (e *Engine) positioned(b pipeline.Batch) pipeline.Batch {
-	if b.Pos != nil {
-		b.Pos = e.prog.encode(b.Pos)
+	if b.Pos == nil {
+		return b
 	}
+	if e.progJSON == nil || e.progChanged {
+		e.progJSON, e.progChanged = e.prog.marshal(), false
+	}
+	b.Pos = wrap(b.Pos, e.progJSON)
 	return b
 }
 
@@ -207,24 +231,49 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 			rows = append(rows, r)
 		}
 	}
-	// The range moves on only now: the rows are in this batch, whose
-	// position carries the new cursor (Invariant 12).
-	if len(c.Rows)+len(c.Dead) < w.limit || c.Last == nil {
-		w.rng.Done = true
-	} else {
-		w.rng.After = c.Last
+	e.m.rows.Add(float64(len(rows)))
+	o := outcome{emitted: len(rows)}
+	for k, key := range w.unchanged {
+		if _, in := w.keys[k]; in {
+			o.refetch = append(o.refetch, key)
+		}
+	}
+	if w.keyed != nil {
+		e.stats.Refetched += int64(len(w.keyed))
+		if len(o.refetch) == 0 {
+			e.advance(t, w.rng, w.then.last, w.then.short)
+		}
+		w.finish(o)
+		return rows, c.Dead
 	}
 	t.Rows += int64(len(c.Rows))
 	t.Chunks++
 	e.rateOf(t).add(len(c.Rows))
-	e.m.rows.Add(float64(len(rows)))
 	e.m.chunks.WithLabelValues("emitted").Inc()
 	e.stats.Chunks++
+	o.last, o.short = c.Last, len(c.Rows)+len(c.Dead) < w.limit || c.Last == nil
+	if len(o.refetch) == 0 {
+		// The range moves on only now: the rows are in this batch, whose
+		// position carries the new cursor (Invariant 12).
+		e.advance(t, w.rng, o.last, o.short)
+	}
+	e.progChanged = true
+	w.finish(o)
+	return rows, c.Dead
+}
+
+// advance moves rng past a chunk whose rows (and keys read again) are
+// emitted; e.mu is held.
+func (e *Engine) advance(t *tableProgress, rng *keyRange, last Cursor, short bool) {
+	if short {
+		rng.Done = true
+	} else {
+		rng.After = last
+	}
+	e.progChanged = true
 	if t.done() {
 		e.finishTable(t)
 	}
-	w.finish(outcome{emitted: len(rows)})
-	return rows, c.Dead
 }
 
 // finishTable records a finished table; e.mu is held.
@@ -238,6 +287,7 @@ func (e *Engine) finishTable(t *tableProgress) {
 	if t.Where == "" {
 		e.prog.know(t.id().String())
 	}
+	e.progChanged = true
 	// Done once a checkpoint covers the last rows (Ack).
 	e.finished = append(e.finished, finishedTable{run: t.Run, status: pipeline.TableStatus{Table: t.id().String(),
 		RowsDone: t.Rows, RowsTotal: t.Rows, Incremental: true, Chunks: t.Chunks, Where: t.Where}})

@@ -22,7 +22,18 @@ type window struct {
 	cleared bool // a truncate of the table in the window
 
 	chunk *Chunk
-	high  *pipeline.Table // the table's shape at H
+	keys  map[string]struct{} // the chunk's keys
+	high  *pipeline.Table     // the table's shape at H
+
+	// keyed: a window reading only these keys again (no range); then, the
+	// range's move it makes once no key needs another read.
+	keyed [][]any
+	then  outcome
+	// unchanged holds the keys whose change in the window carried an
+	// unchanged value (Postgres unchanged TOAST): dropped from the chunk
+	// like every touched key, the sink may hold no value to keep for
+	// them, so they are read again in a window of their own.
+	unchanged map[string][]any
 
 	done chan outcome // buffered; receives once
 	over bool
@@ -37,6 +48,11 @@ type outcome struct {
 	emitted int    // rows emitted
 	redo    string // why the chunk must be read again ("" when emitted)
 	err     error
+	// refetch: keys to read again (window.unchanged); the range moves on
+	// to last (or is done, short) only once they are.
+	refetch [][]any
+	last    Cursor
+	short   bool
 }
 
 func (w *window) finish(o outcome) {
@@ -63,13 +79,57 @@ func splitToken(tok string) (stem, kind string, ok bool) {
 	return "", "", false
 }
 
-// touch records the keys of a change of the window's table.
+// touch records the keys of a change of the window's table. Once the
+// chunk is read only its own keys are kept, so the set stays within the
+// chunk's size however many changes the window sees (Invariant 6).
 func (w *window) touch(r *pipeline.Record) {
 	for _, img := range [2][]any{r.Before, r.After} {
 		if img == nil {
 			continue
 		}
-		w.touched[verify.RowKey(r.Table, img)] = struct{}{}
+		k := verify.RowKey(r.Table, img)
+		if w.keys != nil {
+			if _, in := w.keys[k]; !in {
+				continue
+			}
+		}
+		w.touched[k] = struct{}{}
+		if img := r.After; img != nil && hasUnchanged(img) && verify.RowKey(r.Table, img) == k {
+			if w.unchanged == nil {
+				w.unchanged = map[string][]any{}
+			}
+			w.unchanged[k] = r.Key()
+		}
+	}
+}
+
+func hasUnchanged(img []any) bool {
+	for _, v := range img {
+		if v == pipeline.UnchangedValue {
+			return true
+		}
+	}
+	return false
+}
+
+// chunkKeys is the set of c's row keys.
+func chunkKeys(c *Chunk) map[string]struct{} {
+	keys := make(map[string]struct{}, len(c.Rows))
+	for _, row := range c.Rows {
+		keys[verify.RowKey(c.Table, row)] = struct{}{}
+	}
+	return keys
+}
+
+// setChunk registers the chunk and its keys (before H is written): the
+// keys touched so far that are not the chunk's are forgotten.
+func (w *window) setChunk(c *Chunk, keys map[string]struct{}) {
+	w.chunk, w.keys = c, keys
+	for k := range w.touched {
+		if _, in := w.keys[k]; !in {
+			delete(w.touched, k)
+			delete(w.unchanged, k)
+		}
 	}
 }
 

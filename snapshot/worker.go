@@ -41,6 +41,13 @@ func (e *Engine) work(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if pipeline.IsFatal(err) {
+			// Retrying cannot help (a table without a key): the request
+			// is dropped and says why; a fresh pipeline's table stops the
+			// pipeline, since its rows would never arrive.
+			e.refuse(t, err)
+			continue
+		}
 		e.mu.Lock()
 		e.lastErr = fmt.Errorf("snapshot of %s: %w", t.id(), err)
 		e.mu.Unlock()
@@ -105,6 +112,7 @@ func (e *Engine) plan(ctx context.Context, t *tableProgress) error {
 	t.shape = p.Table
 	t.Estimate = p.Rows
 	t.Planned = true
+	e.progChanged = true
 	t.Ranges = nil
 	after := Cursor(nil)
 	for _, s := range append(p.Splits, p.Max) {
@@ -128,6 +136,7 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 		e.mu.Unlock()
 		e.signal()
 	}()
+	redoWait := minRedoWait
 	for {
 		e.mu.Lock()
 		done, after, upTo := rng.Done, rng.After, rng.UpTo
@@ -135,15 +144,66 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 		if done {
 			return limit, nil
 		}
-		took, o, err := e.window(ctx, t, rng, after, upTo, limit)
+		took, o, err := e.window(ctx, t, rng, limit, func(ctx context.Context) (Chunk, error) {
+			return e.rd.Chunk(ctx, t.target(), after, upTo, limit)
+		}, nil, outcome{})
 		if err != nil {
 			return limit, err
 		}
+		for keys := o.refetch; len(keys) > 0; {
+			// Keys whose change in the window kept an unchanged value:
+			// read them again, until no change in their own window does;
+			// the last such window moves the range on.
+			_, ko, err := e.window(ctx, t, rng, len(keys), func(ctx context.Context) (Chunk, error) {
+				return e.rd.Keys(ctx, t.target(), keys)
+			}, keys, o)
+			if err != nil {
+				return limit, err
+			}
+			if ko.redo == "" {
+				keys = ko.refetch
+			}
+		}
 		if o.redo != "" {
-			e.log.Debug("chunk read again", zap.String("table", t.id().String()), zap.String("why", o.redo))
+			// Visibility can lag for as long as a synchronous standby
+			// does not answer: back off rather than flood the log with
+			// watermarks.
+			e.log.Debug("chunk read again", zap.String("table", t.id().String()), zap.String("why", o.redo), zap.Duration("in", redoWait))
+			select {
+			case <-time.After(redoWait):
+			case <-ctx.Done():
+				return limit, ctx.Err()
+			}
+			redoWait = min(2*redoWait, 5*time.Second)
 			continue
 		}
+		redoWait = minRedoWait
 		limit = adapt(limit, took, e.opts.ChunkTime, e.opts.MaxChunkRows)
+	}
+}
+
+const minRedoWait = 20 * time.Millisecond
+
+// refuse drops t's request after a permanent error.
+func (e *Engine) refuse(t *tableProgress, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t.planning = false
+	for i, x := range e.prog.Tables {
+		if x == t {
+			e.prog.Tables = append(e.prog.Tables[:i:i], e.prog.Tables[i+1:]...)
+			break
+		}
+	}
+	e.progChanged = true
+	e.m.tables.Set(float64(len(e.prog.Tables)))
+	e.refused = fmt.Errorf("snapshot of %s refused: %w", t.id(), err)
+	e.log.Error("snapshot refused", zap.String("table", t.id().String()), zap.String("where", t.Where), zap.Error(err))
+	if t.Barrier && e.fatal == nil {
+		e.fatal = e.refused
+		if e.interrupt != nil {
+			e.interrupt()
+		}
 	}
 }
 
@@ -171,8 +231,9 @@ func (e *Engine) register(w *window) string {
 
 // window runs one chunk: L, read, H, then waits until Read's goroutine
 // reconciled it at H.
-func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, after, upTo Cursor, limit int) (time.Duration, outcome, error) {
-	w := &window{table: t, rng: rng, limit: limit, touched: map[string]struct{}{}, done: make(chan outcome, 1)}
+func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, limit int,
+	read func(context.Context) (Chunk, error), keyed [][]any, then outcome) (time.Duration, outcome, error) {
+	w := &window{table: t, rng: rng, limit: limit, keyed: keyed, then: then, touched: map[string]struct{}{}, done: make(chan outcome, 1)}
 	e.register(w)
 	e.m.windows.Inc()
 	defer e.m.windows.Dec()
@@ -191,7 +252,7 @@ func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, af
 		return abandon(fmt.Errorf("low watermark: %w", err))
 	}
 	start := time.Now()
-	c, err := e.rd.Chunk(ctx, t.target(), after, upTo, limit)
+	c, err := read(ctx)
 	took := time.Since(start)
 	if err != nil {
 		return abandon(fmt.Errorf("read: %w", err))
@@ -199,8 +260,9 @@ func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, af
 	if c.Table == nil {
 		return abandon(errors.New("read: the reader returned no shape"))
 	}
+	keys := chunkKeys(&c)
 	e.mu.Lock()
-	w.chunk = &c
+	w.setChunk(&c, keys)
 	e.mu.Unlock()
 	err = e.rd.Mark(ctx, w.stem+highSuffix, id, func(shape *pipeline.Table) error {
 		e.mu.Lock()

@@ -90,9 +90,12 @@ func (r *ChunkReader) keyedShape(ctx context.Context, q Querier, t pipeline.Tabl
 	if err != nil {
 		return nil, fmt.Errorf("table %s: %w", t, err)
 	}
-	if !shape.HasPrimaryKey || len(shape.Table.KeyIdx) == 0 {
-		return nil, pipeline.Fatal(fmt.Errorf("table %s has no primary key, which incremental snapshots read in order of: "+
-			"add one (ALTER TABLE %s ADD PRIMARY KEY (…)), or snapshot it with the initial load", t, refOf(t).quoted()))
+	// The primary key, else the replica identity index (unique, its
+	// columns NOT NULL): both order every row exactly once.
+	if len(shape.Table.KeyIdx) == 0 || !shape.HasPrimaryKey && shape.ReplicaIdentity != 'i' {
+		return nil, pipeline.Fatal(fmt.Errorf("table %s has no primary key or replica identity index, which incremental snapshots "+
+			"read in order of: add one (ALTER TABLE %[2]s ADD PRIMARY KEY (…), or ALTER TABLE %[2]s REPLICA IDENTITY USING INDEX "+
+			"<a unique index on NOT NULL columns>), or load it with snapshot mode initial", t, refOf(t).quoted()))
 	}
 	return shape, nil
 }
@@ -104,12 +107,18 @@ func (r *ChunkReader) Plan(ctx context.Context, t snapshot.Target, after snapsho
 		return snapshot.Plan{}, err
 	}
 	defer c.Release()
-	shape, err := r.keyedShape(ctx, c, t.Table)
+	// Read only: the filter of a request is the operator's SQL.
+	tx, err := c.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return snapshot.Plan{}, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	shape, err := r.keyedShape(ctx, tx, t.Table)
 	if err != nil {
 		return snapshot.Plan{}, err
 	}
 	p := snapshot.Plan{Table: shape.Table}
-	if err := c.QueryRow(ctx, "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1", shape.RelationOID).Scan(&p.Rows); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1", shape.RelationOID).Scan(&p.Rows); err != nil {
 		return p, fmt.Errorf("estimate rows of %s: %w", t.Table, err)
 	}
 	q := newKeyQuery(shape, t, after, nil)
@@ -139,9 +148,38 @@ func (r *ChunkReader) Plan(ctx context.Context, t snapshot.Target, after snapsho
 	return p, nil
 }
 
-// Chunk implements snapshot.Reader: LOCK TABLE comes before the
+// Chunk implements snapshot.Reader.
+func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit int) (snapshot.Chunk, error) {
+	return r.read(ctx, t, func(shape *TableShape) (string, [][]byte, error) {
+		sql, args := newKeyQuery(shape, t, after, upTo).rows(limit)
+		return sql, args, nil
+	})
+}
+
+// Keys implements snapshot.Reader: the rows among keys, in key order.
+func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any) (snapshot.Chunk, error) {
+	return r.read(ctx, t, func(shape *TableShape) (string, [][]byte, error) {
+		where, params, err := keyFilter(shape.Table, keys)
+		if err != nil {
+			return "", nil, err
+		}
+		args := make([][]byte, len(params))
+		for i, p := range params {
+			args[i] = []byte(p.(string))
+		}
+		cols := make([]string, len(shape.Table.Columns))
+		for i, c := range shape.Table.Columns {
+			cols[i] = quoteIdent(c.Name)
+		}
+		return "SELECT " + strings.Join(cols, ", ") + " FROM " + refOf(t.Table).quoted() + " WHERE " + where +
+			" ORDER BY " + keyList(shape), args, nil
+	})
+}
+
+// read runs the query query builds for the table's shape in one
+// REPEATABLE READ READ ONLY transaction. LOCK TABLE comes before the
 // transaction's snapshot, so the rows and the shape read under it agree.
-func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit int) (ch snapshot.Chunk, err error) {
+func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func(*TableShape) (string, [][]byte, error)) (ch snapshot.Chunk, err error) {
 	c, err := r.conn(ctx)
 	if err != nil {
 		return ch, err
@@ -167,8 +205,10 @@ func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo 
 		return ch, err
 	}
 	ch.Table = shape.Table
-	q := newKeyQuery(shape, t, after, upTo)
-	sql, args := q.rows(limit)
+	sql, args, err := query(shape)
+	if err != nil {
+		return ch, err
+	}
 	res := c.Conn().PgConn().ExecParams(ctx, sql, args, nil, nil, nil)
 	var lastKey []string
 	for res.NextRow() {

@@ -239,3 +239,114 @@ func TestIncrementalSnapshotRedoesAChunkHiddenByVisibilitySkew(t *testing.T) {
 		t.Fatalf("the chunk was read again %d times while the update was invisible, want at least 2", n)
 	}
 }
+
+// A table keyed by its replica identity index (unique, NOT NULL, no
+// primary key) is read in that index's order; a table with neither
+// (REPLICA IDENTITY FULL) is refused with the statements that fix it.
+func TestIncrementalSnapshotKeysAndRefusal(t *testing.T) {
+	pg, ctx := testDB(t)
+	exec(t, ctx, pg, "shop",
+		"CREATE TABLE ri (code text NOT NULL, n int NOT NULL, v text)",
+		"CREATE UNIQUE INDEX ri_key ON ri (code, n)",
+		"ALTER TABLE ri REPLICA IDENTITY USING INDEX ri_key",
+		"INSERT INTO ri SELECT 'c' || (g % 7), g, 'v' || g FROM generate_series(1, 1000) g",
+		// Keys across a DST change, read by sessions whose database
+		// default zone is not UTC (sluice pins UTC on its own).
+		"ALTER DATABASE shop SET TimeZone = 'America/St_Johns'",
+		"CREATE TABLE tz (ts timestamptz, u uuid, PRIMARY KEY (ts, u))",
+		"INSERT INTO tz SELECT timestamptz '2026-11-01 00:00:00-02:30' + g * interval '37 seconds', md5(g::text)::uuid FROM generate_series(1, 600) g",
+		"INSERT INTO tz SELECT ts, md5(u::text)::uuid FROM tz WHERE extract(second FROM ts)::int % 3 = 0",
+		"CREATE TABLE bag (v text)",
+		"ALTER TABLE bag REPLICA IDENTITY FULL",
+		"INSERT INTO bag VALUES ('x'), ('x')")
+	opts := testOptions(pg, "public.ri", "public.tz", "public.bag")
+	opts.FullIdentityTables = []string{"public.bag"}
+	src, err := New(opts, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Parallel: 2, ChunkRows: 64, MaxChunkRows: 128,
+		Tables: []pipeline.TableID{{Schema: "public", Table: "ri"}, {Schema: "public", Table: "tz"}, {Schema: "public", Table: "bag"}}, Log: testLogger(t)})
+	if err := eng.Open(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	sink := newMemSink()
+	for _, tb := range []string{"ri", "tz", "bag"} {
+		if _, err := eng.Request(pipeline.TableID{Schema: "public", Table: tb}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for len(eng.Snapshotting()) > 0 {
+		catchUp(t, ctx, pg, eng, sink)
+		exec(t, ctx, pg, "shop", "SELECT pg_logical_emit_message(true, 'test', 'tick')")
+	}
+	catchUp(t, ctx, pg, eng, sink)
+	equalRows(t, "ri", sink.table("public.ri"), selectRows(t, ctx, pg, "SELECT code, n::bigint, v FROM ri"))
+	var tzRows int
+	if err := pgxQueryRow(ctx, pg, "SELECT count(*) FROM tz", &tzRows); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(sink.table("public.tz")); got != tzRows {
+		t.Fatalf("tz: the sink holds %d rows, the table %d", got, tzRows)
+	}
+	if st := eng.Status(); !strings.Contains(st.SnapshotError, "public.bag") || !strings.Contains(st.SnapshotError, "REPLICA IDENTITY USING INDEX") {
+		t.Fatalf("status error %q, want bag's refusal with the fix", st.SnapshotError)
+	}
+}
+
+func pgxQueryRow(ctx context.Context, pg *harness.Postgres, sql string, into ...any) error {
+	c, err := pgx.Connect(ctx, pg.DSN("shop"))
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	return c.QueryRow(ctx, sql).Scan(into...)
+}
+
+// afterChunk is a snapshot.Reader that runs hook once, after the first
+// chunk read and before its high watermark.
+type afterChunk struct {
+	snapshot.Reader
+	once sync.Once
+	hook func()
+}
+
+func (a *afterChunk) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit int) (snapshot.Chunk, error) {
+	c, err := a.Reader.Chunk(ctx, t, after, upTo, limit)
+	a.once.Do(a.hook)
+	return c, err
+}
+
+// Updates inside a chunk's window that leave a TOASTed value unchanged
+// (REPLICA IDENTITY DEFAULT) send it as unchanged; the rows are dropped
+// from the chunk, and a sink new to the table has no value to keep. The
+// engine reads those keys again, so every row lands with its value.
+func TestIncrementalSnapshotReadsUnchangedToastAgain(t *testing.T) {
+	pg, ctx := testDB(t)
+	exec(t, ctx, pg, "shop",
+		"CREATE TABLE doc (id bigint PRIMARY KEY, n int, body text)",
+		"INSERT INTO doc SELECT g, 0, (SELECT string_agg(md5(random()::text || x || g), '') FROM generate_series(1, 200) x) FROM generate_series(1, 300) g")
+	src, err := New(testOptions(pg, "public.doc"), testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := &afterChunk{Reader: src.ChunkReader(4), hook: func() {
+		if err := pg.Exec(ctx, "shop", "UPDATE doc SET n = n + 1 WHERE id <= 40"); err != nil {
+			t.Error(err) // a worker goroutine: no FailNow here
+		}
+	}}
+	eng := snapshot.New(src, rd, snapshot.Options{Tables: []pipeline.TableID{{Schema: "public", Table: "doc"}}, Fresh: true,
+		Parallel: 1, ChunkRows: 64, MaxChunkRows: 64, Log: testLogger(t)})
+	if err := eng.Open(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	sink := newMemSink()
+	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
+	catchUp(t, ctx, pg, eng, sink)
+	equalRows(t, "doc", sink.table("public.doc"), selectRows(t, ctx, pg, "SELECT id, n::bigint, body FROM doc"))
+	if n := eng.Stats().Refetched; n < 40 {
+		t.Fatalf("%d keys read again, want the 40 updated in the window", n)
+	}
+}

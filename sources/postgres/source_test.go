@@ -259,7 +259,7 @@ func newMemSink() *memSink {
 func (m *memSink) apply(recs []pipeline.Record) {
 	for _, r := range recs {
 		m.records = append(m.records, r)
-		if r.Op == pipeline.OpHeartbeat {
+		if !r.Op.IsData() { // heartbeats, shapes
 			continue
 		}
 		tbl := r.Table.ID.String()
