@@ -155,6 +155,7 @@ func (e *Engine) positioned(b pipeline.Batch) pipeline.Batch {
 
 // touch adds r's keys to every started window of its table.
 func (e *Engine) touch(r *pipeline.Record) {
+	var keys *changeKeys
 	for _, w := range e.windows {
 		if !w.started || w.over || !sameTable(w.table.id(), r.Table.ID) {
 			continue
@@ -163,7 +164,11 @@ func (e *Engine) touch(r *pipeline.Record) {
 			w.cleared = true
 			continue
 		}
-		w.touch(r)
+		if keys == nil {
+			k := keysOf(r)
+			keys = &k
+		}
+		w.touch(*keys)
 	}
 }
 

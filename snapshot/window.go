@@ -79,26 +79,46 @@ func splitToken(tok string) (stem, kind string, ok bool) {
 	return "", "", false
 }
 
+// changeKeys are the keys a change touches, computed once per change
+// however many windows of its table are open.
+type changeKeys struct {
+	old, new  string // "" when the image is absent
+	unchanged []any  // the new key's values when the change sent an unchanged value
+}
+
+func keysOf(r *pipeline.Record) changeKeys {
+	var k changeKeys
+	if r.Before != nil {
+		k.old = verify.RowKey(r.Table, r.Before)
+	}
+	if r.After != nil {
+		k.new = verify.RowKey(r.Table, r.After)
+		if hasUnchanged(r.After) {
+			k.unchanged = r.Key()
+		}
+	}
+	return k
+}
+
 // touch records the keys of a change of the window's table. Once the
 // chunk is read only its own keys are kept, so the set stays within the
 // chunk's size however many changes the window sees (Invariant 6).
-func (w *window) touch(r *pipeline.Record) {
-	for _, img := range [2][]any{r.Before, r.After} {
-		if img == nil {
+func (w *window) touch(k changeKeys) {
+	for _, key := range [2]string{k.old, k.new} {
+		if key == "" {
 			continue
 		}
-		k := verify.RowKey(r.Table, img)
 		if w.keys != nil {
-			if _, in := w.keys[k]; !in {
+			if _, in := w.keys[key]; !in {
 				continue
 			}
 		}
-		w.touched[k] = struct{}{}
-		if img := r.After; img != nil && hasUnchanged(img) && verify.RowKey(r.Table, img) == k {
+		w.touched[key] = struct{}{}
+		if key == k.new && k.unchanged != nil {
 			if w.unchanged == nil {
 				w.unchanged = map[string][]any{}
 			}
-			w.unchanged[k] = r.Key()
+			w.unchanged[key] = k.unchanged
 		}
 	}
 }
