@@ -137,6 +137,19 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 		e.signal()
 	}()
 	redoWait := minRedoWait
+	// pause backs off before a chunk (or keys) read again: visibility can
+	// lag for as long as a synchronous standby does not answer, and each
+	// read costs two watermarks.
+	pause := func(why string) error {
+		e.log.Debug("chunk read again", zap.String("table", t.id().String()), zap.String("why", why), zap.Duration("in", redoWait))
+		select {
+		case <-time.After(redoWait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		redoWait = min(2*redoWait, 5*time.Second)
+		return nil
+	}
 	for {
 		e.mu.Lock()
 		done, after, upTo := rng.Done, rng.After, rng.UpTo
@@ -162,19 +175,14 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 			}
 			if ko.redo == "" {
 				keys = ko.refetch
+			} else if err := pause(ko.redo); err != nil {
+				return limit, err
 			}
 		}
 		if o.redo != "" {
-			// Visibility can lag for as long as a synchronous standby
-			// does not answer: back off rather than flood the log with
-			// watermarks.
-			e.log.Debug("chunk read again", zap.String("table", t.id().String()), zap.String("why", o.redo), zap.Duration("in", redoWait))
-			select {
-			case <-time.After(redoWait):
-			case <-ctx.Done():
-				return limit, ctx.Err()
+			if err := pause(o.redo); err != nil {
+				return limit, err
 			}
-			redoWait = min(2*redoWait, 5*time.Second)
 			continue
 		}
 		redoWait = minRedoWait
