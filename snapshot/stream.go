@@ -106,6 +106,8 @@ func (e *Engine) scan(b pipeline.Batch) {
 		rows, dead := e.reconcile(w, r)
 		recs = append(recs, rows...)
 		out.Dead = append(out.Dead, dead...)
+		// Cut at H: its transaction's own position is a transaction
+		// boundary (Invariant 2) and covers the rows just emitted.
 		out.Records, out.Pos = recs, r.Pos
 		e.pending = append(e.pending, e.positioned(out))
 		out, recs = pipeline.Batch{}, make([]pipeline.Record, 0, len(b.Records)-i)
