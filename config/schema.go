@@ -115,12 +115,18 @@ type MySQLSource struct {
 	Snapshot          MySQLSnapshot    `yaml:"snapshot"`
 }
 
-// MySQLSnapshot configures the binlog source's initial load.
+// MySQLSnapshot configures the binlog source's copy of existing rows,
+// with the modes of Snapshot.
 type MySQLSnapshot struct {
-	Mode      string `yaml:"mode" default:"initial" enum:"initial|never"`
+	Mode      string `yaml:"mode" default:"initial" enum:"initial|incremental|never"`
 	Parallel  int    `yaml:"parallel" default:"2" min:"1" max:"64"`
 	ChunkRows int64  `yaml:"chunk_rows" default:"100000" min:"1"`
-	Lock      string `yaml:"lock" default:"flush_tables" enum:"flush_tables|none"`
+	// ChunkTime and MaxChunkRows size incremental chunks (Snapshot).
+	ChunkTime    Duration `yaml:"chunk_time" default:"500ms" min:"10ms"`
+	MaxChunkRows int      `yaml:"max_chunk_rows" default:"65536" min:"64" max:"1000000"`
+	// WatermarkTable is where incremental snapshots write watermarks.
+	WatermarkTable string `yaml:"watermark_table" default:"sluice.watermarks" pattern:"^[^.\\s]+\\.[^.\\s]+$" doc:"database.table"`
+	Lock           string `yaml:"lock" default:"flush_tables" enum:"flush_tables|none"`
 }
 
 // ReconnectBackoff bounds the exponential wait between reconnect attempts.

@@ -84,7 +84,26 @@ func buildMySQL(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) 
 	if err != nil {
 		return nil, err
 	}
-	return mysql.New(opts, log.Named("mysql"), reg)
+	m := cfg.Source.MySQL
+	if m.Snapshot.Mode == "incremental" {
+		opts.Snapshot.Mode = mysql.SnapshotNever // the engine reads the tables
+	}
+	src, err := mysql.New(opts, log.Named("mysql"), reg)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]pipeline.TableID, len(m.Tables))
+	for i, t := range m.Tables {
+		db, name, _ := strings.Cut(t, ".")
+		ids[i] = pipeline.TableID{Database: db, Schema: db, Table: name}
+	}
+	// Like Postgres, every MySQL pipeline runs the engine: tables added
+	// later and `sluice snapshot` requests use it.
+	return snapshot.New(src, src.ChunkReader(2*m.Snapshot.Parallel), snapshot.Options{
+		Tables: ids, Fresh: m.Snapshot.Mode == "incremental", IgnoreAdded: m.Snapshot.Mode == "never",
+		Parallel: m.Snapshot.Parallel, MaxChunkRows: m.Snapshot.MaxChunkRows, ChunkTime: m.Snapshot.ChunkTime.Std(),
+		Log: log.Named("snapshot"), Registerer: reg,
+	}), nil
 }
 
 // mysqlOptions are the MySQL source's options of cfg.
@@ -97,6 +116,7 @@ func mysqlOptions(cfg *config.Config) (mysql.Options, error) {
 		ReconnectInitial: m.ReconnectBackoff.Initial.Std(), ReconnectMax: m.ReconnectBackoff.Max.Std(),
 		Snapshot: mysql.SnapshotOptions{Mode: m.Snapshot.Mode, Parallel: m.Snapshot.Parallel, ChunkRows: int(m.Snapshot.ChunkRows),
 			Lock: m.Snapshot.Lock},
+		WatermarkTable: m.Snapshot.WatermarkTable,
 	}
 	if t := m.TLS; t.Enabled {
 		tc, err := tlsconf.Config(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)

@@ -204,9 +204,11 @@ func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
 // table already being snapshotted with the same condition is not queued
 // twice: its run id is returned.
 func (e *Engine) Request(table pipeline.TableID, where string) (string, error) {
-	if !slices.ContainsFunc(e.opts.Tables, func(id pipeline.TableID) bool { return sameTable(id, table) }) {
+	i := slices.IndexFunc(e.opts.Tables, func(id pipeline.TableID) bool { return sameTable(id, table) })
+	if i < 0 {
 		return "", fmt.Errorf("table %s is not captured by this pipeline (captured: %v)", table, e.opts.Tables)
 	}
+	table = e.opts.Tables[i] // as configured, with its database
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.prog == nil {

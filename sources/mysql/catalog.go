@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -28,6 +29,10 @@ var catalogKinds = map[string]byte{
 	"geometrycollection": gomysql.MYSQL_TYPE_GEOMETRY, "geomcollection": gomysql.MYSQL_TYPE_GEOMETRY,
 }
 
+// errNoColumns: the table is missing, or the user may see none of its
+// columns.
+var errNoColumns = errors.New("no such table, or no columns visible to this user")
+
 // catalogDescs describes a table's columns from information_schema, the
 // same way shapes.descs reads them from a TABLE_MAP event: the snapshot
 // reads with these, the stream with the binlog's, and the two agree for an
@@ -42,7 +47,7 @@ func catalogDescs(c *client.Conn, db, table string) ([]colDesc, error) {
 	}
 	defer r.Close()
 	if len(r.Values) == 0 {
-		return nil, fmt.Errorf("mysql source: table %s.%s has no columns visible to this user", db, table)
+		return nil, fmt.Errorf("mysql source: table %s.%s: %w", db, table, errNoColumns)
 	}
 	out := make([]colDesc, len(r.Values))
 	for i := range r.Values {

@@ -53,6 +53,9 @@ type decoder struct {
 	chunk     int
 	log       *zap.Logger
 	onDDL     func()
+	// marks recognizes the incremental snapshot's watermark rows (nil:
+	// none).
+	marks *watermarks
 
 	file    string
 	fileNum uint64
@@ -149,6 +152,10 @@ func (d *decoder) skipped(i int) bool {
 func (d *decoder) rows(e *replication.RowsEvent) error {
 	if !d.open {
 		return errors.New("mysql source: a rows event outside a transaction (no GTID event before it): is gtid_mode on?")
+	}
+	if d.marks.is(e.Table) {
+		d.watermark(e)
+		return nil
 	}
 	sh, err := d.shapes.of(e.Table)
 	if err != nil {

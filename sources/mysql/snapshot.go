@@ -63,8 +63,8 @@ type loadTable struct {
 	name   tableName
 	table  *pipeline.Table
 	descs  []colDesc
-	keys   []string // quoted key columns in key order
-	cols   string   // the quoted select list
+	keys   keyset
+	cols   string // the quoted select list
 	done   atomic.Int64
 	total  int64
 	gDone  prometheus.Gauge

@@ -31,10 +31,8 @@ func (l *snapshotLoad) plan(ctx context.Context) error {
 			cols[i] = quoteIdent(d.name)
 		}
 		t.cols = strings.Join(cols, ", ")
-		for _, i := range t.table.KeyIdx {
-			t.keys = append(t.keys, quoteIdent(descs[i].name))
-		}
-		if len(t.keys) == 0 {
+		t.keys = newKeyset(descs, t.table.KeyIdx)
+		if len(t.table.KeyIdx) == 0 {
 			return fmt.Errorf("mysql source: table %s.%s has no primary key", name.db, name.table)
 		}
 		if r, err := l.control.Execute("SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
@@ -64,10 +62,10 @@ func (l *snapshotLoad) plan(ctx context.Context) error {
 
 // boundaries returns the key of every ChunkRows-th row.
 func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable) ([][]any, error) {
-	keys := strings.Join(t.keys, ", ")
+	keys := t.keys.list()
 	from := quoteIdent(t.name.db) + "." + quoteIdent(t.name.table)
 	first := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s LIMIT 1 OFFSET %d", keys, from, keys, l.s.opts.Snapshot.ChunkRows-1)
-	cond := keyAfter(t.keys)
+	cond := t.keys.after()
 	next := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1 OFFSET %d", keys, from, cond, keys, l.s.opts.Snapshot.ChunkRows-1)
 	var out [][]any
 	var prev []any
@@ -80,7 +78,7 @@ func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable) ([][]any, e
 		if prev == nil {
 			r, err = l.control.Execute(first)
 		} else {
-			r, err = l.control.Execute(next, expandAfter(prev)...)
+			r, err = l.control.Execute(next, afterArgs(prev)...)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, err)
@@ -89,38 +87,15 @@ func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable) ([][]any, e
 			r.Close()
 			return out, nil
 		}
-		row := make([]any, len(t.keys))
-		for i, fv := range r.Values[0] {
-			row[i] = fieldValue(fv)
+		row, err := t.keys.bound(r.Values[0])
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, err)
 		}
 		r.Close()
 		out = append(out, row)
 		prev = row
 	}
-}
-
-// keyAfter is the condition "key > (?, …)" over the key columns, spelled
-// as OR of prefixes so MySQL uses the index: k1 > ? OR (k1 = ? AND k2 > ?) ….
-func keyAfter(keys []string) string {
-	var ors []string
-	for i := range keys {
-		var ands []string
-		for j := 0; j < i; j++ {
-			ands = append(ands, keys[j]+" = ?")
-		}
-		ands = append(ands, keys[i]+" > ?")
-		ors = append(ors, "("+strings.Join(ands, " AND ")+")")
-	}
-	return "(" + strings.Join(ors, " OR ") + ")"
-}
-
-// expandAfter lays out the arguments of keyAfter for key values v.
-func expandAfter(v []any) []any {
-	var args []any
-	for i := range v {
-		args = append(args, v[:i+1]...)
-	}
-	return args
 }
 
 // fieldValue turns a binary-protocol value into what converter.value reads.
@@ -197,20 +172,18 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 	var where []string
 	var args []any
 	if job.lo != nil {
-		cond := keyAfter(t.keys)
-		where = append(where, cond)
-		args = append(args, expandAfter(job.lo)...)
+		where = append(where, t.keys.after())
+		args = append(args, afterArgs(job.lo)...)
 	}
 	if job.hi != nil {
-		cond := keyAfter(t.keys)
-		where = append(where, "NOT "+cond)
-		args = append(args, expandAfter(job.hi)...)
+		where = append(where, "NOT "+t.keys.after())
+		args = append(args, afterArgs(job.hi)...)
 	}
 	q := "SELECT " + t.cols + " FROM " + quoteIdent(t.name.db) + "." + quoteIdent(t.name.table)
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY " + strings.Join(t.keys, ", ")
+	q += " ORDER BY " + t.keys.list()
 	stmt, err := r.c.Prepare(q)
 	if err != nil {
 		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, err)

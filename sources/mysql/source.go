@@ -30,7 +30,7 @@ const (
 // Snapshot locks (MySQL only; MariaDB never locks).
 const (
 	LockFlushTables = "flush_tables" // FLUSH TABLES WITH READ LOCK while the readers start
-	LockNone        = "none"         // needs the watermark snapshot (not available yet)
+	LockNone        = "none"         // takes no lock: only with the incremental snapshot engine (snapshot/)
 )
 
 // Options configure a MySQL/MariaDB source.
@@ -70,6 +70,10 @@ type Options struct {
 	// streams from this GTID set (MySQL) or position (MariaDB) instead of
 	// the server's current one: every transaction after it is read.
 	StartGTID string
+	// WatermarkTable, "database.table", turns on the incremental
+	// snapshot's watermarks (ChunkReader): the stream decodes this
+	// pipeline's rows of it as OpWatermark records.
+	WatermarkTable string
 }
 
 // SnapshotOptions configure the initial load.
@@ -114,6 +118,8 @@ type Source struct {
 	// floor is the highest epoch a sink recorded (floorHeld: any).
 	floor     uint64
 	floorHeld bool
+
+	readers []*ChunkReader // closed with the source
 
 	cancel    context.CancelFunc
 	streamCtx context.Context // the stream's context, kept while the load runs
@@ -172,6 +178,11 @@ func New(opts Options, log *zap.Logger, reg prometheus.Registerer) (*Source, err
 func (o *Options) withDefaults() error {
 	if len(o.Tables) == 0 {
 		return errors.New("mysql source: no tables to capture")
+	}
+	if o.WatermarkTable != "" {
+		if db, t, ok := strings.Cut(o.WatermarkTable, "."); !ok || db == "" || t == "" || strings.Contains(t, ".") {
+			return fmt.Errorf("mysql source: watermark table %q: want database.table", o.WatermarkTable)
+		}
 	}
 	if o.ServerID == 0 {
 		h := fnv.New32a()
@@ -320,8 +331,8 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 		s.start, s.phase = p, "stream"
 	default:
 		if !srv.MariaDB && s.opts.Snapshot.Lock == LockNone {
-			return errors.New("mysql source: snapshot.lock none needs the watermark (incremental) snapshot, which is not available yet: " +
-				"use lock: flush_tables (a brief FLUSH TABLES WITH READ LOCK) or snapshot.mode: never")
+			return errors.New("mysql source: the initial load of a MySQL server takes a brief FLUSH TABLES WITH READ LOCK, and " +
+				"snapshot.lock is none: use snapshot.mode: incremental, which takes no lock, or lock: flush_tables")
 		}
 		s.load = newSnapshotLoad(s, server)
 		if err := s.load.begin(ctx); err != nil {
@@ -462,6 +473,12 @@ func (s *Source) Close(context.Context) error {
 		s.load.close()
 	}
 	s.wg.Wait()
+	s.mu.Lock()
+	readers := s.readers
+	s.mu.Unlock()
+	for _, r := range readers {
+		r.Close()
+	}
 	return nil
 }
 

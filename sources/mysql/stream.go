@@ -38,7 +38,7 @@ type streamer struct {
 func newStreamer(s *Source, server string) *streamer {
 	dec := &decoder{flavor: s.flavor, server: server, shapes: s.shapes, chunk: txChunk, log: s.log,
 		conv: converter{zeroNull: s.opts.ZeroDates == ZeroDatesNull, charsets: s.cs}, captured: s.tables,
-		ignoreDDL: s.isIgnoredDDL, onDDL: s.m.ddl.Inc}
+		ignoreDDL: s.isIgnoredDDL, onDDL: s.m.ddl.Inc, marks: s.watermarks()}
 	return &streamer{s: s, log: s.log, dec: dec, out: make(chan txItem, streamBuffer), done: make(chan struct{})}
 }
 
@@ -290,9 +290,12 @@ func currentPosition(c *client.Conn, srv *Server) (Position, error) {
 	p := Position{Flavor: FlavorMySQL, File: file, Pos: uint32(pos)}
 	if srv.MariaDB {
 		p.Flavor = FlavorMariaDB
-		g, err := c.Execute("SELECT @@GLOBAL.gtid_binlog_pos")
+		// The GTID position of that very offset: gtid_binlog_pos, read
+		// in a statement of its own, may already be past it under
+		// concurrent commits, and the two would not name one point.
+		g, err := c.Execute("SELECT IFNULL(BINLOG_GTID_POS(?, ?), '')", file, pos)
 		if err != nil {
-			return Position{}, fmt.Errorf("mysql source: read gtid_binlog_pos: %w", err)
+			return Position{}, fmt.Errorf("mysql source: BINLOG_GTID_POS(%s, %d): %w", file, pos, err)
 		}
 		p.GTID, _ = getString(g, 0, 0)
 		g.Close()

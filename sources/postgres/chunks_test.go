@@ -50,7 +50,7 @@ func pumpEngine(t *testing.T, ctx context.Context, eng *snapshot.Engine, sink *m
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
-		sink.apply(b.Records)
+		sink.Apply(b.Records)
 		if b.Pos != nil {
 			last = b.Pos
 			if err := eng.Ack(ctx, b.Pos); err != nil {
@@ -165,8 +165,8 @@ func TestIncrementalSnapshotUnderConcurrentWrites(t *testing.T) {
 				}
 			}
 			catchUp(t, ctx, pg, eng, sink)
-			equalRows(t, "items", sink.table("public.items"), selectRows(t, ctx, pg, "SELECT id, v FROM items"))
-			equalRows(t, "pairs", sink.table("public.pairs"), selectRows(t, ctx, pg, "SELECT a::bigint, b, n FROM pairs"))
+			equalRows(t, "items", sink.Table("public.items"), selectRows(t, ctx, pg, "SELECT id, v FROM items"))
+			equalRows(t, "pairs", sink.Table("public.pairs"), selectRows(t, ctx, pg, "SELECT a::bigint, b, n FROM pairs"))
 			st := eng.Stats()
 			t.Logf("%d writer transactions during the snapshot; %d chunks, %d read again", txns.Load(), st.Chunks, st.Redone)
 			if txns.Load() < 50 || st.Chunks < 20 {
@@ -234,7 +234,7 @@ func TestIncrementalSnapshotRedoesAChunkHiddenByVisibilitySkew(t *testing.T) {
 	}
 	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
 	catchUp(t, ctx, pg, eng, sink)
-	equalRows(t, "items", sink.table("public.items"), selectRows(t, ctx, pg, "SELECT id, v FROM items"))
+	equalRows(t, "items", sink.Table("public.items"), selectRows(t, ctx, pg, "SELECT id, v FROM items"))
 	if n := eng.Stats().Redone; n < 2 {
 		t.Fatalf("the chunk was read again %d times while the update was invisible, want at least 2", n)
 	}
@@ -282,12 +282,12 @@ func TestIncrementalSnapshotKeysAndRefusal(t *testing.T) {
 		exec(t, ctx, pg, "shop", "SELECT pg_logical_emit_message(true, 'test', 'tick')")
 	}
 	catchUp(t, ctx, pg, eng, sink)
-	equalRows(t, "ri", sink.table("public.ri"), selectRows(t, ctx, pg, "SELECT code, n::bigint, v FROM ri"))
+	equalRows(t, "ri", sink.Table("public.ri"), selectRows(t, ctx, pg, "SELECT code, n::bigint, v FROM ri"))
 	var tzRows int
 	if err := pgxQueryRow(ctx, pg, "SELECT count(*) FROM tz", &tzRows); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(sink.table("public.tz")); got != tzRows {
+	if got := len(sink.Table("public.tz")); got != tzRows {
 		t.Fatalf("tz: the sink holds %d rows, the table %d", got, tzRows)
 	}
 	if st := eng.Status(); !strings.Contains(st.SnapshotError, "public.bag") || !strings.Contains(st.SnapshotError, "REPLICA IDENTITY USING INDEX") {
@@ -345,7 +345,7 @@ func TestIncrementalSnapshotReadsUnchangedToastAgain(t *testing.T) {
 	sink := newMemSink()
 	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
 	catchUp(t, ctx, pg, eng, sink)
-	equalRows(t, "doc", sink.table("public.doc"), selectRows(t, ctx, pg, "SELECT id, n::bigint, body FROM doc"))
+	equalRows(t, "doc", sink.Table("public.doc"), selectRows(t, ctx, pg, "SELECT id, n::bigint, body FROM doc"))
 	if n := eng.Stats().Refetched; n < 40 {
 		t.Fatalf("%d keys read again, want the 40 updated in the window", n)
 	}

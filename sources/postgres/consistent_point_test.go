@@ -87,7 +87,7 @@ func TestInitialLoadRepeatedUnderConcurrentCommits(t *testing.T) {
 				}
 			}
 		}
-		equalRows(t, "public.t", r.sink.table("public.t"), selectRows(t, ctx, pg, "SELECT id, n FROM t"))
+		equalRows(t, "public.t", r.sink.Table("public.t"), selectRows(t, ctx, pg, "SELECT id, n FROM t"))
 		if err := src.Close(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -121,8 +121,8 @@ func TestInitialLoadWithConcurrentWrites(t *testing.T) {
 	wg.Wait()
 	target := currentLSN(t, ctx, pg)
 	r.reachLSN(ctx, target)
-	equalRows(t, "public.t", r.sink.table("public.t"), selectRows(t, ctx, pg, "SELECT id, v, n FROM t"))
-	equalRows(t, "public.c", r.sink.table("public.c"), selectRows(t, ctx, pg, "SELECT a, b, payload FROM c"))
+	equalRows(t, "public.t", r.sink.Table("public.t"), selectRows(t, ctx, pg, "SELECT id, v, n FROM t"))
+	equalRows(t, "public.c", r.sink.Table("public.c"), selectRows(t, ctx, pg, "SELECT a, b, payload FROM c"))
 	if got := confirmedLSN(t, ctx, pg, opts.Slot); got < cp {
 		t.Fatalf("slot confirmed %s, below the consistent point %s", got, cp)
 	}
@@ -148,7 +148,7 @@ func TestInitialLoadSingleReader(t *testing.T) {
 	r.until(ctx, "the end of the load", func() bool { return r.lastPos != nil })
 	var kRows, bagRows int
 	byID := map[int64][]any{}
-	for _, rec := range r.sink.records {
+	for _, rec := range r.sink.Records {
 		if rec.Op != pipeline.OpRead {
 			continue
 		}
@@ -168,7 +168,7 @@ func TestInitialLoadSingleReader(t *testing.T) {
 	var streamed []pipeline.Record
 	r.until(ctx, "the copied rows", func() bool {
 		streamed = streamed[:0]
-		for _, rec := range r.sink.records {
+		for _, rec := range r.sink.Records {
 			if rec.Op == pipeline.OpInsert {
 				streamed = append(streamed, rec)
 			}

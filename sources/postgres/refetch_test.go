@@ -37,7 +37,7 @@ func TestKeyUpdateCarriesUnchangedToastedValue(t *testing.T) {
 	target := currentLSN(t, ctx, pg)
 	r.reachLSN(ctx, target)
 	moved := 0
-	for _, rec := range r.sink.records {
+	for _, rec := range r.sink.Records {
 		if rec.Op != pipeline.OpInsert || rec.Before != nil {
 			continue
 		}
@@ -54,7 +54,7 @@ func TestKeyUpdateCarriesUnchangedToastedValue(t *testing.T) {
 	if moved != 3 {
 		t.Fatalf("%d key moves seen, want 3", moved)
 	}
-	equalRows(t, "public.t", r.sink.table("public.t"), selectRows(t, ctx, pg, "SELECT id, body, n FROM t"))
+	equalRows(t, "public.t", r.sink.Table("public.t"), selectRows(t, ctx, pg, "SELECT id, body, n FROM t"))
 }
 
 // waitVisible tells a committed transaction (visible at once) from one

@@ -42,8 +42,8 @@ func TestInterleavedTransactions(t *testing.T) {
 	}
 
 	r := newReader(t, src, true)
-	r.until(ctx, "both transactions", func() bool { return len(r.sink.records) >= 3 })
-	recs := r.sink.records
+	r.until(ctx, "both transactions", func() bool { return len(r.sink.Records) >= 3 })
+	recs := r.sink.Records
 	if recs[0].Op != pipeline.OpInsert || fmt.Sprint(recs[0].After) != "[2 t2]" {
 		t.Fatalf("first record %v %v, want T2's insert", recs[0].Op, recs[0].After)
 	}
@@ -56,7 +56,7 @@ func TestInterleavedTransactions(t *testing.T) {
 	if recs[1].Version[1] != recs[2].Version[1] || recs[1].Version[3] != rowBase || recs[2].Version[3] != rowBase+1 {
 		t.Fatalf("T1's versions %v %v: want one commit LSN, indexes rowBase and rowBase+1", recs[1].Version, recs[2].Version)
 	}
-	equalRows(t, "state", r.sink.table("public.t"), selectRows(t, ctx, pg, "SELECT * FROM t"))
+	equalRows(t, "state", r.sink.Table("public.t"), selectRows(t, ctx, pg, "SELECT * FROM t"))
 }
 
 // TestReconnectAfterTerminate: the walsender is killed repeatedly while
@@ -108,7 +108,7 @@ func TestReconnectAfterTerminate(t *testing.T) {
 		}
 	}()
 	r := newReader(t, src, true)
-	r.until(ctx, "all rows", func() bool { return len(r.sink.table("public.t")) == rows })
+	r.until(ctx, "all rows", func() bool { return len(r.sink.Table("public.t")) == rows })
 	wg.Wait()
 	if killed < 3 {
 		t.Fatalf("walsender killed %d times", killed)
@@ -116,7 +116,7 @@ func TestReconnectAfterTerminate(t *testing.T) {
 	target := currentLSN(t, ctx, pg)
 	r.reachLSN(ctx, target)
 	seen := map[string]int{}
-	for _, rec := range r.sink.records {
+	for _, rec := range r.sink.Records {
 		if rec.Op == pipeline.OpInsert {
 			seen[fmt.Sprint(rec.After)]++
 		}
@@ -154,7 +154,7 @@ func TestIdleDatabaseAdvances(t *testing.T) {
 
 	r := newReader(t, src, true)
 	sawHeartbeat := func() bool {
-		for _, rec := range r.sink.records {
+		for _, rec := range r.sink.Records {
 			if rec.Op == pipeline.OpHeartbeat {
 				if rec.EventTime.IsZero() || time.Since(rec.EventTime) > time.Minute {
 					t.Fatalf("heartbeat event time %v", rec.EventTime)
@@ -198,7 +198,7 @@ func TestStreamingLargeTransaction(t *testing.T) {
 	src := openSource(t, ctx, opts, nil)
 	exec(t, ctx, pg, "shop", "INSERT INTO t SELECT g, repeat('p', 100) FROM generate_series(1, 12000) g")
 	r := newReader(t, src, true)
-	r.until(ctx, "the large transaction", func() bool { return len(r.sink.table("public.t")) == 12000 })
+	r.until(ctx, "the large transaction", func() bool { return len(r.sink.Table("public.t")) == 12000 })
 	var withPos, without int
 	for _, b := range r.batches {
 		if len(b.Records) == 0 || b.Records[0].Op != pipeline.OpInsert {

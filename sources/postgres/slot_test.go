@@ -28,7 +28,7 @@ func TestAckAdvancesSlot(t *testing.T) {
 	}
 	exec(t, ctx, pg, "shop", "INSERT INTO t VALUES (1, 'a')", "INSERT INTO t VALUES (2, 'b')")
 	r := newReader(t, src, false)
-	r.until(ctx, "two inserts", func() bool { return len(r.sink.table("public.t")) == 2 })
+	r.until(ctx, "two inserts", func() bool { return len(r.sink.Table("public.t")) == 2 })
 	first := r.lastPos
 
 	// Let the receiver report status a few times: the server's reply_time
@@ -75,7 +75,7 @@ func TestRestartFromCheckpoint(t *testing.T) {
 	var positions []pipeline.Position
 	for i := 1; i <= 3; i++ {
 		exec(t, ctx, pg, "shop", fmt.Sprintf("INSERT INTO t VALUES (%d, 'v%d')", i, i))
-		r.until(ctx, fmt.Sprintf("row %d", i), func() bool { return len(r.sink.table("public.t")) == i })
+		r.until(ctx, fmt.Sprintf("row %d", i), func() bool { return len(r.sink.Table("public.t")) == i })
 		positions = append(positions, r.lastPos)
 	}
 	second := positions[1]
@@ -93,11 +93,11 @@ func TestRestartFromCheckpoint(t *testing.T) {
 	exec(t, ctx, pg, "shop", "INSERT INTO t VALUES (4, 'v4')")
 	src2 := openSource(t, ctx, opts, second)
 	r2 := newReader(t, src2, true)
-	r2.until(ctx, "rows 3 and 4", func() bool { return len(r2.sink.table("public.t")) == 2 })
-	if got := strings.Join(r2.sink.table("public.t"), " "); got != "[3 v3] [4 v4]" {
+	r2.until(ctx, "rows 3 and 4", func() bool { return len(r2.sink.Table("public.t")) == 2 })
+	if got := strings.Join(r2.sink.Table("public.t"), " "); got != "[3 v3] [4 v4]" {
 		t.Fatalf("after restart got %s, want only rows 3 and 4", got)
 	}
-	for _, rec := range r2.sink.records {
+	for _, rec := range r2.sink.Records {
 		if rec.Op.IsData() && rec.Version[1] <= uint64(posLSN(t, second)) {
 			t.Fatalf("record at %v is not after the checkpoint %s", rec.Version, posLSN(t, second))
 		}
@@ -113,7 +113,7 @@ func TestMissingSlotWithCheckpoint(t *testing.T) {
 	src := openSource(t, ctx, opts, nil)
 	exec(t, ctx, pg, "shop", "INSERT INTO t VALUES (1)")
 	r := newReader(t, src, true)
-	r.until(ctx, "a position", func() bool { return len(r.sink.table("public.t")) == 1 })
+	r.until(ctx, "a position", func() bool { return len(r.sink.Table("public.t")) == 1 })
 	if err := src.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -177,10 +177,10 @@ func TestOverConfirmedSlot(t *testing.T) {
 	src := openSource(t, ctx, opts, nil)
 	r := newReader(t, src, false)
 	exec(t, ctx, pg, "shop", "INSERT INTO t VALUES (1)")
-	r.until(ctx, "row 1", func() bool { return len(r.sink.table("public.t")) == 1 })
+	r.until(ctx, "row 1", func() bool { return len(r.sink.Table("public.t")) == 1 })
 	first := r.lastPos
 	exec(t, ctx, pg, "shop", "INSERT INTO t VALUES (2)")
-	r.until(ctx, "row 2", func() bool { return len(r.sink.table("public.t")) == 2 })
+	r.until(ctx, "row 2", func() bool { return len(r.sink.Table("public.t")) == 2 })
 	if err := src.Ack(ctx, r.lastPos); err != nil {
 		t.Fatal(err)
 	}
@@ -207,8 +207,8 @@ func TestOverConfirmedSlot(t *testing.T) {
 	}
 	exec(t, ctx, pg, "shop", "INSERT INTO t VALUES (3)")
 	r3 := newReader(t, s3, true)
-	r3.until(ctx, "row 3", func() bool { return len(r3.sink.table("public.t")) == 1 })
-	if got := r3.sink.table("public.t"); got[0] != "[3]" {
+	r3.until(ctx, "row 3", func() bool { return len(r3.sink.Table("public.t")) == 1 })
+	if got := r3.sink.Table("public.t"); got[0] != "[3]" {
 		t.Fatalf("after the resume: %v", got)
 	}
 }
@@ -292,7 +292,7 @@ func TestNeverModeKeepsLeftoverSlot(t *testing.T) {
 	}
 	exec(t, ctx, pg, "shop", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g")
 	r := newReader(t, first, false) // delivered, never acknowledged
-	r.until(ctx, "ten inserts", func() bool { return len(r.sink.table("public.t")) == 10 })
+	r.until(ctx, "ten inserts", func() bool { return len(r.sink.Table("public.t")) == 10 })
 	if err := first.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -300,6 +300,6 @@ func TestNeverModeKeepsLeftoverSlot(t *testing.T) {
 	second := openSource(t, ctx, opts, nil)
 	exec(t, ctx, pg, "shop", "INSERT INTO t VALUES (11, 'v11')")
 	again := newReader(t, second, false)
-	again.until(ctx, "every insert", func() bool { return len(again.sink.table("public.t")) == 11 })
-	equalRows(t, "public.t", again.sink.table("public.t"), selectRows(t, ctx, pg, "SELECT id, v FROM t"))
+	again.until(ctx, "every insert", func() bool { return len(again.sink.Table("public.t")) == 11 })
+	equalRows(t, "public.t", again.sink.Table("public.t"), selectRows(t, ctx, pg, "SELECT id, v FROM t"))
 }

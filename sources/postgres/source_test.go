@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/snapshot/snaptest"
 )
 
 func TestPositionRoundTrip(t *testing.T) {
@@ -238,79 +238,9 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	}
 }
 
-// memSink applies records the way every sink must (Invariant 4): by key
-// and version, deletes as tombstones, truncates as versioned barriers.
-type memSink struct {
-	rows     map[string]map[string]sinkRow // table → key → row
-	barriers map[string]pipeline.Version
-	records  []pipeline.Record
-}
+type memSink = snaptest.MemSink
 
-type sinkRow struct {
-	ver     pipeline.Version
-	vals    []any
-	deleted bool
-}
-
-func newMemSink() *memSink {
-	return &memSink{rows: map[string]map[string]sinkRow{}, barriers: map[string]pipeline.Version{}}
-}
-
-func (m *memSink) apply(recs []pipeline.Record) {
-	for _, r := range recs {
-		m.records = append(m.records, r)
-		if !r.Op.IsData() { // heartbeats, shapes
-			continue
-		}
-		tbl := r.Table.ID.String()
-		if m.rows[tbl] == nil {
-			m.rows[tbl] = map[string]sinkRow{}
-		}
-		if r.Op == pipeline.OpTruncate {
-			if m.barriers[tbl].Less(r.Version) {
-				m.barriers[tbl] = r.Version
-			}
-			for k, row := range m.rows[tbl] {
-				if row.ver.Less(r.Version) {
-					delete(m.rows[tbl], k)
-				}
-			}
-			continue
-		}
-		if !m.barriers[tbl].Less(r.Version) {
-			continue
-		}
-		k := fmt.Sprint(r.Key())
-		if cur, ok := m.rows[tbl][k]; ok && !cur.ver.Less(r.Version) {
-			continue
-		}
-		if r.Op == pipeline.OpDelete {
-			m.rows[tbl][k] = sinkRow{ver: r.Version, deleted: true}
-			continue
-		}
-		vals := append([]any(nil), r.After...)
-		if cur, ok := m.rows[tbl][k]; ok {
-			for i, v := range vals {
-				if v == pipeline.UnchangedValue {
-					vals[i] = cur.vals[i]
-				}
-			}
-		}
-		m.rows[tbl][k] = sinkRow{ver: r.Version, vals: vals}
-	}
-}
-
-// table returns the live rows of a table as sorted strings.
-func (m *memSink) table(name string) []string {
-	var out []string
-	for _, r := range m.rows[name] {
-		if !r.deleted {
-			out = append(out, fmt.Sprint(r.vals))
-		}
-	}
-	sort.Strings(out)
-	return out
-}
+func newMemSink() *memSink { return snaptest.NewMemSink() }
 
 // selectRows returns a query's rows as sorted strings, formatted like
 // memSink.table.
@@ -380,7 +310,7 @@ func (r *reader) step(ctx context.Context, what string) {
 		r.t.Fatalf("read (waiting for %s): %v", what, err)
 	}
 	r.batches = append(r.batches, b)
-	r.sink.apply(b.Records)
+	r.sink.Apply(b.Records)
 	if b.Pos != nil {
 		r.lastPos = b.Pos
 		if r.ack {
@@ -399,30 +329,5 @@ func (r *reader) reachLSN(ctx context.Context, lsn pglogrepl.LSN) {
 
 func equalRows(t *testing.T, what string, got, want []string) {
 	t.Helper()
-	if strings.Join(got, "\n") == strings.Join(want, "\n") {
-		return
-	}
-	// Name the rows only one side has (a row whose values differ is on both
-	// lists, once with each value).
-	in := func(rows []string) map[string]bool {
-		m := make(map[string]bool, len(rows))
-		for _, r := range rows {
-			m[r] = true
-		}
-		return m
-	}
-	g, w := in(got), in(want)
-	var onlySink, onlyTable []string
-	for _, r := range got {
-		if !w[r] {
-			onlySink = append(onlySink, r)
-		}
-	}
-	for _, r := range want {
-		if !g[r] {
-			onlyTable = append(onlyTable, r)
-		}
-	}
-	t.Fatalf("%s: sink has %d rows, table has %d\nonly in the sink:  %.1000s\nonly in the table: %.1000s", what, len(got), len(want),
-		strings.Join(onlySink, " | "), strings.Join(onlyTable, " | "))
+	snaptest.EqualRows(t, what, got, want)
 }

@@ -82,13 +82,13 @@ func TestChangeCommittedAtTheConsistentPointSortsAboveTheSnapshot(t *testing.T) 
 			}
 			sink := newMemSink()
 			if snapshotFirst {
-				sink.apply(snapshot)
-				sink.apply(streamed)
+				sink.Apply(snapshot)
+				sink.Apply(streamed)
 			} else {
-				sink.apply(streamed)
-				sink.apply(snapshot)
+				sink.Apply(streamed)
+				sink.Apply(snapshot)
 			}
-			got := sink.table("public.t")
+			got := sink.Table("public.t")
 			want := map[string]int{"update": 1, "delete": 0, "truncate": 0}[name]
 			if len(got) != want || (want == 1 && got[0] != "[1 streamed]") {
 				t.Fatalf("%s (snapshot first: %v): sink holds %q", name, snapshotFirst, got)
