@@ -183,7 +183,9 @@ func (r *ChunkReader) shape(c *client.Conn, id pipeline.TableID) ([]colDesc, *pi
 	return descs, t, nil
 }
 
-func quotedTable(id pipeline.TableID) string { return quoteIdent(id.Schema) + "." + quoteIdent(id.Table) }
+func quotedTable(id pipeline.TableID) string {
+	return quoteIdent(id.Schema) + "." + quoteIdent(id.Table)
+}
 
 // conds is the WHERE clause over the cursors (after < key <= upTo) and
 // the filter, with its arguments.

@@ -136,9 +136,13 @@ func writeRandomly(m *harness.MariaDB, db string, seed uint64, stop *atomic.Bool
 		func() string {
 			return fmt.Sprintf("INSERT INTO items VALUES (%d, 'i%d') ON DUPLICATE KEY UPDATE v = VALUES(v)", rng.IntN(8000), rng.IntN(1e6))
 		},
-		func() string { return fmt.Sprintf("UPDATE items SET v = 'u%d' WHERE id = %d", rng.IntN(1e6), rng.IntN(8000)) },
+		func() string {
+			return fmt.Sprintf("UPDATE items SET v = 'u%d' WHERE id = %d", rng.IntN(1e6), rng.IntN(8000))
+		},
 		func() string { return fmt.Sprintf("DELETE FROM items WHERE id = %d", rng.IntN(8000)) },
-		func() string { return fmt.Sprintf("UPDATE items SET id = %d WHERE id = %d", 8000+rng.IntN(4000), rng.IntN(8000)) },
+		func() string {
+			return fmt.Sprintf("UPDATE items SET id = %d WHERE id = %d", 8000+rng.IntN(4000), rng.IntN(8000))
+		},
 		func() string {
 			return fmt.Sprintf("INSERT INTO pairs VALUES (%d, '%s', %d) ON DUPLICATE KEY UPDATE n = VALUES(n)", 1+rng.IntN(2), key(), rng.IntN(1e6))
 		},
