@@ -70,16 +70,30 @@ var mysqlAdded = []string{
 // mysqlWorkload keeps writing small transactions until ctx ends, counting
 // them into c; while ddl holds, also an ALTER TABLE items ADD COLUMN …
 // DEFAULT (mysqlAdded) every chaosAlterEvery transactions and a TRUNCATE
-// events every chaosTruncateEvery.
-func mysqlWorkload(ctx context.Context, addr string, maxID int64, c *chaosCounts, ddl *atomic.Bool) error {
-	conn, err := client.Connect(addr, "root", "", "chaos")
+// events every chaosTruncateEvery. perSecond > 0 paces it to that many
+// transactions a second.
+func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCounts, ddl *atomic.Bool, perSecond int) error {
+	conn, err := client.Connect(addr, "root", "", db)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	rng := rand.New(rand.NewPCG(7, 11))
 	next := maxID
+	var pace <-chan time.Time
+	if perSecond > 0 {
+		tick := time.NewTicker(time.Second / time.Duration(perSecond))
+		defer tick.Stop()
+		pace = tick.C
+	}
 	for op := 1; ctx.Err() == nil; op++ {
+		if pace != nil {
+			select {
+			case <-pace:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		id := 1 + rng.Int64N(next)
 		var stmts []string
 		alter, truncate := false, false
@@ -208,48 +222,88 @@ func assertSinkEqualsMySQL(t *testing.T, ctx context.Context, opts mysql.Options
 // workload that also adds columns with DEFAULTs and truncates; the DuckDB
 // copy then equals MariaDB row by row.
 func TestKill9DuringLoadAndStreamMariaDB(t *testing.T) {
+	// Schema changes start once the initial load is checkpointed: a
+	// consistent-snapshot read of a table that a TRUNCATE or an ALTER
+	// changed after the snapshot fails on MariaDB ("Table definition has
+	// changed"), which stops the load; the incremental snapshot engine
+	// reads such a chunk again (the test below).
+	runMariaDBChaos(t, mariadbChaos{name: "chaos", items: 300000, events: 30000, snapshot: "{parallel: 2, chunk_rows: 20000}",
+		loaded: func(t *testing.T, checkpoint string) bool { return checkpointGTID(t, checkpoint) != "" }})
+}
+
+// snapshot.mode incremental under kill -9: harness.Trials(8) kills at
+// random moments, half while the tables are read in chunks (each run
+// resumes from the chunks its checkpoint covers), under the concurrent
+// workload above paced to 400 transactions a second, with its ALTERs and
+// TRUNCATEs running from the start, inside chunk windows. DuckDB then
+// equals MariaDB row by row, and sluice verify finds the sink equal.
+func TestKill9DuringIncrementalSnapshotMariaDB(t *testing.T) {
+	runMariaDBChaos(t, mariadbChaos{name: "inchaos", items: 60000, events: 20000, perSecond: 400, ddlFromStart: true,
+		snapshot: "{mode: incremental, parallel: 2, chunk_time: 50ms, max_chunk_rows: 2000}",
+		loaded: func(t *testing.T, checkpoint string) bool {
+			ok, pending := snapshotPending(t, checkpoint)
+			return ok && len(pending) == 0
+		}})
+}
+
+// mariadbChaos is one kill -9 run against MariaDB.
+type mariadbChaos struct {
+	name          string // the database, and the pipeline's name
+	items, events int    // rows before the first start
+	perSecond     int    // workload pace; 0 unpaced
+	snapshot      string // the source's snapshot block
+	// ddlFromStart runs the workload's ALTERs and TRUNCATEs from the
+	// first start; otherwise only once loaded.
+	ddlFromStart bool
+	// loaded reports whether the table copy is over, from the checkpoint
+	// file: kills before it count as load kills.
+	loaded func(t *testing.T, checkpoint string) bool
+}
+
+// runMariaDBChaos runs c: the workload from before the first start,
+// killAtRandom, a final run that sees at least 3 ALTERs and a TRUNCATE
+// and checkpoints a last transaction, then DuckDB compared row by row and
+// sluice verify.
+func runMariaDBChaos(t *testing.T, c mariadbChaos) {
 	m := harness.MariaDBT(t)
 	ctx := context.Background()
-	const items, events = 300000, 30000
-	if err := m.CreateDatabase(ctx, "chaos"); err != nil {
+	if err := m.CreateDatabase(ctx, c.name); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Exec(ctx, "chaos", strings.Split(strings.NewReplacer("ITEMS", fmt.Sprint(items), "EVENTS", fmt.Sprint(events)).Replace(mysqlChaosSchema), ";\n")...); err != nil {
+	if err := m.Exec(ctx, c.name, strings.Split(strings.NewReplacer("ITEMS", fmt.Sprint(c.items), "EVENTS", fmt.Sprint(c.events)).Replace(mysqlChaosSchema), ";\n")...); err != nil {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
 	dsn := "mysql://root@" + addr
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "my.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`pipeline: mychaos
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`pipeline: my%s
 source:
   mysql:
     dsn: %s
-    tables: [chaos.items, chaos.events]
+    tables: [%[1]s.items, %[1]s.events]
     heartbeat_interval: 1s
     status_interval: 1s
-    snapshot: {parallel: 2, chunk_rows: 20000}
+    snapshot: %s
 sinks:
   - duckdb: {path: ./sink.duckdb}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 100ms}
-`, dsn)), 0o644)
+`, c.name, dsn, c.snapshot)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
 
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	var work chaosCounts
-	// Schema changes start once the initial load is checkpointed: a
-	// consistent-snapshot read of a table that a TRUNCATE or an ALTER
-	// changed after the snapshot fails on MariaDB ("Table definition has
-	// changed"), which stops the load (the incremental snapshot engine is
-	// where that is handled).
 	var ddl atomic.Bool
+	ddl.Store(c.ddlFromStart)
 	workErr := make(chan error, 1)
-	go func() { workErr <- mysqlWorkload(wctx, addr, items, &work, &ddl) }()
+	go func() { workErr <- mysqlWorkload(wctx, addr, c.name, int64(c.items), &work, &ddl, c.perSecond) }()
 
 	loadKills, streamKills := killAtRandom(t, cfg, func() bool {
-		loaded := checkpointGTID(t, checkpoint) != ""
+		loaded := c.loaded(t, checkpoint)
 		if loaded {
 			ddl.Store(true)
 		}
@@ -282,8 +336,8 @@ runtime: {checkpoint_interval: 100ms}
 	}
 	duck := filepath.Join(dir, "sink.duckdb")
 	opts := mysql.Options{Pipeline: "verify", DSN: dsn}
-	n1 := assertSinkEqualsMySQL(t, ctx, opts, duck, "chaos", "items")
-	n2 := assertSinkEqualsMySQL(t, ctx, opts, duck, "chaos", "events")
+	n1 := assertSinkEqualsMySQL(t, ctx, opts, duck, c.name, "items")
+	n2 := assertSinkEqualsMySQL(t, ctx, opts, duck, c.name, "events")
 	expectVerifyEqual(t, cfg)
 	t.Logf("items: %d rows, events: %d rows equal after %d kills, %d transactions, %d columns added with a DEFAULT, %d truncates",
 		n1, n2, loadKills+streamKills, work.writes.Load(), work.alters.Load(), work.truncates.Load())

@@ -104,6 +104,11 @@ type Engine struct {
 	shapes  map[pipeline.TableID]*pipeline.Table // newest shape the stream showed
 	commits commitRing
 
+	// opened and loadRun name the snapshots that finish an interrupted
+	// initial load (Loader).
+	opened  time.Time
+	loadRun string
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -169,6 +174,7 @@ func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
 		}
 	}
 	now := time.Now().UTC()
+	e.opened, e.loadRun = now, e.newRun()
 	for _, id := range e.opts.Tables {
 		if slices.Contains(prog.Known, id.String()) || prog.active(id, "") != nil {
 			continue

@@ -440,3 +440,22 @@ func TestResumeIgnoresAnEarlierRunsWatermarks(t *testing.T) {
 		t.Fatal(d[:min(5, len(d))])
 	}
 }
+
+// A range with no upper bound, written as JSON null in a checkpoint, is
+// read back as no bound (nil), not as the cursor "null", which a reader
+// cannot compare and would read nothing up to.
+func TestCheckpointedRangeWithoutUpperBoundStaysUnbounded(t *testing.T) {
+	pos := pipeline.Position(`{"stream":{"lsn":1},"snapshot":{"known":[],"tables":[{"schema":"s","table":"t","run":"r",` +
+		`"planned":true,"ranges":[{"after":[1],"up_to":null},{"after":null,"up_to":[1]}]}]}}`)
+	p, wrapped, err := parsePosition(pos)
+	if err != nil || !wrapped {
+		t.Fatalf("parse: %v (wrapped %v)", err, wrapped)
+	}
+	r := p.Snapshot.Tables[0].Ranges
+	if r[0].UpTo != nil || r[1].After != nil || string(r[0].After) != "[1]" || string(r[1].UpTo) != "[1]" {
+		t.Fatalf("ranges read back as %s..%s and %s..%s", r[0].After, r[0].UpTo, r[1].After, r[1].UpTo)
+	}
+	if b := p.Snapshot.marshal(); strings.Contains(string(b), "null") {
+		t.Fatalf("progress written back as %s", b)
+	}
+}

@@ -62,7 +62,7 @@ type tableProgress struct {
 // every chunk emitted.
 type keyRange struct {
 	After Cursor `json:"after,omitempty"`
-	UpTo  Cursor `json:"up_to"`
+	UpTo  Cursor `json:"up_to,omitempty"` // nil: no upper bound
 	Done  bool   `json:"done,omitempty"`
 
 	busy bool // a worker reads it (not persisted)
@@ -107,8 +107,20 @@ func parsePosition(b pipeline.Position) (pos position, wrapped bool, err error) 
 		if t.Name == "" {
 			return pos, false, fmt.Errorf("snapshot: position holds an invalid table progress %+v", *t)
 		}
+		for _, r := range t.Ranges {
+			// JSON null is no bound, as nil is (a Cursor keeps the
+			// literal text).
+			r.After, r.UpTo = nullCursor(r.After), nullCursor(r.UpTo)
+		}
 	}
 	return pos, true, nil
+}
+
+func nullCursor(c Cursor) Cursor {
+	if string(c) == "null" {
+		return nil
+	}
+	return c
 }
 
 // StreamPosition returns the source's own position inside a position

@@ -146,6 +146,9 @@ func (e *Engine) track(recs []pipeline.Record) {
 // progress is encoded again only after it changed (e.changed).
 func (e *Engine) positioned(b pipeline.Batch) pipeline.Batch {
 	if b.Pos == nil {
+		// A batch of the source's initial load: positioned when the load
+		// can resume (Loader).
+		b.Pos = e.loadPosition()
 		return b
 	}
 	if e.progJSON == nil || e.progChanged {

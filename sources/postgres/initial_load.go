@@ -3,9 +3,11 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/snapshot"
 )
 
 const (
@@ -46,16 +49,25 @@ var snapshotNamePattern = regexp.MustCompile(`^[0-9A-Fa-f-]{1,64}$`)
 // preceded by a truncate barrier at {0, consistent point, 0, 0}, so a fresh
 // load clears whatever an interrupted one left in the sinks (Invariant 4);
 // every stream change commits at or after the consistent point with a row
-// index of at least rowBase and sorts above both (see version.go). Batches carry no position: the load cannot be resumed, and a restart
-// before its end takes the fresh path again (new slot, new load). After the
-// last row an empty batch positioned at the consistent point starts the
-// stream phase (Invariant 3: the stream starts exactly at the snapshot).
+// index of at least rowBase and sorts above both (see version.go).
+//
+// Batches carry no position of their own, but the source tells what a
+// restart would still have to read after each one it hands over
+// (LoadState): the incremental snapshot engine positions them at the
+// consistent point with that progress, so a restart streams from there
+// and reads only the key ranges not handed over, in chunks (see
+// snapshot.Loader). A load with a table it cannot order by key (no
+// primary key or replica identity index) is not resumable: a restart
+// before its end takes the fresh path again (new slot, new load). After
+// the last row an empty batch positioned at the consistent point starts
+// the stream phase (Invariant 3: the stream starts exactly at the
+// snapshot).
 type snapshotLoad struct {
 	s     *Source
 	cp    pglogrepl.LSN
 	name  string
 	start time.Time
-	out   chan pipeline.Batch
+	out   chan loadItem
 
 	connMu sync.Mutex
 	conns  []*pgx.Conn
@@ -66,11 +78,20 @@ type snapshotLoad struct {
 	tablesMu sync.Mutex
 	tables   []*loadTable
 	done     atomic.Bool
+
+	handedMu sync.Mutex
+	// planned: every table's shape and ranges are registered.
+	planned atomic.Bool
 }
 
 type loadTable struct {
 	ref       TableRef
 	shape     *TableShape
+	// Handed over through Read, under snapshotLoad.handedMu: the barrier,
+	// the ranges (registered before the barrier), the rows.
+	started bool
+	ranges  []*loadRange
+	handed  int64
 	total     atomic.Int64
 	rows      atomic.Int64
 	remaining atomic.Int64 // ranges not yet copied
@@ -83,10 +104,28 @@ type loadTable struct {
 type loadJob struct {
 	t     *loadTable
 	where string // SQL predicate, "" for the whole table
+	rng   *loadRange
+}
+
+// loadRange is what of one key range Read handed over: rows up to after,
+// or all of them (done). Cursors are ChunkReader's.
+type loadRange struct {
+	after, upTo snapshot.Cursor
+	done        bool
+}
+
+// loadItem is a batch of the load with what it completes.
+type loadItem struct {
+	b       pipeline.Batch
+	t       *loadTable
+	barrier bool            // b holds t's truncate barrier
+	rng     *loadRange      // the range b's rows belong to
+	last    snapshot.Cursor // the key of b's last row
+	final   bool            // b ends rng
 }
 
 func newSnapshotLoad(s *Source, cp pglogrepl.LSN, name string) *snapshotLoad {
-	return &snapshotLoad{s: s, cp: cp, name: name, out: make(chan pipeline.Batch, loadBuffer)}
+	return &snapshotLoad{s: s, cp: cp, name: name, out: make(chan loadItem, loadBuffer)}
 }
 
 // importSnapshot opens Snapshot.Parallel reader connections and imports the
@@ -218,6 +257,7 @@ func (l *snapshotLoad) run(ctx context.Context) {
 			cancel()
 			return
 		}
+		l.planned.Store(true)
 		q.close()
 		work(conns[0])
 	}()
@@ -239,7 +279,7 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	// Invariant 3: the first checkpointable position is the snapshot's
 	// consistent point, where the stream starts.
 	select {
-	case l.out <- pipeline.Batch{Pos: l.s.position(l.cp)}:
+	case l.out <- loadItem{b: pipeline.Batch{Pos: l.s.position(l.cp)}}:
 	case <-ctx.Done():
 		l.fail(ctx.Err())
 		return
@@ -255,19 +295,70 @@ func (l *snapshotLoad) fail(err error) {
 	l.errMu.Unlock()
 }
 
-// next returns the next snapshot batch; ok is false once the load is over.
+// next returns the next snapshot batch, recorded as handed over; ok is
+// false once the load is over.
 func (l *snapshotLoad) next(ctx context.Context) (b pipeline.Batch, ok bool, err error) {
 	select {
-	case b, ok := <-l.out:
+	case it, ok := <-l.out:
 		if !ok {
 			l.errMu.Lock()
 			defer l.errMu.Unlock()
 			return pipeline.Batch{}, false, l.err
 		}
-		return b, true, nil
+		l.handedMu.Lock()
+		if it.t != nil {
+			it.t.handed += int64(len(it.b.Records))
+			if it.barrier {
+				it.t.started = true
+				it.t.handed = 0
+			}
+		}
+		if it.rng != nil {
+			if it.last != nil {
+				it.rng.after = it.last
+			}
+			it.rng.done = it.rng.done || it.final
+		}
+		l.handedMu.Unlock()
+		return it.b, true, nil
 	case <-ctx.Done():
 		return pipeline.Batch{}, false, ctx.Err()
 	}
+}
+
+// state is the load's snapshot.LoadState as of the batches next
+// returned; ok false until every table is planned, and when a table has
+// no key to order chunks by.
+func (l *snapshotLoad) state() (st snapshot.LoadState, ok bool) {
+	if !l.planned.Load() || l.done.Load() {
+		return st, false
+	}
+	st.Stream = l.s.position(l.cp)
+	loaded := l.progressTables()
+	l.handedMu.Lock()
+	defer l.handedMu.Unlock()
+	for _, ref := range l.s.tables {
+		id := pipeline.TableID{Schema: ref.Schema, Table: ref.Name}
+		i := slices.IndexFunc(loaded, func(t *loadTable) bool { return t.ref == ref })
+		if i < 0 || !loaded[i].started {
+			st.Tables = append(st.Tables, snapshot.LoadTable{Table: id})
+			continue
+		}
+		t := loaded[i]
+		if len(t.shape.Table.KeyIdx) == 0 {
+			return st, false
+		}
+		lt := snapshot.LoadTable{Table: id, Started: true, Rows: t.handed, Estimate: t.total.Load()}
+		for _, r := range t.ranges {
+			if !r.done {
+				lt.Ranges = append(lt.Ranges, snapshot.LoadRange{After: r.after, UpTo: r.upTo})
+			}
+		}
+		if len(lt.Ranges) > 0 {
+			st.Tables = append(st.Tables, lt)
+		}
+	}
+	return st, true
 }
 
 func (l *snapshotLoad) finished() bool { return l.done.Load() }
@@ -302,7 +393,11 @@ func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue)
 		if err := conn.QueryRow(ctx, "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1", shape.RelationOID).Scan(&est); err != nil {
 			return fmt.Errorf("estimate rows of %s: %w", tableName(ref), err)
 		}
-		bounds, err := l.boundaries(ctx, conn, t)
+		if len(shape.Table.KeyIdx) == 0 {
+			l.s.log.Warn("the initial load cannot resume after a crash: a table has no key to order it by, and a restart loads again",
+				zap.String("table", tableName(ref)))
+		}
+		bounds, cursors, err := l.boundaries(ctx, conn, t)
 		if err != nil {
 			return fmt.Errorf("split %s into key ranges: %w", tableName(ref), err)
 		}
@@ -315,13 +410,18 @@ func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue)
 		barrier := pipeline.Record{Op: pipeline.OpTruncate, Table: shape.Table, EventTime: l.start,
 			Version: snapshotVersion(l.s.gen, l.cp, barrierIndex), Snapshot: true}
 		barrier.Size = pipeline.EstimateSize(&barrier)
+		jobs := rangeJobs(t, keyList(shape), bounds, cursors)
+		l.handedMu.Lock()
+		for _, j := range jobs {
+			t.ranges = append(t.ranges, j.rng)
+		}
+		l.handedMu.Unlock()
 		select {
-		case l.out <- pipeline.Batch{Records: []pipeline.Record{barrier}}:
+		case l.out <- loadItem{b: pipeline.Batch{Records: []pipeline.Record{barrier}}, t: t, barrier: true}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 
-		jobs := rangeJobs(t, keyList(shape), bounds)
 		t.remaining.Store(int64(len(jobs)))
 		for _, j := range jobs {
 			q.push(j)
@@ -339,12 +439,13 @@ func keyList(shape *TableShape) string {
 }
 
 // boundaries walks the key index: each boundary is the key of every
-// ChunkRows-th row, as SQL row literals. The values are the database's own
-// (their text form, compared back with the column types), never computed.
-func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTable) ([]string, error) {
+// ChunkRows-th row, as SQL row literals and as ChunkReader cursors. The
+// values are the database's own (their text form, compared back with the
+// column types), never computed.
+func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTable) ([]string, []snapshot.Cursor, error) {
 	shape := t.shape
 	if len(shape.Table.KeyIdx) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	keys := keyList(shape)
 	texts := make([]string, len(shape.Table.KeyIdx))
@@ -352,6 +453,7 @@ func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTa
 		texts[i] = quoteIdent(shape.Table.Columns[k].Name) + "::text"
 	}
 	var out []string
+	var cursors []snapshot.Cursor
 	prev := ""
 	for {
 		where := ""
@@ -367,16 +469,21 @@ func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTa
 		}
 		err := conn.QueryRow(ctx, sql).Scan(ptrs...)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return out, nil
+			return out, cursors, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		cur, err := json.Marshal(vals)
+		if err != nil {
+			return nil, nil, err
+		}
+		cursors = append(cursors, cur)
 		lits := make([]string, len(vals))
 		for i, v := range vals {
 			esc, err := conn.PgConn().EscapeString(v)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			lits[i] = "'" + esc + "'"
 		}
@@ -385,11 +492,11 @@ func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTa
 	}
 }
 
-// rangeJobs turns boundaries b1 < b2 < … into ranges (-∞, b1], (b1, b2], …,
-// (bn, +∞): each row falls in exactly one.
-func rangeJobs(t *loadTable, keys string, bounds []string) []loadJob {
+// rangeJobs turns boundaries b1 < b2 < … (with their cursors) into ranges
+// (-∞, b1], (b1, b2], …, (bn, +∞): each row falls in exactly one.
+func rangeJobs(t *loadTable, keys string, bounds []string, cursors []snapshot.Cursor) []loadJob {
 	if len(bounds) == 0 {
-		return []loadJob{{t: t}}
+		return []loadJob{{t: t, rng: &loadRange{}}}
 	}
 	jobs := make([]loadJob, 0, len(bounds)+1)
 	for i := 0; i <= len(bounds); i++ {
@@ -400,7 +507,14 @@ func rangeJobs(t *loadTable, keys string, bounds []string) []loadJob {
 		if i < len(bounds) {
 			conds = append(conds, "("+keys+") <= "+bounds[i])
 		}
-		jobs = append(jobs, loadJob{t: t, where: strings.Join(conds, " AND ")})
+		rng := &loadRange{}
+		if i > 0 {
+			rng.after = cursors[i-1]
+		}
+		if i < len(bounds) {
+			rng.upTo = cursors[i]
+		}
+		jobs = append(jobs, loadJob{t: t, where: strings.Join(conds, " AND "), rng: rng})
 	}
 	return jobs
 }
@@ -420,7 +534,7 @@ func (l *snapshotLoad) copyRange(ctx context.Context, conn *pgx.Conn, job loadJo
 		sql += " ORDER BY " + keyList(t.shape)
 	}
 	sql += ") TO STDOUT"
-	w := &copyWriter{ctx: ctx, l: l, t: t}
+	w := &copyWriter{ctx: ctx, l: l, t: t, rng: job.rng}
 	if _, err := conn.PgConn().CopyTo(ctx, w, sql); err != nil {
 		if w.err != nil {
 			return w.err
@@ -430,7 +544,7 @@ func (l *snapshotLoad) copyRange(ctx context.Context, conn *pgx.Conn, job loadJo
 	if len(w.buf) > 0 {
 		return fmt.Errorf("copy %s: output ends inside a row", tableName(t.ref))
 	}
-	if err := w.flush(); err != nil {
+	if err := w.flush(true); err != nil {
 		return err
 	}
 	if t.remaining.Add(-1) == 0 {
@@ -455,6 +569,10 @@ type copyWriter struct {
 	err     error
 	scratch []byte
 	dead    []pipeline.DeadLetter
+	// rng is the range being copied; last the COPY line of the batch's
+	// last row, whose key becomes the range's cursor.
+	rng  *loadRange
+	last []byte
 }
 
 func (w *copyWriter) Write(p []byte) (int, error) {
@@ -502,6 +620,7 @@ func (w *copyWriter) row(line []byte) error {
 					Raw:   append([]byte(nil), line...)})
 				w.l.s.log.Warn("undecodable snapshot row sent to the dead-letter queue",
 					zap.String("table", tableName(w.t.ref)), zap.String("column", shape.Columns[n].Name), zap.Error(err))
+				w.last = append(w.last[:0], line...)
 				return nil
 			}
 			vals[n] = v
@@ -516,27 +635,58 @@ func (w *copyWriter) row(line []byte) error {
 	r.Size = pipeline.EstimateSize(&r)
 	w.batch = append(w.batch, r)
 	w.bytes += r.Size
+	w.last = append(w.last[:0], line...)
 	if len(w.batch) >= loadBatchRows || w.bytes >= loadBatchBytes {
-		return w.flush()
+		return w.flush(false)
 	}
 	return nil
 }
 
-func (w *copyWriter) flush() error {
-	if len(w.batch) == 0 && len(w.dead) == 0 {
+// flush queues the rows so far; final ends the range (queued even
+// without rows, so that it is handed over as complete).
+func (w *copyWriter) flush(final bool) error {
+	if len(w.batch) == 0 && len(w.dead) == 0 && !final {
 		return nil
 	}
-	b := pipeline.Batch{Records: w.batch, Bytes: w.bytes, Dead: w.dead}
+	it := loadItem{b: pipeline.Batch{Records: w.batch, Bytes: w.bytes, Dead: w.dead}, t: w.t, rng: w.rng, final: final}
+	if len(w.last) > 0 && len(w.t.shape.Table.KeyIdx) > 0 {
+		cur, err := w.cursor()
+		if err != nil {
+			return err
+		}
+		it.last = cur
+	}
 	select {
-	case w.l.out <- b:
+	case w.l.out <- it:
 	case <-w.ctx.Done():
 		return w.ctx.Err()
 	}
 	n := int64(len(w.batch))
 	w.t.rows.Add(n)
 	w.t.rowsDone.Add(float64(n))
-	w.batch, w.bytes, w.dead = nil, 0, nil
+	w.batch, w.bytes, w.dead, w.last = nil, 0, nil, w.last[:0]
 	return nil
+}
+
+// cursor is the key of the last row (w.last) as a ChunkReader cursor:
+// its key columns' text, as COPY printed them.
+func (w *copyWriter) cursor() (snapshot.Cursor, error) {
+	var fields [][]byte
+	for f := range bytes.SplitSeq(w.last, []byte{'\t'}) {
+		fields = append(fields, f)
+	}
+	vals := make([]string, 0, len(w.t.shape.Table.KeyIdx))
+	for _, k := range w.t.shape.Table.KeyIdx {
+		if k >= len(fields) {
+			return nil, fmt.Errorf("copy %s: a row has %d fields", tableName(w.t.ref), len(fields))
+		}
+		txt, err := unescapeCopy(nil, fields[k])
+		if err != nil {
+			return nil, err
+		}
+		vals = append(vals, string(txt))
+	}
+	return json.Marshal(vals)
 }
 
 // unescapeCopy decodes one field of COPY text format: \b \f \n \r \t \v,
