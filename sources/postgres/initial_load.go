@@ -85,13 +85,13 @@ type snapshotLoad struct {
 }
 
 type loadTable struct {
-	ref       TableRef
-	shape     *TableShape
+	ref   TableRef
+	shape *TableShape
 	// Handed over through Read, under snapshotLoad.handedMu: the barrier,
 	// the ranges (registered before the barrier), the rows.
-	started bool
-	ranges  []*loadRange
-	handed  int64
+	started   bool
+	ranges    []*loadRange
+	handed    int64
 	total     atomic.Int64
 	rows      atomic.Int64
 	remaining atomic.Int64 // ranges not yet copied
