@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/snapshot"
 )
 
 // snapshotLoad is the consistent initial load. Each of N reader
@@ -32,8 +33,14 @@ import (
 // (Invariant 4). Each table's rows are preceded by a truncate barrier at
 // the stream start, which clears what an interrupted earlier load left.
 //
-// The load is not resumable: its batches carry no position, so a restart
-// before it ends loads again from scratch.
+// Batches carry no position of their own, but the source tells what a
+// restart would still have to read after each one it hands over
+// (LoadState): the incremental snapshot engine positions them at the
+// stream start with that progress, so a restart streams from there and
+// reads only the key ranges not handed over, in chunks (snapshot.Loader).
+// A schema change that fails a reader (ER_TABLE_DEF_CHANGED) is then
+// survived too: the restart reads the rest in chunks, which a schema
+// change only makes read again.
 type snapshotLoad struct {
 	s       *Source
 	server  string
@@ -46,10 +53,14 @@ type snapshotLoad struct {
 	mu   sync.Mutex
 	jobs []loadJob
 
-	out       chan pipeline.Batch
+	out       chan loadItem
 	errMu     sync.Mutex
 	err       error
 	closeOnce sync.Once
+
+	// handedMu guards what Read handed over: loadTable.started, handed
+	// and the ranges' progress.
+	handedMu sync.Mutex
 }
 
 type snapReader struct {
@@ -69,6 +80,27 @@ type loadTable struct {
 	total  int64
 	gDone  prometheus.Gauge
 	gTotal prometheus.Gauge
+
+	started bool // its barrier was handed over
+	ranges  []*loadRange
+	handed  int64
+}
+
+// loadRange is what of one key range Read handed over: rows up to after,
+// or all of them (done). Cursors are ChunkReader's.
+type loadRange struct {
+	after, upTo snapshot.Cursor
+	done        bool
+}
+
+// loadItem is a batch of the load with what it completes.
+type loadItem struct {
+	b        pipeline.Batch
+	barriers bool            // b holds every table's truncate barrier
+	t        *loadTable      // the table of b's rows
+	rng      *loadRange      // their range
+	last     snapshot.Cursor // the key of b's last row
+	final    bool            // b ends rng
 }
 
 // loadJob is one primary-key range: after lo (nil: from the start) up to
@@ -76,10 +108,11 @@ type loadTable struct {
 type loadJob struct {
 	t      *loadTable
 	lo, hi []any
+	rng    *loadRange
 }
 
 func newSnapshotLoad(s *Source, server string) *snapshotLoad {
-	return &snapshotLoad{s: s, server: server, out: make(chan pipeline.Batch, 4)}
+	return &snapshotLoad{s: s, server: server, out: make(chan loadItem, 4)}
 }
 
 // begin opens the reader transactions, fixes the stream's start position

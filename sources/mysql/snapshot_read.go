@@ -10,6 +10,7 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/snapshot"
 )
 
 // snapshotBatch is the records per batch the load hands over.
@@ -50,11 +51,18 @@ func (l *snapshotLoad) plan(ctx context.Context) error {
 			return err
 		}
 		var lo []any
-		for _, b := range bounds {
-			l.jobs = append(l.jobs, loadJob{t: t, lo: lo, hi: b})
-			lo = b
+		for _, hi := range append(bounds, nil) {
+			rng := &loadRange{}
+			if rng.after, err = cursorOf(lo); err != nil {
+				return err
+			}
+			if rng.upTo, err = cursorOf(hi); err != nil {
+				return err
+			}
+			t.ranges = append(t.ranges, rng)
+			l.jobs = append(l.jobs, loadJob{t: t, lo: lo, hi: hi, rng: rng})
+			lo = hi
 		}
-		l.jobs = append(l.jobs, loadJob{t: t, lo: lo})
 		l.tables = append(l.tables, t)
 	}
 	return nil
@@ -98,6 +106,14 @@ func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable) ([][]any, e
 	}
 }
 
+// cursorOf is the ChunkReader cursor of a bound, nil for none.
+func cursorOf(bound []any) (snapshot.Cursor, error) {
+	if bound == nil {
+		return nil, nil
+	}
+	return encodeCursor(bound)
+}
+
 // fieldValue turns a binary-protocol value into what converter.value reads.
 func fieldValue(fv gomysql.FieldValue) any {
 	switch fv.Type {
@@ -116,9 +132,9 @@ func fieldValue(fv gomysql.FieldValue) any {
 // run reads the planned ranges on every reader until none is left.
 func (l *snapshotLoad) run(ctx context.Context) {
 	defer close(l.out)
-	barriers := pipeline.Batch{}
+	barriers := loadItem{barriers: true}
 	for _, t := range l.tables {
-		barriers.Records = append(barriers.Records, pipeline.Record{Op: pipeline.OpTruncate, Table: t.table, Snapshot: true,
+		barriers.b.Records = append(barriers.b.Records, pipeline.Record{Op: pipeline.OpTruncate, Table: t.table, Snapshot: true,
 			EventTime: l.startAt.UTC(), Size: 128, Version: l.version(l.start.Pos, l.startFile(), barrierIndex)})
 	}
 	select {
@@ -193,13 +209,31 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 	v := l.version(r.pos, r.file, snapshotRow)
 	batch := make([]pipeline.Record, 0, snapshotBatch)
 	var dead []pipeline.DeadLetter
-	flush := func() error {
-		if len(batch) == 0 && len(dead) == 0 {
+	last := make([]any, len(t.table.KeyIdx))
+	seen := false
+	// flush queues the rows so far; final ends the range (queued even
+	// without rows, so that it is handed over as complete).
+	flush := func(final bool) error {
+		if len(batch) == 0 && len(dead) == 0 && !final {
 			return nil
 		}
-		b := pipeline.Batch{Records: batch, Dead: dead}
+		it := loadItem{b: pipeline.Batch{Records: batch, Dead: dead}, t: t, rng: job.rng, final: final}
+		if seen {
+			b := make([]any, len(last))
+			for i, v := range last {
+				var err error
+				if b[i], err = boundOf(t.keys.descs[i], v); err != nil {
+					return err
+				}
+			}
+			var err error
+			if it.last, err = encodeCursor(b); err != nil {
+				return err
+			}
+			seen = false
+		}
 		select {
-		case l.out <- b:
+		case l.out <- it:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -210,6 +244,10 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 	}
 	var result gomysql.Result
 	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
+		for i, k := range t.table.KeyIdx {
+			last[i] = fieldValue(row[k])
+		}
+		seen = true
 		rec := pipeline.Record{Op: pipeline.OpRead, Table: t.table, Snapshot: true, EventTime: l.startAt.UTC(), Version: v}
 		rec.After = make([]any, len(row))
 		for i, fv := range row {
@@ -228,7 +266,7 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 		rec.Size = pipeline.EstimateSize(&rec)
 		batch = append(batch, rec)
 		if len(batch) >= snapshotBatch {
-			return flush()
+			return flush(false)
 		}
 		return nil
 	}, nil, args...)
@@ -238,7 +276,7 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 		}
 		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, err)
 	}
-	return flush()
+	return flush(true)
 }
 
 func (l *snapshotLoad) fail(err error) {
@@ -255,20 +293,56 @@ func (l *snapshotLoad) failed() bool {
 	return l.err != nil
 }
 
-// next returns the next batch of the load; ok is false once it is
-// complete.
+// next returns the next batch of the load, recorded as handed over; ok is
+// false once it is complete.
 func (l *snapshotLoad) next(ctx context.Context) (b pipeline.Batch, ok bool, err error) {
 	select {
-	case b, ok := <-l.out:
+	case it, ok := <-l.out:
 		if !ok {
 			l.errMu.Lock()
 			defer l.errMu.Unlock()
 			return pipeline.Batch{}, false, l.err
 		}
-		return b, true, nil
+		l.handedMu.Lock()
+		if it.barriers {
+			for _, t := range l.tables {
+				t.started = true
+			}
+		}
+		if it.t != nil {
+			it.t.handed += int64(len(it.b.Records))
+		}
+		if it.rng != nil {
+			if it.last != nil {
+				it.rng.after = it.last
+			}
+			it.rng.done = it.rng.done || it.final
+		}
+		l.handedMu.Unlock()
+		return it.b, true, nil
 	case <-ctx.Done():
 		return pipeline.Batch{}, false, ctx.Err()
 	}
+}
+
+// state is the load's snapshot.LoadState as of the batches next
+// returned.
+func (l *snapshotLoad) state() snapshot.LoadState {
+	st := snapshot.LoadState{Stream: l.start.Encode()}
+	l.handedMu.Lock()
+	defer l.handedMu.Unlock()
+	for _, t := range l.tables {
+		lt := snapshot.LoadTable{Table: t.table.ID, Started: t.started, Rows: t.handed, Estimate: t.total}
+		for _, r := range t.ranges {
+			if !r.done {
+				lt.Ranges = append(lt.Ranges, snapshot.LoadRange{After: r.after, UpTo: r.upTo})
+			}
+		}
+		if !t.started || len(lt.Ranges) > 0 {
+			st.Tables = append(st.Tables, lt)
+		}
+	}
+	return st
 }
 
 // close ends the reader transactions and connections.

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/snapshot"
 	"github.com/sluice-cdc/sluice/sources/internal/handoff"
 )
 
@@ -433,6 +434,15 @@ func (s *Source) Read(ctx context.Context) (pipeline.Batch, error) {
 		return pipeline.Batch{}, err
 	}
 	return s.queue.Batch(it, maxCoalesce, s.handOver), nil
+}
+
+// LoadState implements snapshot.Loader: the initial load's progress as of
+// the batches Read returned.
+func (s *Source) LoadState() (snapshot.LoadState, bool) {
+	if s.load == nil || s.started {
+		return snapshot.LoadState{}, false
+	}
+	return s.load.state(), true
 }
 
 // handOver records what leaves the source, for status and metrics.

@@ -291,7 +291,7 @@ func (l *snapshotLoad) run(ctx context.Context) {
 
 func (l *snapshotLoad) fail(err error) {
 	l.errMu.Lock()
-	l.err = fmt.Errorf("postgres source: initial load: %w (it is redone from a new snapshot on the next start)", err)
+	l.err = fmt.Errorf("postgres source: initial load: %w (the next start resumes it from the last checkpoint, or loads again from a new snapshot when there is none)", err)
 	l.errMu.Unlock()
 }
 
