@@ -23,7 +23,8 @@ func killAtRandom(t *testing.T, cfg string, loaded func() bool) (loadKills, stre
 		time.Sleep(time.Duration(50+rng.IntN(1200)) * time.Millisecond) // a random moment
 		d.signal(syscall.SIGKILL)
 		<-d.done
-		// No checkpoint yet means the kill landed before the load finished.
+		// A checkpoint that still shows tables to read means the kill
+		// landed before the load finished.
 		if !loaded() {
 			loadKills++
 		} else {
@@ -40,7 +41,7 @@ func killAtRandom(t *testing.T, cfg string, loaded func() bool) (loadKills, stre
 	for loadKills+streamKills < kills {
 		d := startDaemon(t, cfg)
 		d.waitAddr(t, 2*time.Minute)
-		// Let the load finish (it may be redone), then kill mid-stream.
+		// Let the load finish (resumed in chunks), then kill mid-stream.
 		// A killed run's Postgres sink session can still be filling an
 		// added column's rows (it ends only when the statement does) and
 		// hold the target's lock meanwhile: allow for it.
