@@ -27,7 +27,7 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
 	"github.com/sluice-cdc/sluice/sinks/sinktest"
-	"github.com/sluice-cdc/sluice/sinks/textform"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
 )
 
 // Helpers of the Postgres → Kafka end-to-end tests: the three services

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hamba/avro/v2"
 	"github.com/sluice-cdc/sluice/pipeline"
-	"github.com/sluice-cdc/sluice/sinks/textform"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
 )
 
 // Options shape the schemas of every table of one connector.
@@ -47,7 +47,7 @@ const (
 	PropNullable   = "sluice.nullable"    // Column.Nullable, as the source declared it
 	PropColumn     = "sluice.column"      // the original column name, when SanitizeName changed it
 	// PropMissing is an added column's missing value (pipeline.Column.
-	// Missing) in its text form (sinks/textform), when the field cannot
+	// Missing) in its text form (pipeline/textform), when the field cannot
 	// have it as its Avro default (see missingDefault).
 	PropMissing = "sluice.missing"
 )

@@ -12,7 +12,7 @@ import (
 
 	duck "github.com/duckdb/duckdb-go/v2"
 	"github.com/sluice-cdc/sluice/pipeline"
-	"github.com/sluice-cdc/sluice/sinks/textform"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
@@ -24,7 +24,7 @@ import (
 // update (0 to -0 is no change) and which its checkpoint compresses to 0
 // among zeros. Such a value is stored in the row's companion column _sluice_text_<column> (VARCHAR,
 // created the first time the table gets such a value), in the text form of
-// package sinks/textform (JSON arrays, "NaN", "Infinity", "-0"), with NULL in the
+// package pipeline/textform (JSON arrays, "NaN", "Infinity", "-0"), with NULL in the
 // typed column; a value the typed column holds clears the companion.
 // Reading gives the companion's value back when it is set. So the row
 // lands whole and every other column stays current.

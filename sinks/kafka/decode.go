@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
-	"github.com/sluice-cdc/sluice/sinks/textform"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
 	"github.com/sluice-cdc/sluice/verify"
 )
 

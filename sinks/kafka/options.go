@@ -145,7 +145,7 @@ const (
 	defaultDeliveryTimeout  = 2 * time.Minute
 	headerVersion           = "sluice.version"
 	headerOp                = "sluice.op"
-	// headerText + column: the text form (sinks/textform) of an after
+	// headerText + column: the text form (pipeline/textform) of an after
 	// image's value that Avro cannot hold, written as null in the payload.
 	headerText  = "sluice.text.after."
 	headerError = "sluice.error"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
-	"github.com/sluice-cdc/sluice/sinks/textform"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
 )
 
 // Sink produces change events to Kafka, one topic per table, in the

@@ -56,7 +56,7 @@
 // is not valid UTF-8 (the record is dead-lettered); the hash format stores
 // any bytes:
 //
-//	the text form of package sinks/textform (its documentation has the table)
+//	the text form of package pipeline/textform (its documentation has the table)
 //
 // # Writes
 //

@@ -21,7 +21,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/internal/jsontext"
 	"github.com/sluice-cdc/sluice/pipeline"
-	"github.com/sluice-cdc/sluice/sinks/textform"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
 	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
