@@ -25,9 +25,9 @@ import (
 
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
 	"github.com/sluice-cdc/sluice/schema"
 	"github.com/sluice-cdc/sluice/sinks/sinktest"
-	"github.com/sluice-cdc/sluice/pipeline/textform"
 )
 
 // Helpers of the Postgres → Kafka end-to-end tests: the three services

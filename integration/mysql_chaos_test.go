@@ -242,7 +242,7 @@ func TestKill9DuringLoadAndStreamMariaDB(t *testing.T) {
 func TestKill9DuringIncrementalSnapshotMariaDB(t *testing.T) {
 	runMariaDBChaos(t, mariadbChaos{name: "inchaos", items: 60000, events: 20000, perSecond: 400, ddlFromStart: true,
 		snapshot: "{mode: incremental, parallel: 2, chunk_time: 50ms, max_chunk_rows: 2000}",
-		loaded: loadedAll})
+		loaded:   loadedAll})
 }
 
 // mariadbChaos is one kill -9 run against MariaDB.

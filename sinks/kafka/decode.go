@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-cdc/sluice/pipeline"
-	"github.com/sluice-cdc/sluice/schema"
 	"github.com/sluice-cdc/sluice/pipeline/textform"
+	"github.com/sluice-cdc/sluice/schema"
 	"github.com/sluice-cdc/sluice/verify"
 )
 

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
-	"github.com/sluice-cdc/sluice/schema"
 	"github.com/sluice-cdc/sluice/pipeline/textform"
+	"github.com/sluice-cdc/sluice/schema"
 )
 
 // Sink produces change events to Kafka, one topic per table, in the
