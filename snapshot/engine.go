@@ -233,9 +233,38 @@ func (e *Engine) Request(table pipeline.TableID, where string) (string, error) {
 	return t.Run, nil
 }
 
+// RequestKeys queues a repair of table: the rows of keys (each key's
+// columns in their textform, in key order) are read again while the
+// stream flows and emitted like snapshot rows; a key with no row when read
+// is emitted as a delete, versioned the same way, so a row only a sink
+// holds is removed. It returns the request's run id.
+func (e *Engine) RequestKeys(table pipeline.TableID, keys [][]string) (string, error) {
+	i := slices.IndexFunc(e.opts.Tables, func(id pipeline.TableID) bool { return sameTable(id, table) })
+	if i < 0 {
+		return "", fmt.Errorf("table %s is not captured by this pipeline (captured: %v)", table, e.opts.Tables)
+	}
+	if len(keys) == 0 {
+		return "", errors.New("no keys to repair")
+	}
+	table = e.opts.Tables[i]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.prog == nil {
+		return "", errors.New("the pipeline is not open yet")
+	}
+	t := &tableProgress{Database: table.Database, Schema: table.Schema, Name: table.Table, Keys: keys, Repair: true,
+		Run: e.newRun(), Requested: time.Now().UTC(), Estimate: int64(len(keys))}
+	e.prog.Tables = append(e.prog.Tables, t)
+	e.progChanged = true
+	e.m.tables.Set(float64(len(e.prog.Tables)))
+	e.log.Info("repair requested", zap.String("table", table.String()), zap.Int("keys", len(keys)), zap.String("run", t.Run))
+	e.signal()
+	return t.Run, nil
+}
+
 func (p *progress) active(id pipeline.TableID, where string) *tableProgress {
 	for _, t := range p.Tables {
-		if sameTable(t.id(), id) && t.Where == where {
+		if sameTable(t.id(), id) && t.Where == where && !t.Repair {
 			return t
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -457,5 +458,49 @@ func TestCheckpointedRangeWithoutUpperBoundStaysUnbounded(t *testing.T) {
 	}
 	if b := p.Snapshot.marshal(); strings.Contains(string(b), "null") {
 		t.Fatalf("progress written back as %s", b)
+	}
+}
+
+// A repair reads chosen keys again while the stream flows: a row a sink
+// holds stale is written again, a row only the sink holds (its key has
+// no row in the table) is deleted, and a key a change touches inside the
+// repair's window is left to that change, which sorts above: a key
+// inserted in the window is not deleted. 1,100 keys spread over three
+// windows of at most 512.
+func TestRepairRewritesStaleRowsAndDeletesRowsOnlyASinkHolds(t *testing.T) {
+	db := newFakeDB(t)
+	fill(db, 1000)
+	sink := newFakeSink()
+	e, _ := openEngine(t, db, Options{Parallel: 2, ChunkRows: 64}, nil)
+	drain(t, e, db, sink)
+	// Behind the pipeline's back: stale values and rows the table lacks.
+	for k := int64(0); k < 1000; k += 10 {
+		sink.rows[k] = "stale"
+	}
+	for k := int64(5000); k < 5100; k++ {
+		sink.rows[k] = "ghost"
+	}
+	var once sync.Once
+	db.onKeys = func(keys [][]any) {
+		if slices.ContainsFunc(keys, func(k []any) bool { return k[0] == int64(5050) }) {
+			once.Do(func() { db.commit(true, op{kind: pipeline.OpInsert, key: 5050, value: "inserted in the window"}) })
+		}
+	}
+	var keys [][]string
+	for k := 0; k < 1000; k++ {
+		keys = append(keys, []string{strconv.Itoa(k)})
+	}
+	for k := 5000; k < 5100; k++ {
+		keys = append(keys, []string{strconv.Itoa(k)})
+	}
+	if _, err := e.RequestKeys(db.table.ID, keys); err != nil {
+		t.Fatal(err)
+	}
+	finish(t, e, db, sink)
+	if n := e.Stats().Repaired; n != 1100 {
+		t.Fatalf("%d keys repaired, want 1100", n)
+	}
+	if got := e.Status().Tables[0].Where; got != "repair of 1100 keys" {
+		t.Fatalf("status shows %q", got)
 	}
 }

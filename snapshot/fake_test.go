@@ -26,8 +26,9 @@ type fakeDB struct {
 	table   *pipeline.Table
 	log     chan pipeline.Batch
 	chunks  int
-	onChunk func() // called inside Chunk, after the read
-	onPlan  func() // called inside Plan, after the read
+	onChunk func()             // called inside Chunk, after the read
+	onPlan  func()             // called inside Plan, after the read
+	onKeys  func(keys [][]any) // called inside Keys, after the read
 	planErr error
 }
 
@@ -194,6 +195,11 @@ func (db *fakeDB) Keys(_ context.Context, t Target, keys [][]any) (Chunk, error)
 	}
 	for xid := range db.hidden {
 		c.InProgress = append(c.InProgress, xid)
+	}
+	if f := db.onKeys; f != nil {
+		db.mu.Unlock()
+		f(keys)
+		db.mu.Lock()
 	}
 	return c, nil
 }

@@ -44,6 +44,12 @@ type tableProgress struct {
 	// sorts above the barrier), handed over before the first chunk.
 	// Cleared once handed over.
 	Barrier bool `json:"barrier,omitempty"`
+	// Keys, on a repair, are the keys to read again (each key's columns
+	// in textform, in key order) until the plan spreads them over ranges
+	// of their own (keyRange.Keys); a key with no row when read is
+	// deleted from the sinks.
+	Keys   [][]string `json:"keys,omitempty"`
+	Repair bool       `json:"repair,omitempty"`
 	// Ranges split the key space read when the table was planned; nil
 	// until then.
 	Ranges    []*keyRange `json:"ranges,omitempty"`
@@ -64,12 +70,24 @@ type keyRange struct {
 	After Cursor `json:"after,omitempty"`
 	UpTo  Cursor `json:"up_to,omitempty"` // nil: no upper bound
 	Done  bool   `json:"done,omitempty"`
+	// Keys: a repair's batch of keys, read in one keyed window instead of
+	// a key range.
+	Keys [][]string `json:"keys,omitempty"`
 
 	busy bool // a worker reads it (not persisted)
 }
 
 func (t *tableProgress) id() pipeline.TableID {
 	return pipeline.TableID{Database: t.Database, Schema: t.Schema, Table: t.Name}
+}
+
+// label is what status shows beside the table: its filter, or the size
+// of a repair.
+func (t *tableProgress) label() string {
+	if t.Repair {
+		return fmt.Sprintf("repair of %d keys", t.Estimate)
+	}
+	return t.Where
 }
 
 func (t *tableProgress) target() Target { return Target{Table: t.id(), Where: t.Where} }

@@ -94,7 +94,7 @@ func (e *Engine) Status() pipeline.SourceStatus {
 	}
 	for _, t := range e.prog.Tables {
 		ts := pipeline.TableStatus{Table: t.id().String(), RowsDone: t.Rows, RowsTotal: max(t.Estimate, t.Rows),
-			Incremental: true, Chunks: t.Chunks, Where: t.Where}
+			Incremental: true, Chunks: t.Chunks, Where: t.label()}
 		if r := e.rates[t.Run]; r != nil {
 			ts.RowsPerSecond = r.perSecond()
 			if left := ts.RowsTotal - ts.RowsDone; ts.RowsPerSecond > 0 && left > 0 {
@@ -120,6 +120,7 @@ type Stats struct {
 	Chunks    int64 // emitted
 	Redone    int64 // read again (visibility or schema)
 	Refetched int64 // keys read again after an unchanged value in their window
+	Repaired  int64 // keys of repair requests read again
 }
 
 // Stats returns the counts of this run.

@@ -241,6 +241,9 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 			rows = append(rows, r)
 		}
 	}
+	if w.keyed != nil && t.Repair && !w.cleared {
+		rows = append(rows, repairDeletes(w, c, shape, v, now, h.Pos)...)
+	}
 	e.m.rows.Add(float64(len(rows)))
 	o := outcome{emitted: len(rows)}
 	for k, key := range w.unchanged {
@@ -249,7 +252,14 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 		}
 	}
 	if w.keyed != nil {
-		e.stats.Refetched += int64(len(w.keyed))
+		if t.Repair {
+			e.stats.Repaired += int64(len(w.keyed))
+			t.Rows += int64(len(w.keyed))
+			t.Chunks++
+			e.progChanged = true
+		} else {
+			e.stats.Refetched += int64(len(w.keyed))
+		}
 		if len(o.refetch) == 0 {
 			e.advance(t, w.rng, w.then.last, w.then.short)
 		}
@@ -270,6 +280,40 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 	e.progChanged = true
 	w.finish(o)
 	return rows, c.Dead
+}
+
+// repairDeletes are the deletes of a repair window's keys that have no row
+// in its chunk and that no change in the window touched, versioned like
+// its rows: a row only a sink holds is removed, and a later insert sorts
+// above.
+func repairDeletes(w *window, c *Chunk, shape *pipeline.Table, v pipeline.Version, now time.Time, pos pipeline.Position) []pipeline.Record {
+	if len(c.Dead) > 0 {
+		// A row the source could not decode went to the dead-letter
+		// queue; its key is not known here, so no key counts as absent.
+		return nil
+	}
+	present := make(map[string]struct{}, len(c.Rows))
+	for _, row := range c.Rows {
+		present[verify.RowKey(c.Table, row)] = struct{}{}
+	}
+	var out []pipeline.Record
+	for _, key := range w.keyed {
+		k := verify.Key(key)
+		if _, ok := present[k]; ok {
+			continue
+		}
+		if _, hit := w.touched[k]; hit {
+			continue
+		}
+		before := make([]any, len(shape.Columns))
+		for i, idx := range shape.KeyIdx {
+			before[idx] = key[i]
+		}
+		r := pipeline.Record{Op: pipeline.OpDelete, Table: shape, Before: before, Version: v, EventTime: now, Snapshot: true, Pos: pos}
+		r.Size = pipeline.EstimateSize(&r)
+		out = append(out, r)
+	}
+	return out
 }
 
 // advance moves rng past a chunk whose rows (and keys read again) are
@@ -294,13 +338,13 @@ func (e *Engine) finishTable(t *tableProgress) {
 			break
 		}
 	}
-	if t.Where == "" {
+	if t.Where == "" && !t.Repair {
 		e.prog.know(t.id().String())
 	}
 	e.progChanged = true
 	// Done once a checkpoint covers the last rows (Ack).
 	e.finished = append(e.finished, finishedTable{run: t.Run, status: pipeline.TableStatus{Table: t.id().String(),
-		RowsDone: t.Rows, RowsTotal: t.Rows, Incremental: true, Chunks: t.Chunks, Where: t.Where}})
+		RowsDone: t.Rows, RowsTotal: t.Rows, Incremental: true, Chunks: t.Chunks, Where: t.label()}})
 	if len(e.finished) > 32 {
 		e.finished = e.finished[1:]
 	}

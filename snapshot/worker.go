@@ -10,6 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
+	"github.com/sluice-cdc/sluice/verify"
 )
 
 // work runs chunks until ctx ends: it plans the next table that needs a
@@ -103,6 +105,9 @@ func (e *Engine) plan(ctx context.Context, t *tableProgress) error {
 			return fmt.Errorf("barrier watermark: %w", err)
 		}
 	}
+	if t.Repair {
+		return e.planRepair(ctx, t)
+	}
 	p, err := e.rd.Plan(ctx, t.target(), nil, e.opts.Parallel)
 	if err != nil {
 		return err
@@ -127,8 +132,68 @@ func (e *Engine) plan(ctx context.Context, t *tableProgress) error {
 	return nil
 }
 
+// repairBatch is the most keys one repair window reads.
+const repairBatch = 512
+
+// planRepair spreads a repair's keys over ranges of at most repairBatch
+// keys each, read by keyed windows (readRange).
+func (e *Engine) planRepair(ctx context.Context, t *tableProgress) error {
+	if _, err := e.repairShape(ctx, t); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t.Ranges = nil
+	for i := 0; i < len(t.Keys); i += repairBatch {
+		t.Ranges = append(t.Ranges, &keyRange{Keys: t.Keys[i:min(i+repairBatch, len(t.Keys))]})
+	}
+	t.Keys, t.Planned = nil, true
+	e.progChanged = true
+	e.log.Info("repair planned", zap.String("table", t.id().String()), zap.Int("windows", len(t.Ranges)), zap.Int64("keys", t.Estimate))
+	return nil
+}
+
+// repairShape returns t's shape, read once per run (the key columns'
+// types decode a repair's keys).
+func (e *Engine) repairShape(ctx context.Context, t *tableProgress) (*pipeline.Table, error) {
+	e.mu.Lock()
+	shape := t.shape
+	e.mu.Unlock()
+	if shape != nil {
+		return shape, nil
+	}
+	p, err := e.rd.Plan(ctx, t.target(), nil, 1)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	t.shape = p.Table
+	e.mu.Unlock()
+	return p.Table, nil
+}
+
+// repairKeys decodes a repair range's keys with the key columns' types.
+func repairKeys(shape *pipeline.Table, keys [][]string) ([][]any, error) {
+	out := make([][]any, len(keys))
+	for i, key := range keys {
+		if len(key) != len(shape.KeyIdx) {
+			return nil, pipeline.Fatal(fmt.Errorf("repair key %q does not fit the key of %s (%d columns)", key, shape.ID, len(shape.KeyIdx)))
+		}
+		out[i] = make([]any, len(key))
+		for j, text := range key {
+			v, err := textform.Decode(&shape.Columns[shape.KeyIdx[j]], text)
+			if err != nil {
+				return nil, pipeline.Fatal(fmt.Errorf("repair key %q of %s: column %s: %w", key, shape.ID, shape.Columns[shape.KeyIdx[j]].Name, err))
+			}
+			out[i][j] = v
+		}
+	}
+	return out, nil
+}
+
 // readRange reads rng chunk by chunk until it is done, a chunk fails or
-// ctx ends; it returns the adapted row limit.
+// ctx ends; it returns the adapted row limit. A repair's range is one
+// keyed window (retried until it is emitted).
 func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange, limit int) (int, error) {
 	defer func() {
 		e.mu.Lock()
@@ -152,14 +217,26 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 	}
 	for {
 		e.mu.Lock()
-		done, after, upTo := rng.Done, rng.After, rng.UpTo
+		done, after, upTo, repair := rng.Done, rng.After, rng.UpTo, rng.Keys
 		e.mu.Unlock()
 		if done {
 			return limit, nil
 		}
-		took, o, err := e.window(ctx, t, rng, limit, func(ctx context.Context) (Chunk, error) {
-			return e.rd.Chunk(ctx, t.target(), after, upTo, limit)
-		}, nil, outcome{})
+		read := func(ctx context.Context) (Chunk, error) { return e.rd.Chunk(ctx, t.target(), after, upTo, limit) }
+		var keyed [][]any
+		var then outcome
+		if repair != nil {
+			then.short = true // the range is done once its window is
+			shape, err := e.repairShape(ctx, t)
+			if err != nil {
+				return limit, err
+			}
+			if keyed, err = repairKeys(shape, repair); err != nil {
+				return limit, err
+			}
+			read = func(ctx context.Context) (Chunk, error) { return e.rd.Keys(ctx, t.target(), keyed) }
+		}
+		took, o, err := e.window(ctx, t, rng, limit, read, keyed, then)
 		if err != nil {
 			return limit, err
 		}
@@ -269,6 +346,11 @@ func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, li
 		return abandon(errors.New("read: the reader returned no shape"))
 	}
 	keys := chunkKeys(&c)
+	for _, k := range keyed {
+		// A requested key without a row: its changes in the window
+		// count too (a repair deletes it unless one did).
+		keys[verify.Key(k)] = struct{}{}
+	}
 	e.mu.Lock()
 	w.setChunk(&c, keys)
 	e.mu.Unlock()
