@@ -18,6 +18,9 @@ const SnapshotPath = "/snapshot"
 type SnapshotRequest struct {
 	Table string `json:"table"` // schema.table (database.table for MySQL)
 	Where string `json:"where,omitempty"`
+	// Keys asks for a repair instead (snapshot.Engine.RequestKeys): each
+	// key's columns in textform, in key order.
+	Keys [][]string `json:"keys,omitempty"`
 }
 
 // SnapshotAccepted is the answer to an accepted request.
@@ -26,7 +29,8 @@ type SnapshotAccepted struct {
 }
 
 // snapshotHandler queues a re-snapshot of one table while the stream
-// flows (snapshot.Engine.Request).
+// flows (snapshot.Engine.Request), or a repair of chosen keys
+// (snapshot.Engine.RequestKeys).
 func snapshotHandler(eng *snapshot.Engine) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -44,7 +48,18 @@ func snapshotHandler(eng *snapshot.Engine) http.Handler {
 			http.Error(w, fmt.Sprintf("table %q: want schema.table", req.Table), http.StatusBadRequest)
 			return
 		}
-		run, err := eng.Request(pipeline.TableID{Schema: schema, Table: name}, req.Where)
+		id := pipeline.TableID{Schema: schema, Table: name}
+		var run string
+		var err error
+		switch {
+		case req.Keys != nil && req.Where != "":
+			http.Error(w, "a request has keys or a where condition, not both", http.StatusBadRequest)
+			return
+		case req.Keys != nil:
+			run, err = eng.RequestKeys(id, req.Keys)
+		default:
+			run, err = eng.Request(id, req.Where)
+		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,6 +134,26 @@ http: {listen: "127.0.0.1:0"}
 		t.Fatalf("sluice snapshot: %v\n%s", err, out.String())
 	}
 	waitSnapshotDone(t, d, addr, "public.b", "id < 500")
+
+	// The sink's copy of a is damaged behind sluice's back: stale values,
+	// lost rows and rows the source never had. `sluice verify --repair`
+	// finds them and the daemon reads exactly those keys again, deleting
+	// the ghosts.
+	if err := pg.Exec(ctx, "ctl_target",
+		`UPDATE public_a SET v = 'corrupt' WHERE id % 97 = 0`,
+		`DELETE FROM public_a WHERE id BETWEEN 100 AND 120`,
+		`INSERT INTO public_a (id, v, _sluice_version, _sluice_deleted) SELECT g, 'ghost', '\x00'::bytea, false FROM generate_series(90001, 90005) g`); err != nil {
+		t.Fatalf("%v\n%s", err, d.logs())
+	}
+	code, vout := runVerify(t, cfg, "--settle", "10s", "--table", "public.a", "--repair")
+	m := regexp.MustCompile(`repair of (\d+) key\(s\) of public\.a queued`).FindStringSubmatch(vout)
+	if code != 1 || m == nil {
+		t.Fatalf("sluice verify --repair: exit %d\n%s", code, vout)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 5+21+30 {
+		t.Fatalf("repair of %d keys, want the 5 ghosts, 21 lost and ~30 stale rows at least:\n%s", n, vout)
+	}
+	waitSnapshotDone(t, d, addr, "public.a", "repair of "+m[1]+" keys")
 
 	// An unknown table is refused with the captured ones named.
 	cmd = exec.Command(sluiceBinary(t), "snapshot", "--addr", addr, "--table", "public.nope")

@@ -276,14 +276,14 @@ func runMariaDBChaos(t *testing.T, c mariadbChaos) {
 	dsn := "mysql://root@" + addr
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "my.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`pipeline: my%s
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`pipeline: my%[1]s
 source:
   mysql:
-    dsn: %s
+    dsn: %[2]s
     tables: [%[1]s.items, %[1]s.events]
     heartbeat_interval: 1s
     status_interval: 1s
-    snapshot: %s
+    snapshot: %[3]s
 sinks:
   - duckdb: {path: ./sink.duckdb}
 offsets: {dir: ./offsets}

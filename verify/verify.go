@@ -112,6 +112,11 @@ type Result struct {
 	Unconfirmed string `json:"unconfirmed,omitempty"`
 	// Error is why the table could not be compared with the sink.
 	Error string `json:"error,omitempty"`
+	// Keys are every differing key's values (Shape's key columns, in
+	// the record model's types), for a repair; Shape is the table as
+	// the sink mirrors it.
+	Keys  [][]any         `json:"-"`
+	Shape *pipeline.Table `json:"-"`
 }
 
 // Diff is one differing key.
@@ -330,9 +335,11 @@ func compareSide(ctx context.Context, src Source, table *pipeline.Table, sd *sid
 		sd.res.Rechecked = true
 	}
 	sd.res.Differing = len(diffs.diffs)
+	sd.res.Shape = sd.routed
 	keys := make([]string, 0, len(diffs.diffs))
 	for k := range diffs.diffs {
 		keys = append(keys, k)
+		sd.res.Keys = append(sd.res.Keys, diffs.keys[k])
 	}
 	sort.Strings(keys)
 	for _, k := range keys[:min(len(keys), opts.MaxDiffs)] {

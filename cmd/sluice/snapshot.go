@@ -30,30 +30,13 @@ chunks between watermarks while the stream keeps flowing; progress shows in
 condition selects (for instance after a sink lost some of them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if addr == "" {
-				cfg, err := loadConfig(file)
-				if err != nil {
-					return err
-				}
-				addr = cfg.HTTP.Listen
-				if addr == "" {
-					return &exitError{code: daemon.ExitConfig, err: fmt.Errorf("%s sets no http.listen: pass the daemon's address with --addr", file)}
-				}
-			}
-			body, _ := json.Marshal(req)
-			client := &http.Client{Timeout: 10 * time.Second}
-			resp, err := client.Post("http://"+addr+daemon.SnapshotPath, "application/json", bytes.NewReader(body))
+			addr, err := daemonAddr(file, addr)
 			if err != nil {
-				return &exitError{code: daemon.ExitFailure, err: fmt.Errorf("snapshot: %w (is `sluice run` serving on %s? see http.listen)", err, addr)}
+				return err
 			}
-			defer resp.Body.Close()
-			out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-			if resp.StatusCode != http.StatusAccepted {
-				return &exitError{code: daemon.ExitFailure, err: fmt.Errorf("snapshot of %s refused: %s: %s", req.Table, resp.Status, bytes.TrimSpace(out))}
-			}
-			var acc daemon.SnapshotAccepted
-			if err := json.Unmarshal(out, &acc); err != nil {
-				return &exitError{code: daemon.ExitFailure, err: fmt.Errorf("snapshot: bad response %q: %w", out, err)}
+			acc, err := postSnapshot(addr, req)
+			if err != nil {
+				return &exitError{code: daemon.ExitFailure, err: err}
 			}
 			fmt.Fprintf(stdout, "snapshot of %s queued (run %s); follow it with `sluice status --addr %s`\n", req.Table, acc.Run, addr)
 			return nil
@@ -65,4 +48,42 @@ condition selects (for instance after a sink lost some of them).`,
 	c.Flags().StringVar(&req.Where, "where", "", "only the rows this SQL condition selects")
 	_ = c.MarkFlagRequired("table")
 	return c
+}
+
+// postSnapshot sends req to the daemon serving on addr.
+func postSnapshot(addr string, req daemon.SnapshotRequest) (daemon.SnapshotAccepted, error) {
+	var acc daemon.SnapshotAccepted
+	body, err := json.Marshal(req)
+	if err != nil {
+		return acc, err
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Post("http://"+addr+daemon.SnapshotPath, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return acc, fmt.Errorf("snapshot: %w (is `sluice run` serving on %s? see http.listen)", err, addr)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusAccepted {
+		return acc, fmt.Errorf("snapshot of %s refused: %s: %s", req.Table, resp.Status, bytes.TrimSpace(out))
+	}
+	if err := json.Unmarshal(out, &acc); err != nil {
+		return acc, fmt.Errorf("snapshot: bad response %q: %w", out, err)
+	}
+	return acc, nil
+}
+
+// daemonAddr is addr, or the http.listen address of the config file.
+func daemonAddr(file, addr string) (string, error) {
+	if addr != "" {
+		return addr, nil
+	}
+	cfg, err := loadConfig(file)
+	if err != nil {
+		return "", err
+	}
+	if cfg.HTTP.Listen == "" {
+		return "", &exitError{code: daemon.ExitConfig, err: fmt.Errorf("%s sets no http.listen: pass the daemon's address with --addr", file)}
+	}
+	return cfg.HTTP.Listen, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/daemon"
 	"github.com/sluice-cdc/sluice/obs"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
 	"github.com/sluice-cdc/sluice/verify"
 )
 
@@ -34,11 +35,19 @@ func verifyCmd(stdout, stderr io.Writer) *cobra.Command {
 		sink   string
 		asJSON bool
 		settle time.Duration
+		repair bool
+		addr   string
 	)
 	c := &cobra.Command{
-		Use:   "verify -c FILE [--table T] [--sink NAME] [--json]",
+		Use:   "verify -c FILE [--table T] [--sink NAME] [--json] [--repair [--addr HOST:PORT]]",
 		Short: "Compare every captured table with every sink that mirrors it",
-		Args:  cobra.NoArgs,
+		Long: `Compare every captured table with every sink that mirrors it, key by key
+where their sums differ. With --repair the running daemon of FILE (its
+http.listen address, or --addr) then reads every differing key again while it
+streams: rows are written again, and a key with no row in the source is
+deleted from the sinks. Run verify again once ` + "`sluice status`" + ` shows the
+repairs done.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(file)
 			if err != nil {
@@ -71,6 +80,11 @@ func verifyCmd(stdout, stderr io.Writer) *cobra.Command {
 			} else {
 				renderVerify(stdout, rep)
 			}
+			if repair {
+				if err := queueRepairs(stdout, file, addr, rep); err != nil {
+					return &exitError{code: verifyFailed, err: err}
+				}
+			}
 			if code := rep.Outcome(); code != verifyEqual {
 				return &exitError{code: code}
 			}
@@ -82,8 +96,65 @@ func verifyCmd(stdout, stderr io.Writer) *cobra.Command {
 	c.Flags().StringVar(&sink, "sink", "", "compare only the sink with this name")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	c.Flags().DurationVar(&settle, "settle", 2*time.Minute, "longest wait for the pipeline's checkpoint before a recheck (a stopped pipeline: differences are reported unconfirmed)")
+	c.Flags().BoolVar(&repair, "repair", false, "queue the differing keys in the running daemon, which reads them again (and deletes keys the source lacks)")
+	c.Flags().StringVar(&addr, "addr", "", "with --repair, the daemon's address (default: http.listen of the config)")
 	_ = c.MarkFlagRequired("config")
 	return c
+}
+
+// queueRepairs asks the daemon to read every differing key of rep again,
+// one request per table (keys of all its sinks together).
+func queueRepairs(w io.Writer, file, addr string, rep verify.Report) error {
+	type pending struct {
+		keys [][]string
+		seen map[string]bool
+	}
+	byTable := map[string]*pending{}
+	var order []string
+	for _, r := range rep.Results {
+		if r.Differing == 0 || r.Shape == nil {
+			continue
+		}
+		p := byTable[r.Table]
+		if p == nil {
+			p = &pending{seen: map[string]bool{}}
+			byTable[r.Table] = p
+			order = append(order, r.Table)
+		}
+		for _, key := range r.Keys {
+			k := verify.Key(key)
+			if p.seen[k] {
+				continue
+			}
+			p.seen[k] = true
+			text := make([]string, len(key))
+			for i, v := range key {
+				col := &r.Shape.Columns[r.Shape.KeyIdx[i]]
+				s, err := textform.Encode(col, v)
+				if err != nil {
+					return fmt.Errorf("repair of %s: key column %s: %w", r.Table, col.Name, err)
+				}
+				text[i] = s
+			}
+			p.keys = append(p.keys, text)
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	addr, err := daemonAddr(file, addr)
+	if err != nil {
+		return err
+	}
+	for _, table := range order {
+		p := byTable[table]
+		acc, err := postSnapshot(addr, daemon.SnapshotRequest{Table: table, Keys: p.keys})
+		if err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		fmt.Fprintf(w, "repair of %d key(s) of %s queued (run %s); follow it with `sluice status --addr %s`\n", len(p.keys), table, acc.Run, addr)
+	}
+	return nil
 }
 
 func outcomeText(code int) string {
