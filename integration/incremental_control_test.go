@@ -145,7 +145,7 @@ http: {listen: "127.0.0.1:0"}
 		`INSERT INTO public_a (id, v, _sluice_version, _sluice_deleted) SELECT g, 'ghost', '\x00'::bytea, false FROM generate_series(90001, 90005) g`); err != nil {
 		t.Fatalf("%v\n%s", err, d.logs())
 	}
-	code, vout := runVerify(t, cfg, "--settle", "10s", "--table", "public.a", "--repair")
+	code, vout := runVerify(t, cfg, "--settle", "10s", "--table", "public.a", "--repair", "--addr", addr)
 	m := regexp.MustCompile(`repair of (\d+) key\(s\) of public\.a queued`).FindStringSubmatch(vout)
 	if code != 1 || m == nil {
 		t.Fatalf("sluice verify --repair: exit %d\n%s", code, vout)

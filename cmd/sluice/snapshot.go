@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,6 +85,9 @@ func daemonAddr(file, addr string) (string, error) {
 	}
 	if cfg.HTTP.Listen == "" {
 		return "", &exitError{code: daemon.ExitConfig, err: fmt.Errorf("%s sets no http.listen: pass the daemon's address with --addr", file)}
+	}
+	if strings.HasSuffix(cfg.HTTP.Listen, ":0") {
+		return "", &exitError{code: daemon.ExitConfig, err: fmt.Errorf("%s listens on a random port (http.listen %s): pass the daemon's address with --addr", file, cfg.HTTP.Listen)}
 	}
 	return cfg.HTTP.Listen, nil
 }
