@@ -21,8 +21,8 @@ import (
 )
 
 var scenarios = []bench.Scenario{
-	bench.PGStream{}, bench.PGStream{Toast: true}, bench.PGSnapshot{}, bench.PGLatency{},
-	bench.MariaDBKafka{}, bench.MariaDBSnapshot{}, bench.MariaDBLatency{},
+	bench.PGStream{}, bench.PGStream{Toast: true}, bench.PGSnapshot{}, bench.PGIncremental{}, bench.PGLatency{},
+	bench.MariaDBKafka{}, bench.MariaDBSnapshot{}, bench.MariaDBIncremental{}, bench.MariaDBLatency{},
 	bench.MariaDBBinlog{}, bench.MariaDBBinlog{Bulk: true}, bench.PGBacklogSinks{},
 }
 
