@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -54,26 +51,10 @@ func (s PGIncremental) Run(o RunOptions) ([]Figure, error) {
 	}
 	defer br.stop()
 	defer pg.stop()
-	ins := pgInsertSQL(false)
-	for lo := 0; lo < rows; lo += 250_000 {
-		if _, err := pg.pool.Exec(ctx, ins, lo, min(lo+250_000, rows)-1); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := pg.pool.Exec(ctx, "VACUUM ANALYZE "+pgTable); err != nil {
+	if err := pg.fill(ctx, o, s.Name(), rows); err != nil {
 		return nil, err
 	}
-	copyRef := func() (time.Duration, error) {
-		cmd := exec.CommandContext(ctx, filepath.Join(pg.pg.BinDir, "psql"), "-X", "-q", "-d", pg.pg.DSN(pgDB),
-			"-c", "COPY "+pgTable+" TO STDOUT")
-		var stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = nil, &stderr
-		t := time.Now()
-		if err := cmd.Run(); err != nil {
-			return 0, fmt.Errorf("psql COPY: %w\n%s", err, stderr.String())
-		}
-		return time.Since(t), nil
-	}
+	copyRef := func() (time.Duration, error) { return pg.copyTime(ctx) }
 	ref1, err := copyRef()
 	if err != nil {
 		return nil, err

@@ -331,32 +331,10 @@ func (s PGSnapshot) Run(o RunOptions) ([]Figure, error) {
 	}
 	defer br.stop()
 	defer pg.stop()
-	ins := pgInsertSQL(false)
-	t0 := time.Now()
-	for lo := 0; lo < rows; lo += 250_000 {
-		if _, err := pg.pool.Exec(ctx, ins, lo, min(lo+250_000, rows)-1); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := pg.pool.Exec(ctx, "VACUUM ANALYZE "+pgTable); err != nil {
+	if err := pg.fill(ctx, o, s.Name(), rows); err != nil {
 		return nil, err
 	}
-	var size int64
-	if err := pg.pool.QueryRow(ctx, "SELECT pg_table_size($1)", pgTable).Scan(&size); err != nil {
-		return nil, err
-	}
-	o.log("%s: %d rows loaded in %s, table %.0f MiB", s.Name(), rows, time.Since(t0), float64(size)/(1<<20))
-	copyRef := func() (time.Duration, error) {
-		cmd := exec.CommandContext(ctx, filepath.Join(pg.pg.BinDir, "psql"), "-X", "-q", "-d", pg.pg.DSN(pgDB),
-			"-c", "COPY "+pgTable+" TO STDOUT")
-		var stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = nil, &stderr // nil: /dev/null
-		t := time.Now()
-		if err := cmd.Run(); err != nil {
-			return 0, fmt.Errorf("psql COPY: %w\n%s", err, stderr.String())
-		}
-		return time.Since(t), nil
-	}
+	copyRef := func() (time.Duration, error) { return pg.copyTime(ctx) }
 	src, err := pg.source(postgres.Options{Pipeline: "snap", Slot: "snap", HeartbeatInterval: time.Hour,
 		Snapshot: postgres.SnapshotOptions{Mode: postgres.SnapshotInitial, Parallel: 2, ChunkRows: 100_000}})
 	if err != nil {
@@ -371,4 +349,39 @@ func (s PGSnapshot) Run(o RunOptions) ([]Figure, error) {
 			Database: pgDB, Tables: []string{pgTable}, Slot: "debezium", Publication: pgPub, SnapshotMode: "initial",
 			TopicPrefix: "dbz", Brokers: br.k.Brokers(), Records: rows},
 	}.run(ctx, o, br, s.Name())
+}
+
+// fill inserts rows rows of the six-column shape into the bench table
+// and analyzes it.
+func (s *pgServer) fill(ctx context.Context, o RunOptions, scenario string, rows int) error {
+	ins := pgInsertSQL(false)
+	t0 := time.Now()
+	for lo := 0; lo < rows; lo += 250_000 {
+		if _, err := s.pool.Exec(ctx, ins, lo, min(lo+250_000, rows)-1); err != nil {
+			return err
+		}
+	}
+	if _, err := s.pool.Exec(ctx, "VACUUM ANALYZE "+pgTable); err != nil {
+		return err
+	}
+	var size int64
+	if err := s.pool.QueryRow(ctx, "SELECT pg_table_size($1)", pgTable).Scan(&size); err != nil {
+		return err
+	}
+	o.log("%s: %d rows loaded in %s, table %.0f MiB", scenario, rows, time.Since(t0), float64(size)/(1<<20))
+	return nil
+}
+
+// copyTime times psql's COPY of the bench table TO STDOUT into /dev/null:
+// the reference read.
+func (s *pgServer) copyTime(ctx context.Context) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(s.pg.BinDir, "psql"), "-X", "-q", "-d", s.pg.DSN(pgDB),
+		"-c", "COPY "+pgTable+" TO STDOUT")
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = nil, &stderr // nil: /dev/null
+	t := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("psql COPY: %w\n%s", err, stderr.String())
+	}
+	return time.Since(t), nil
 }

@@ -54,6 +54,34 @@ type LoadTable struct {
 // LoadRange is one key range of a load.
 type LoadRange struct{ After, UpTo Cursor }
 
+// RangeProgress is what of one key range of a load Read handed over: the
+// rows up to After, or all of them (Done). A source keeps one per range
+// and calls Handed as Read hands each batch of the range over.
+type RangeProgress struct {
+	After, UpTo Cursor
+	Done        bool
+}
+
+// Handed records a batch of the range handed over: last is the key of
+// its last row (nil: it had none), final whether it ends the range.
+func (r *RangeProgress) Handed(last Cursor, final bool) {
+	if last != nil {
+		r.After = last
+	}
+	r.Done = r.Done || final
+}
+
+// Remaining lists the ranges not Done.
+func Remaining(ranges []*RangeProgress) []LoadRange {
+	var out []LoadRange
+	for _, r := range ranges {
+		if !r.Done {
+			out = append(out, LoadRange{After: r.After, UpTo: r.UpTo})
+		}
+	}
+	return out
+}
+
 // loadPosition is the position of a load batch, or nil.
 func (e *Engine) loadPosition() pipeline.Position {
 	l, ok := e.src.(Loader)

@@ -121,6 +121,26 @@ func tableRows(t *testing.T, src *Source, db, table string) []string {
 	return out
 }
 
+// createItemsAndPairs creates database db with the tables writeRandomly
+// writes: items, an int key, 6,000 rows; pairs, a composite key whose
+// first column has two values and whose text column is case-insensitive
+// and PAD SPACE, 3,000 rows. c is left using db.
+func createItemsAndPairs(t *testing.T, c *client.Conn, db string) {
+	t.Helper()
+	mustExec(t, c, "CREATE DATABASE "+db, "USE "+db,
+		"CREATE TABLE items (id bigint PRIMARY KEY, v varchar(20))",
+		"CREATE TABLE pairs (a int, b varchar(20) COLLATE utf8mb4_general_ci, n bigint, PRIMARY KEY (a, b))")
+	var items, pairs []string
+	for g := range 6000 {
+		items = append(items, fmt.Sprintf("(%d, 'v%d')", g, g))
+		if g < 3000 {
+			pairs = append(pairs, fmt.Sprintf("(%d, 'k%04d', %d)", 1+g%2, g, g))
+		}
+	}
+	mustExec(t, c, "INSERT INTO items VALUES "+strings.Join(items, ","), "INSERT INTO pairs VALUES "+strings.Join(pairs, ","),
+		"ANALYZE TABLE items, pairs")
+}
+
 // writeRandomly runs random transactions on items and pairs until stop:
 // inserts, updates, deletes and primary-key updates, 1 to 3 statements
 // each; pairs' text key is case-insensitive and PAD SPACE, and its key
@@ -194,18 +214,7 @@ func TestIncrementalSnapshotMariaDBUnderConcurrentWrites(t *testing.T) {
 		t.Run(fmt.Sprint(trial), func(t *testing.T) {
 			db := fmt.Sprintf("incw%d", trial)
 			c := rootConn(t, m, "")
-			mustExec(t, c, "CREATE DATABASE "+db, "USE "+db,
-				"CREATE TABLE items (id bigint PRIMARY KEY, v varchar(20))",
-				"CREATE TABLE pairs (a int, b varchar(20) COLLATE utf8mb4_general_ci, n bigint, PRIMARY KEY (a, b))")
-			var items, pairs []string
-			for g := range 6000 {
-				items = append(items, fmt.Sprintf("(%d, 'v%d')", g, g))
-				if g < 3000 {
-					pairs = append(pairs, fmt.Sprintf("(%d, 'k%04d', %d)", 1+g%2, g, g))
-				}
-			}
-			mustExec(t, c, "INSERT INTO items VALUES "+strings.Join(items, ","), "INSERT INTO pairs VALUES "+strings.Join(pairs, ","),
-				"ANALYZE TABLE items, pairs")
+			createItemsAndPairs(t, c, db)
 			var stop atomic.Bool
 			var txns atomic.Int64
 			var wg sync.WaitGroup
@@ -389,17 +398,7 @@ func TestIncrementalSnapshotMariaDBSchemaChangeAndRefusal(t *testing.T) {
 func TestInitialLoadResumesIncrementallyAfterACrashMariaDB(t *testing.T) {
 	m := server(t)
 	c := rootConn(t, m, "")
-	mustExec(t, c, "CREATE DATABASE resume", "USE resume",
-		"CREATE TABLE items (id bigint PRIMARY KEY, v varchar(20))",
-		"CREATE TABLE pairs (a int, b varchar(20) COLLATE utf8mb4_general_ci, n bigint, PRIMARY KEY (a, b))")
-	var items, pairs []string
-	for g := range 6000 {
-		items = append(items, fmt.Sprintf("(%d, 'v%d')", g, g))
-		if g < 3000 {
-			pairs = append(pairs, fmt.Sprintf("(%d, 'k%04d', %d)", 1+g%2, g, g))
-		}
-	}
-	mustExec(t, c, "INSERT INTO items VALUES "+strings.Join(items, ","), "INSERT INTO pairs VALUES "+strings.Join(pairs, ","))
+	createItemsAndPairs(t, c, "resume")
 	var stop atomic.Bool
 	var txns atomic.Int64
 	done := make(chan error, 1)

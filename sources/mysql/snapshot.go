@@ -82,25 +82,18 @@ type loadTable struct {
 	gTotal prometheus.Gauge
 
 	started bool // its barrier was handed over
-	ranges  []*loadRange
+	ranges  []*snapshot.RangeProgress
 	handed  int64
-}
-
-// loadRange is what of one key range Read handed over: rows up to after,
-// or all of them (done). Cursors are ChunkReader's.
-type loadRange struct {
-	after, upTo snapshot.Cursor
-	done        bool
 }
 
 // loadItem is a batch of the load with what it completes.
 type loadItem struct {
 	b        pipeline.Batch
-	barriers bool            // b holds every table's truncate barrier
-	t        *loadTable      // the table of b's rows
-	rng      *loadRange      // their range
-	last     snapshot.Cursor // the key of b's last row
-	final    bool            // b ends rng
+	barriers bool                    // b holds every table's truncate barrier
+	t        *loadTable              // the table of b's rows
+	rng      *snapshot.RangeProgress // their range
+	last     snapshot.Cursor         // the key of b's last row
+	final    bool                    // b ends rng
 }
 
 // loadJob is one primary-key range: after lo (nil: from the start) up to
@@ -108,7 +101,7 @@ type loadItem struct {
 type loadJob struct {
 	t      *loadTable
 	lo, hi []any
-	rng    *loadRange
+	rng    *snapshot.RangeProgress
 }
 
 func newSnapshotLoad(s *Source, server string) *snapshotLoad {

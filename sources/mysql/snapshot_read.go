@@ -52,11 +52,11 @@ func (l *snapshotLoad) plan(ctx context.Context) error {
 		}
 		var lo []any
 		for _, hi := range append(bounds, nil) {
-			rng := &loadRange{}
-			if rng.after, err = cursorOf(lo); err != nil {
+			rng := &snapshot.RangeProgress{}
+			if rng.After, err = cursorOf(lo); err != nil {
 				return err
 			}
-			if rng.upTo, err = cursorOf(hi); err != nil {
+			if rng.UpTo, err = cursorOf(hi); err != nil {
 				return err
 			}
 			t.ranges = append(t.ranges, rng)
@@ -313,10 +313,7 @@ func (l *snapshotLoad) next(ctx context.Context) (b pipeline.Batch, ok bool, err
 			it.t.handed += int64(len(it.b.Records))
 		}
 		if it.rng != nil {
-			if it.last != nil {
-				it.rng.after = it.last
-			}
-			it.rng.done = it.rng.done || it.final
+			it.rng.Handed(it.last, it.final)
 		}
 		l.handedMu.Unlock()
 		return it.b, true, nil
@@ -333,11 +330,7 @@ func (l *snapshotLoad) state() snapshot.LoadState {
 	defer l.handedMu.Unlock()
 	for _, t := range l.tables {
 		lt := snapshot.LoadTable{Table: t.table.ID, Started: t.started, Rows: t.handed, Estimate: t.total}
-		for _, r := range t.ranges {
-			if !r.done {
-				lt.Ranges = append(lt.Ranges, snapshot.LoadRange{After: r.after, UpTo: r.upTo})
-			}
-		}
+		lt.Ranges = snapshot.Remaining(t.ranges)
 		if !t.started || len(lt.Ranges) > 0 {
 			st.Tables = append(st.Tables, lt)
 		}

@@ -73,6 +73,19 @@ func catchUp(t *testing.T, ctx context.Context, pg *harness.Postgres, eng *snaps
 	})
 }
 
+// createItemsAndPairs creates the tables writeRandomly writes: items, an
+// int key, 6,000 rows; pairs, a composite key whose first column has two
+// values, 3,000 rows.
+func createItemsAndPairs(t *testing.T, ctx context.Context, pg *harness.Postgres) {
+	t.Helper()
+	exec(t, ctx, pg, "shop",
+		"CREATE TABLE items (id bigint PRIMARY KEY, v text)",
+		"INSERT INTO items SELECT g, 'v' || g FROM generate_series(0, 5999) g",
+		"CREATE TABLE pairs (a int, b text, n bigint, PRIMARY KEY (a, b))",
+		"INSERT INTO pairs SELECT 1 + g % 2, 'k' || lpad(g::text, 4, '0'), g FROM generate_series(0, 2999) g",
+		"ANALYZE items, pairs")
+}
+
 // writeRandomly runs random transactions on items and pairs until stop:
 // inserts, updates, deletes, primary-key updates, 1 to 3 statements each.
 func writeRandomly(ctx context.Context, dsn string, seed uint64, stop *atomic.Bool, n *atomic.Int64) error {
@@ -137,12 +150,7 @@ func TestIncrementalSnapshotUnderConcurrentWrites(t *testing.T) {
 	for trial := range harness.Trials(2) {
 		t.Run(fmt.Sprint(trial), func(t *testing.T) {
 			pg, ctx := testDB(t)
-			exec(t, ctx, pg, "shop",
-				"CREATE TABLE items (id bigint PRIMARY KEY, v text)",
-				"INSERT INTO items SELECT g, 'v' || g FROM generate_series(0, 5999) g",
-				"CREATE TABLE pairs (a int, b text, n bigint, PRIMARY KEY (a, b))",
-				"INSERT INTO pairs SELECT 1 + g % 2, 'k' || lpad(g::text, 4, '0'), g FROM generate_series(0, 2999) g",
-				"ANALYZE items, pairs")
+			createItemsAndPairs(t, ctx, pg)
 			var stop atomic.Bool
 			var txns atomic.Int64
 			var wg sync.WaitGroup
@@ -360,12 +368,7 @@ func TestIncrementalSnapshotReadsUnchangedToastAgain(t *testing.T) {
 // second run read fewer rows than the tables hold.
 func TestInitialLoadResumesIncrementallyAfterACrash(t *testing.T) {
 	pg, ctx := testDB(t)
-	exec(t, ctx, pg, "shop",
-		"CREATE TABLE items (id bigint PRIMARY KEY, v text)",
-		"INSERT INTO items SELECT g, 'v' || g FROM generate_series(0, 5999) g",
-		"CREATE TABLE pairs (a int, b text, n bigint, PRIMARY KEY (a, b))",
-		"INSERT INTO pairs SELECT 1 + g % 2, 'k' || lpad(g::text, 4, '0'), g FROM generate_series(0, 2999) g",
-		"ANALYZE items, pairs")
+	createItemsAndPairs(t, ctx, pg)
 	var stop atomic.Bool
 	var txns atomic.Int64
 	done := make(chan error, 1)

@@ -90,7 +90,7 @@ type loadTable struct {
 	// Handed over through Read, under snapshotLoad.handedMu: the barrier,
 	// the ranges (registered before the barrier), the rows.
 	started   bool
-	ranges    []*loadRange
+	ranges    []*snapshot.RangeProgress
 	handed    int64
 	total     atomic.Int64
 	rows      atomic.Int64
@@ -104,24 +104,17 @@ type loadTable struct {
 type loadJob struct {
 	t     *loadTable
 	where string // SQL predicate, "" for the whole table
-	rng   *loadRange
-}
-
-// loadRange is what of one key range Read handed over: rows up to after,
-// or all of them (done). Cursors are ChunkReader's.
-type loadRange struct {
-	after, upTo snapshot.Cursor
-	done        bool
+	rng   *snapshot.RangeProgress
 }
 
 // loadItem is a batch of the load with what it completes.
 type loadItem struct {
 	b       pipeline.Batch
 	t       *loadTable
-	barrier bool            // b holds t's truncate barrier
-	rng     *loadRange      // the range b's rows belong to
-	last    snapshot.Cursor // the key of b's last row
-	final   bool            // b ends rng
+	barrier bool                    // b holds t's truncate barrier
+	rng     *snapshot.RangeProgress // the range b's rows belong to
+	last    snapshot.Cursor         // the key of b's last row
+	final   bool                    // b ends rng
 }
 
 func newSnapshotLoad(s *Source, cp pglogrepl.LSN, name string) *snapshotLoad {
@@ -314,10 +307,7 @@ func (l *snapshotLoad) next(ctx context.Context) (b pipeline.Batch, ok bool, err
 			}
 		}
 		if it.rng != nil {
-			if it.last != nil {
-				it.rng.after = it.last
-			}
-			it.rng.done = it.rng.done || it.final
+			it.rng.Handed(it.last, it.final)
 		}
 		l.handedMu.Unlock()
 		return it.b, true, nil
@@ -349,11 +339,7 @@ func (l *snapshotLoad) state() (st snapshot.LoadState, ok bool) {
 			return st, false
 		}
 		lt := snapshot.LoadTable{Table: id, Started: true, Rows: t.handed, Estimate: t.total.Load()}
-		for _, r := range t.ranges {
-			if !r.done {
-				lt.Ranges = append(lt.Ranges, snapshot.LoadRange{After: r.after, UpTo: r.upTo})
-			}
-		}
+		lt.Ranges = snapshot.Remaining(t.ranges)
 		if len(lt.Ranges) > 0 {
 			st.Tables = append(st.Tables, lt)
 		}
@@ -496,7 +482,7 @@ func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTa
 // (-∞, b1], (b1, b2], …, (bn, +∞): each row falls in exactly one.
 func rangeJobs(t *loadTable, keys string, bounds []string, cursors []snapshot.Cursor) []loadJob {
 	if len(bounds) == 0 {
-		return []loadJob{{t: t, rng: &loadRange{}}}
+		return []loadJob{{t: t, rng: &snapshot.RangeProgress{}}}
 	}
 	jobs := make([]loadJob, 0, len(bounds)+1)
 	for i := 0; i <= len(bounds); i++ {
@@ -507,12 +493,12 @@ func rangeJobs(t *loadTable, keys string, bounds []string, cursors []snapshot.Cu
 		if i < len(bounds) {
 			conds = append(conds, "("+keys+") <= "+bounds[i])
 		}
-		rng := &loadRange{}
+		rng := &snapshot.RangeProgress{}
 		if i > 0 {
-			rng.after = cursors[i-1]
+			rng.After = cursors[i-1]
 		}
 		if i < len(bounds) {
-			rng.upTo = cursors[i]
+			rng.UpTo = cursors[i]
 		}
 		jobs = append(jobs, loadJob{t: t, where: strings.Join(conds, " AND "), rng: rng})
 	}
@@ -571,7 +557,7 @@ type copyWriter struct {
 	dead    []pipeline.DeadLetter
 	// rng is the range being copied; last the COPY line of the batch's
 	// last row, whose key becomes the range's cursor.
-	rng  *loadRange
+	rng  *snapshot.RangeProgress
 	last []byte
 }
 
