@@ -77,14 +77,18 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, 
 }
 
 // isConstraint reports a primary-key refusal. The appender flattens the
-// driver's typed error into text, so the text is what is left to test.
+// driver's typed error into text, so the text is what is left to test: a
+// key repeated in the Write reads "Constraint Error … constraint
+// violation", a key the table holds, refused when the appender closes,
+// "Duplicate key … violates primary key constraint".
 func isConstraint(err error) bool {
 	var de *duck.Error
 	if errors.As(err, &de) && de.Type == duck.ErrorTypeConstraint {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "constraint violation") || strings.Contains(msg, "Constraint Error")
+	return strings.Contains(msg, "constraint violation") || strings.Contains(msg, "Constraint Error") ||
+		strings.Contains(msg, "violates primary key constraint")
 }
 
 // errConvert marks a record value that cannot be staged.
