@@ -113,7 +113,8 @@ func (r *ChunkReader) open(ctx context.Context, checked bool) (*client.Conn, err
 }
 
 // check refuses a MySQL server that may make transactions visible out of
-// binlog order, and makes sure the watermark table exists.
+// binlog order or that leaves the watermark table out of its binlog, and
+// makes sure the table exists.
 func (r *ChunkReader) check(c *client.Conn) error {
 	if r.s.srv != nil && !r.s.srv.MariaDB {
 		res, err := c.Execute("SELECT @@GLOBAL.binlog_order_commits")
@@ -125,6 +126,11 @@ func (r *ChunkReader) check(c *client.Conn) error {
 		if on == 0 {
 			return pipeline.Fatal(errors.New("mysql source: incremental snapshots need binlog_order_commits=ON, so that a " +
 				"transaction is visible once every transaction before it in the binlog is: SET PERSIST binlog_order_commits = ON"))
+		}
+	}
+	if r.s.srv != nil {
+		if err := r.wm.logged(c, r.s.srv); err != nil {
+			return err
 		}
 	}
 	return r.wm.ensure(c)

@@ -103,6 +103,47 @@ func (w *watermarks) ensure(c *client.Conn) error {
 	return nil
 }
 
+// logged refuses a server whose binlog filters (binlog_do_db,
+// binlog_ignore_db) leave the watermark table's database out: its
+// watermarks would never reach the stream, and every chunk would wait
+// for them for ever.
+func (w *watermarks) logged(c *client.Conn, srv *Server) error {
+	r, err := c.Execute(binlogStatusQuery(srv))
+	if err != nil {
+		return fmt.Errorf("mysql source: read the binlog filters: %w", err)
+	}
+	defer r.Close()
+	if len(r.Values) == 0 {
+		return nil
+	}
+	do, _ := getStringByName(r, 0, "Binlog_Do_DB")
+	ignore, _ := getStringByName(r, 0, "Binlog_Ignore_DB")
+	if filteredOut(w.db, do, ignore) {
+		return pipeline.Fatal(fmt.Errorf("mysql source: the server's binlog leaves out database %s (binlog_do_db %q, binlog_ignore_db %q), "+
+			"so the incremental snapshot's watermarks in %s would never reach the stream: add it to binlog_do_db (or take it out of "+
+			"binlog_ignore_db), or set snapshot.watermark_table to a table in a logged database", w.db, do, ignore, w.quoted()))
+	}
+	return nil
+}
+
+// filteredOut reports whether binlog filters (comma-separated database
+// lists, as the binlog status shows them) leave db out of the binlog.
+func filteredOut(db, do, ignore string) bool {
+	in := func(list string) (listed, empty bool) {
+		empty = true
+		for _, d := range strings.Split(list, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				empty = false
+				listed = listed || strings.EqualFold(d, db)
+			}
+		}
+		return listed, empty
+	}
+	inDo, noDo := in(do)
+	inIgnore, _ := in(ignore)
+	return !noDo && !inDo || inIgnore
+}
+
 // isPermanent reports a server error that retrying cannot fix: a missing
 // table, column or privilege, or SQL the server cannot parse (a request's
 // filter).
