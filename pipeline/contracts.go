@@ -217,6 +217,19 @@ type DLQ interface {
 	Close() error
 }
 
+// Backfiller is implemented by sources that read tables' existing rows
+// while they stream (snapshot.Engine): an operator that orders by event
+// time holds its watermark for a table until the table's history has been
+// read (Runtime.Backfilling).
+type Backfiller interface {
+	// Backfilling lists the tables whose existing rows are being read for
+	// the first time: an initial or incremental snapshot of a table the
+	// sinks do not hold yet. A second read of rows they hold (a filtered
+	// re-snapshot, a repair) is not listed. It does not block and is safe
+	// to call from any goroutine.
+	Backfilling() []TableID
+}
+
 // StatusReporter is implemented by sources that can report progress for
 // /status and `sluice status`.
 type StatusReporter interface {
@@ -235,6 +248,9 @@ type SourceStatus struct {
 	// SnapshotError is the last error of an incremental snapshot still
 	// in progress (it is retried).
 	SnapshotError string `json:"snapshot_error,omitempty"`
+	// Backfilling lists the tables whose history is still being read
+	// (Backfiller).
+	Backfilling []string `json:"backfilling,omitempty"`
 }
 
 // TableStatus is a table's snapshot progress.

@@ -205,6 +205,16 @@ type Stats struct {
 	Err      error
 }
 
+// Backfilling lists the tables whose history the source is still reading
+// for the first time (Backfiller); nil when the source reads none that
+// way. Safe to call from any goroutine while the runtime runs.
+func (r *Runtime) Backfilling() []TableID {
+	if b, ok := r.src.(Backfiller); ok {
+		return b.Backfilling()
+	}
+	return nil
+}
+
 // Stats returns the current runtime figures.
 func (r *Runtime) Stats() Stats {
 	recs, bytes := r.ledger.inFlight()

@@ -108,6 +108,9 @@ type Engine struct {
 	// initial load (Loader).
 	opened  time.Time
 	loadRun string
+	// loading lists the tables of the source's initial load not yet read
+	// whole, as of the last load batch Read handed over.
+	loading []pipeline.TableID
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -325,10 +328,27 @@ func (e *Engine) Close(ctx context.Context) error {
 	return e.src.Close(ctx)
 }
 
-// Snapshotting lists the tables whose snapshot is not over: their
-// history is still being read (for operators that hold their
-// watermark until it is).
+// Snapshotting lists the tables with a snapshot request not over (a
+// repair or a filtered re-snapshot included).
 func (e *Engine) Snapshotting() []pipeline.TableID {
+	return e.tables(func(*tableProgress) bool { return true })
+}
+
+// Backfilling implements pipeline.Backfiller: the tables of the source's
+// initial load not yet read whole, and those snapshotted here that the
+// sinks did not hold before (a fresh pipeline's, a table added to it).
+func (e *Engine) Backfilling() []pipeline.TableID {
+	e.mu.Lock()
+	loading := slices.Clone(e.loading)
+	e.mu.Unlock()
+	return append(loading, e.tables(func(t *tableProgress) bool {
+		return !t.Repair && t.Where == "" && !slices.Contains(e.prog.Known, t.id().String()) &&
+			!slices.ContainsFunc(loading, func(id pipeline.TableID) bool { return sameTable(id, t.id()) })
+	})...)
+}
+
+// tables lists the tables of the requests keep selects, once each.
+func (e *Engine) tables(keep func(*tableProgress) bool) []pipeline.TableID {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.prog == nil {
@@ -336,7 +356,7 @@ func (e *Engine) Snapshotting() []pipeline.TableID {
 	}
 	out := make([]pipeline.TableID, 0, len(e.prog.Tables))
 	for _, t := range e.prog.Tables {
-		if id := t.id(); !slices.Contains(out, id) {
+		if id := t.id(); keep(t) && !slices.Contains(out, id) {
 			out = append(out, id)
 		}
 	}

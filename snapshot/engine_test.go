@@ -504,3 +504,33 @@ func TestRepairRewritesStaleRowsAndDeletesRowsOnlyASinkHolds(t *testing.T) {
 		t.Fatalf("status shows %q", got)
 	}
 }
+
+// The phase signal: a fresh pipeline's table is backfilling until its
+// snapshot is over; a filtered re-snapshot and a repair of it read rows
+// the sinks hold already and are not.
+func TestBackfillingListsOnlyTablesWhoseHistoryIsBeingRead(t *testing.T) {
+	db := newFakeDB(t)
+	fill(db, 300)
+	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1, ChunkRows: 64}, nil)
+	if got := e.Backfilling(); len(got) != 1 || got[0] != db.table.ID {
+		t.Fatalf("a fresh pipeline backfills %v, want its table", got)
+	}
+	if st := e.Status(); len(st.Backfilling) != 1 {
+		t.Fatalf("status shows backfilling %v", st.Backfilling)
+	}
+	sink := newFakeSink()
+	finish(t, e, db, sink)
+	if got := e.Backfilling(); len(got) != 0 {
+		t.Fatalf("after the snapshot: backfilling %v", got)
+	}
+	if _, err := e.Request(db.table.ID, "id < 10"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.RequestKeys(db.table.ID, [][]string{{"1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, busy := e.Backfilling(), e.Snapshotting(); len(got) != 0 || len(busy) != 1 {
+		t.Fatalf("a re-read of known rows: backfilling %v, snapshotting %v", got, busy)
+	}
+	finish(t, e, db, sink)
+}

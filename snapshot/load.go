@@ -90,7 +90,12 @@ func (e *Engine) loadPosition() pipeline.Position {
 	}
 	st, ok := l.LoadState()
 	if !ok {
+		e.loading = nil
 		return nil
+	}
+	e.loading = e.loading[:0:0]
+	for _, t := range st.Tables {
+		e.loading = append(e.loading, t.Table)
 	}
 	p := progress{Tables: append([]*tableProgress(nil), e.prog.Tables...)}
 	var open []*tableProgress

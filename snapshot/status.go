@@ -87,6 +87,9 @@ func (e *Engine) Status() pipeline.SourceStatus {
 	if sr, ok := e.src.(pipeline.StatusReporter); ok {
 		st = sr.Status()
 	}
+	for _, id := range e.Backfilling() {
+		st.Backfilling = append(st.Backfilling, id.String())
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.prog == nil {

@@ -395,6 +395,9 @@ func TestInitialLoadResumesIncrementallyAfterACrash(t *testing.T) {
 		loaded += len(b.Records)
 		return loaded >= 3000 && b.Pos != nil
 	})
+	if bf := first.Backfilling(); len(bf) == 0 {
+		t.Fatal("the initial load in progress lists no table as backfilling")
+	}
 	_ = first.Close(context.Background()) // the crash: nothing after the checkpoint is kept
 	var pos struct {
 		Snapshot struct{ Tables []json.RawMessage } `json:"snapshot"`
@@ -418,6 +421,9 @@ func TestInitialLoadResumesIncrementallyAfterACrash(t *testing.T) {
 		}
 		return len(second.Snapshotting()) == 0
 	})
+	if bf := second.Backfilling(); len(bf) != 0 {
+		t.Fatalf("backfilling %v after the snapshot", bf)
+	}
 	stop.Store(true)
 	if err := <-done; err != nil {
 		t.Fatal(err)
