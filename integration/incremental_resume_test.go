@@ -185,7 +185,9 @@ runtime: {checkpoint_interval: 100ms, max_in_flight_records: %d}
 	// confirms a last transaction; DuckDB then equals the table.
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, 2*time.Minute)
-	waitUntil(t, d, 10*time.Minute, "the snapshot to finish", func() bool { return loadedAll(t, checkpoint) })
+	// The rest of the table, with the writer's backlog in the stream: the
+	// chunks wait for their high watermarks to come through it.
+	waitUntil(t, d, 5*time.Minute+time.Duration(rows/2000)*time.Second, "the snapshot to finish", func() bool { return loadedAll(t, checkpoint) })
 	stopWork()
 	if err := <-workErr; err != nil {
 		t.Fatalf("writer: %v", err)
