@@ -344,7 +344,7 @@ func (a *afterChunk) Chunk(ctx context.Context, t snapshot.Target, after, upTo s
 func TestIncrementalSnapshotMariaDBSchemaChangeAndRefusal(t *testing.T) {
 	m := server(t)
 	c := rootConn(t, m, "")
-	mustExec(t, c, "CREATE DATABASE ddl", "USE ddl",
+	mustExec(t, c, "CREATE DATABASE incddl", "USE incddl",
 		"CREATE TABLE t (id int PRIMARY KEY, v varchar(20))")
 	var rows []string
 	for i := range 300 {
@@ -352,13 +352,13 @@ func TestIncrementalSnapshotMariaDBSchemaChangeAndRefusal(t *testing.T) {
 	}
 	mustExec(t, c, "INSERT INTO t VALUES "+strings.Join(rows, ","))
 	var once sync.Once
-	src, eng := incremental(t, m, "ddl", false, func(rd snapshot.Reader) snapshot.Reader {
+	src, eng := incremental(t, m, "incddl", false, func(rd snapshot.Reader) snapshot.Reader {
 		return &afterChunk{Reader: rd, hook: func(tb snapshot.Target) {
 			if tb.Table.Table != "t" {
 				return
 			}
 			once.Do(func() {
-				w := rootConn(t, m, "ddl")
+				w := rootConn(t, m, "incddl")
 				if _, err := w.Execute("ALTER TABLE t ADD COLUMN x int NOT NULL DEFAULT 7"); err != nil {
 					t.Error(err)
 				}
@@ -367,7 +367,7 @@ func TestIncrementalSnapshotMariaDBSchemaChangeAndRefusal(t *testing.T) {
 	}, "t")
 	sink := snaptest.NewMemSink()
 	for _, where := range []string{"", "no_such_column = 1"} {
-		if _, err := eng.Request(pipeline.TableID{Schema: "ddl", Table: "t"}, where); err != nil {
+		if _, err := eng.Request(pipeline.TableID{Schema: "incddl", Table: "t"}, where); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -376,15 +376,15 @@ func TestIncrementalSnapshotMariaDBSchemaChangeAndRefusal(t *testing.T) {
 	// the DEFAULT's shape (added.go).
 	mustExec(t, c, "INSERT INTO t VALUES (1000, 'after', 8)")
 	catchUp(t, c, eng, sink)
-	want := tableRows(t, src, "ddl", "t")
+	want := tableRows(t, src, "incddl", "t")
 	if len(want) != 301 || !strings.HasSuffix(want[0], " 7]") {
 		t.Fatalf("the table reads %d rows, first %q", len(want), want[0])
 	}
-	snaptest.EqualRows(t, "t", sink.Table("ddl.t"), want)
+	snaptest.EqualRows(t, "t", sink.Table("incddl.t"), want)
 	if n := eng.Stats().Redone; n < 1 {
 		t.Fatal("no chunk was read again after the schema change")
 	}
-	if st := eng.Status(); !strings.Contains(st.SnapshotError, "ddl.t") || !strings.Contains(st.SnapshotError, "no_such_column") {
+	if st := eng.Status(); !strings.Contains(st.SnapshotError, "incddl.t") || !strings.Contains(st.SnapshotError, "no_such_column") {
 		t.Fatalf("status error %q, want the filtered request's refusal", st.SnapshotError)
 	}
 }
