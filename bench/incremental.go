@@ -126,8 +126,13 @@ func (r incrementalRun) run(ctx context.Context, o RunOptions, br *broker, name 
 	writerErr := make(chan error, 1)
 	go func() { writerErr <- r.write(wctx, 2000) }()
 	started := time.Now()
+	begun := false // the engine listed its table: the runtime opened it
 	loaded, err := br.toKafka(ctx, kafkaRun{src: eng, prefix: "loaded", connector: r.connector, profile: o.Profile,
 		until: func(*pipeline.Runtime) bool {
+			if !begun {
+				begun = len(eng.Snapshotting()) > 0
+				return false
+			}
 			// The lag: now minus the commit time of the last transaction
 			// the source handed over, once the stream has handed one.
 			if st := eng.Status(); !st.LastEventTime.IsZero() && time.Since(started) > 2*time.Second {
