@@ -150,8 +150,10 @@ http: {listen: "127.0.0.1:0"}
 	if code != 1 || m == nil {
 		t.Fatalf("sluice verify --repair: exit %d\n%s", code, vout)
 	}
-	if n, _ := strconv.Atoi(m[1]); n < 5+21+30 {
-		t.Fatalf("repair of %d keys, want the 5 ghosts, 21 lost and ~30 stale rows at least:\n%s", n, vout)
+	// The writer may have deleted or rewritten some of the damaged rows
+	// meanwhile (no longer differing), never the ghosts.
+	if n, _ := strconv.Atoi(m[1]); n < 5+15+15 {
+		t.Fatalf("repair of %d keys, want the 5 ghosts and most of the 21 lost and ~30 stale rows:\n%s", n, vout)
 	}
 	waitSnapshotDone(t, d, addr, "public.a", "repair of "+m[1]+" keys")
 

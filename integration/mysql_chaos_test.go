@@ -229,7 +229,7 @@ func TestKill9DuringLoadAndStreamMariaDB(t *testing.T) {
 	// changed"), which stops the load (the next start would read the rest
 	// in chunks, but this test's kills are its only restarts); the test
 	// below runs them inside chunk windows.
-	runMariaDBChaos(t, mariadbChaos{name: "chaos", items: 300000, events: 30000, snapshot: "{parallel: 2, chunk_rows: 20000}",
+	runMariaDBChaos(t, mariadbChaos{name: "chaos", items: 300000, events: 30000, snapshot: "{parallel: 2, chunk_rows: 20000}", perSecond: 400,
 		loaded: loadedAll})
 }
 

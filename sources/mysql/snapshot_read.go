@@ -244,6 +244,9 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 	}
 	var result gomysql.Result
 	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
+		if err := ctx.Err(); err != nil {
+			return err // Close waits for the readers to stop before it closes their connections
+		}
 		for i, k := range t.table.KeyIdx {
 			last[i] = fieldValue(row[k])
 		}

@@ -85,6 +85,10 @@ type SnapshotOptions struct {
 	Lock      string // LockFlushTables (default) or LockNone; MySQL only
 }
 
+// readerStopWait bounds how long Close waits for a load reader to notice
+// the cancellation before it closes the reader's connection.
+const readerStopWait = 5 * time.Second
+
 const (
 	// streamBuffer is the decoded items between the binlog reader and
 	// Read; a full buffer stops the reader, so backpressure reaches the
@@ -474,15 +478,27 @@ func (s *Source) Ack(_ context.Context, upTo pipeline.Position) error {
 	return nil
 }
 
-// Close stops the stream, the load and the poller.
+// Close stops the stream, the load and the poller. The load's readers
+// stop at their next row; their connections are closed once they have (a
+// connection closed under a reader would race with it), or after
+// readerStopWait when one is stuck in a statement.
 func (s *Source) Close(context.Context) error {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(readerStopWait):
+		if s.load != nil {
+			s.load.close()
+		}
+		<-done
+	}
 	if s.load != nil {
 		s.load.close()
 	}
-	s.wg.Wait()
 	s.mu.Lock()
 	readers := s.readers
 	s.mu.Unlock()
