@@ -52,6 +52,21 @@ func pump(t *testing.T, e *Engine, sink *fakeSink, done func(b pipeline.Batch) b
 	}
 }
 
+// pumpReads reads until at least n snapshot rows arrived and a batch
+// carried a position; it returns that position.
+func pumpReads(t *testing.T, e *Engine, sink *fakeSink, n int) pipeline.Position {
+	t.Helper()
+	var emitted int
+	return pump(t, e, sink, func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpRead {
+				emitted++
+			}
+		}
+		return emitted >= n && b.Pos != nil
+	})
+}
+
 // drain commits a sentinel transaction and reads until it arrives: every
 // change committed before it is then in the sink.
 func drain(t *testing.T, e *Engine, db *fakeDB, sink *fakeSink) pipeline.Position {
@@ -256,15 +271,7 @@ func TestResumeFromTheLastPosition(t *testing.T) {
 	fill(db, 1000)
 	sink := newFakeSink()
 	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 2, ChunkRows: 64, MaxChunkRows: 64}, nil)
-	var emitted int
-	pos := pump(t, e, sink, func(b pipeline.Batch) bool {
-		for _, r := range b.Records {
-			if r.Op == pipeline.OpRead {
-				emitted++
-			}
-		}
-		return emitted >= 300 && b.Pos != nil
-	})
+	pos := pumpReads(t, e, sink, 300)
 	if err := e.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -401,15 +408,7 @@ func TestResumeIgnoresAnEarlierRunsWatermarks(t *testing.T) {
 	fill(db, 600)
 	sink := newFakeSink()
 	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 2, ChunkRows: 64, MaxChunkRows: 64}, nil)
-	var emitted int
-	pos := pump(t, e, sink, func(b pipeline.Batch) bool {
-		for _, r := range b.Records {
-			if r.Op == pipeline.OpRead {
-				emitted++
-			}
-		}
-		return emitted >= 128 && b.Pos != nil
-	})
+	pos := pumpReads(t, e, sink, 128)
 	if err := e.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

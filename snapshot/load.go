@@ -12,7 +12,11 @@ import (
 //
 // The engine gives each batch of the load a position: the stream
 // position the load's rows are versioned below, with the load's progress
-// as incremental snapshot progress. Once a checkpoint holds one, a
+// as incremental snapshot progress. That stream position is where the
+// stream starts after the load (Invariant 3) and a transaction boundary
+// (Invariant 2), and the runtime checkpoints it only once every earlier
+// batch is durable (Invariant 1), so what it says was handed over is in
+// every sink. Once a checkpoint holds one, a
 // restart opens the source there, streams every change since, and reads
 // the ranges the load had not handed over in chunks, each versioned at
 // its high watermark, above every change before it (Invariant 12). The
