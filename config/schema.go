@@ -126,7 +126,10 @@ type MySQLSnapshot struct {
 	MaxChunkRows int      `yaml:"max_chunk_rows" default:"65536" min:"64" max:"1000000"`
 	// WatermarkTable is where incremental snapshots write watermarks.
 	WatermarkTable string `yaml:"watermark_table" default:"sluice.watermarks" pattern:"^[^.\\s]+\\.[^.\\s]+$" doc:"database.table"`
-	Lock           string `yaml:"lock" default:"flush_tables" enum:"flush_tables|none"`
+	// ReadOnly writes nothing: watermarks are GTID positions read from
+	// the server (a replica, or a user without write privileges).
+	ReadOnly bool   `yaml:"read_only" default:"false"`
+	Lock     string `yaml:"lock" default:"flush_tables" enum:"flush_tables|none"`
 }
 
 // ReconnectBackoff bounds the exponential wait between reconnect attempts.

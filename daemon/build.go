@@ -116,7 +116,7 @@ func mysqlOptions(cfg *config.Config) (mysql.Options, error) {
 		ReconnectInitial: m.ReconnectBackoff.Initial.Std(), ReconnectMax: m.ReconnectBackoff.Max.Std(),
 		Snapshot: mysql.SnapshotOptions{Mode: m.Snapshot.Mode, Parallel: m.Snapshot.Parallel, ChunkRows: int(m.Snapshot.ChunkRows),
 			Lock: m.Snapshot.Lock},
-		WatermarkTable: m.Snapshot.WatermarkTable,
+		WatermarkTable: m.Snapshot.WatermarkTable, ReadOnlySnapshot: m.Snapshot.ReadOnly,
 	}
 	if t := m.TLS; t.Enabled {
 		tc, err := tlsconf.Config(t.CAFile, t.CertFile, t.KeyFile, t.InsecureSkipVerify)

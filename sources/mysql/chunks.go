@@ -19,7 +19,8 @@ import (
 // engine (snapshot.Reader): keyset chunks on the primary key (keyset), each
 // in one transaction WITH CONSISTENT SNAPSHOT, and watermarks as updates
 // of the pipeline's row in the watermark table (watermarks), which the
-// stream decodes as OpWatermark records.
+// stream decodes as OpWatermark records; or, read-only, as GTID positions
+// the stream meets (readonly.go).
 //
 // InnoDB makes a transaction visible in binlog order (MariaDB always,
 // MySQL with binlog_order_commits, which the reader checks), so a read
@@ -61,8 +62,8 @@ func (s *Source) ChunkReader(conns int) *ChunkReader {
 
 // acquire returns an idle connection or opens one.
 func (r *ChunkReader) acquire(ctx context.Context) (*client.Conn, error) {
-	if r.wm == nil {
-		return nil, pipeline.Fatal(errors.New("mysql source: incremental snapshots need a watermark table (snapshot.watermark_table)"))
+	if r.wm == nil && r.s.posMarks == nil {
+		return nil, pipeline.Fatal(errors.New("mysql source: incremental snapshots need a watermark table (snapshot.watermark_table) or snapshot.read_only"))
 	}
 	select {
 	case r.sem <- struct{}{}:
@@ -127,6 +128,9 @@ func (r *ChunkReader) check(c *client.Conn) error {
 			return pipeline.Fatal(errors.New("mysql source: incremental snapshots need binlog_order_commits=ON, so that a " +
 				"transaction is visible once every transaction before it in the binlog is: SET PERSIST binlog_order_commits = ON"))
 		}
+	}
+	if r.wm == nil {
+		return nil // read-only: no table (readonly.go)
 	}
 	if r.s.srv != nil {
 		if err := r.wm.logged(c, r.s.srv); err != nil {
@@ -446,29 +450,51 @@ func (r *ChunkReader) Mark(ctx context.Context, token string, table pipeline.Tab
 	}
 	ok := false
 	defer func() { r.release(c, ok) }()
+	if r.s.posMarks != nil {
+		err := r.readOnlyMark(ctx, c, token, table, high)
+		ok = err == nil
+		return err
+	}
 	if _, err := c.Execute("START TRANSACTION"); err != nil {
 		return err
 	}
 	if high != nil {
-		if _, err := c.Execute("SELECT 1 FROM " + quotedTable(table) + " LIMIT 1"); err != nil {
-			return permanent(err)
-		}
-		descs, err := catalogDescs(c, table.Schema, table.Table)
-		if err != nil {
-			return permanent(err)
-		}
-		if err := high(buildTable(tableID(tableName{db: table.Schema, table: table.Table}), descs, 1,
-			r.s.opts.ZeroDates == ZeroDatesNull)); err != nil {
+		if err := r.highShape(c, table, high); err != nil {
 			return err
 		}
 	}
 	if _, err := c.Execute("INSERT INTO "+r.wm.quoted()+" (pipeline, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE token = ?",
 		r.wm.pipeline, token, token); err != nil {
-		return permanent(err)
+		return writeRefused(permanent(err))
 	}
 	if _, err := c.Execute("COMMIT"); err != nil {
 		return err
 	}
 	ok = true
 	return nil
+}
+
+// highShape calls high with table's shape, read after a SELECT of the
+// table took its metadata lock, which the open transaction holds until
+// it ends: no schema change of the table commits before then.
+func (r *ChunkReader) highShape(c *client.Conn, table pipeline.TableID, high func(*pipeline.Table) error) error {
+	if _, err := c.Execute("SELECT 1 FROM " + quotedTable(table) + " LIMIT 1"); err != nil {
+		return permanent(err)
+	}
+	descs, err := catalogDescs(c, table.Schema, table.Table)
+	if err != nil {
+		return permanent(err)
+	}
+	return high(buildTable(tableID(tableName{db: table.Schema, table: table.Table}), descs, 1, r.s.opts.ZeroDates == ZeroDatesNull))
+}
+
+// writeRefused adds the way out to a watermark write the server or the
+// user's privileges refuse.
+func writeRefused(err error) error {
+	var me *gomysql.MyError
+	if errors.As(err, &me) && (me.Code == gomysql.ER_OPTION_PREVENTS_STATEMENT || me.Code == gomysql.ER_TABLEACCESS_DENIED_ERROR) {
+		return pipeline.Fatal(fmt.Errorf("mysql source: write the incremental snapshot's watermark: %w; on a read-only server "+
+			"(a replica) or for a user who may not write, set snapshot.read_only: true (watermarks are then read as GTID positions)", me))
+	}
+	return err
 }

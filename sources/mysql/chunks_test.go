@@ -24,8 +24,10 @@ import (
 
 // incremental returns a source of db's tables (no initial load) wrapped
 // in the snapshot engine, opened; fresh snapshots every table at once.
-// wrap, when set, wraps the source's reader.
-func incremental(t *testing.T, m *harness.MariaDB, db string, fresh bool, wrap func(snapshot.Reader) snapshot.Reader, tables ...string) (*Source, *snapshot.Engine) {
+// wrap, when set, wraps the source's reader; tweak, when set, changes the
+// source's options.
+func incremental(t *testing.T, m *harness.MariaDB, db string, fresh bool, wrap func(snapshot.Reader) snapshot.Reader,
+	tweak func(*Options), tables ...string) (*Source, *snapshot.Engine) {
 	t.Helper()
 	o := Options{Pipeline: "p_" + db, DSN: fmt.Sprintf("mysql://root@%s:%d", m.Host, m.Port),
 		HeartbeatInterval: time.Second, ReconnectInitial: 50 * time.Millisecond, ReconnectMax: time.Second,
@@ -35,6 +37,9 @@ func incremental(t *testing.T, m *harness.MariaDB, db string, fresh bool, wrap f
 	for i, tb := range tables {
 		o.Tables = append(o.Tables, db+"."+tb)
 		ids[i] = pipeline.TableID{Database: db, Schema: db, Table: tb}
+	}
+	if tweak != nil {
+		tweak(&o)
 	}
 	src, err := New(o, zaptest.NewLogger(t), nil)
 	if err != nil {
@@ -207,14 +212,27 @@ func writeRandomly(m *harness.MariaDB, db string, seed uint64, stop *atomic.Bool
 // changes of a case-insensitive PAD SPACE key), the engine snapshots an
 // int key table and a composite key whose first column has two values,
 // with 4 windows over 4 ranges each and chunks of 64 to 256 rows; the
-// version-guarded sink then equals both tables.
+// version-guarded sink then equals both tables. Trials alternate between
+// watermarks written to the watermark table and read-only watermarks
+// (GTID positions) taken by a user who may write nothing.
 func TestIncrementalSnapshotMariaDBUnderConcurrentWrites(t *testing.T) {
 	m := server(t)
 	for trial := range harness.Trials(2) {
-		t.Run(fmt.Sprint(trial), func(t *testing.T) {
+		readOnly := trial%2 == 1
+		t.Run(fmt.Sprintf("%d/read_only=%v", trial, readOnly), func(t *testing.T) {
 			db := fmt.Sprintf("incw%d", trial)
 			c := rootConn(t, m, "")
 			createItemsAndPairs(t, c, db)
+			var tweak func(*Options)
+			if readOnly {
+				user := "ro" + db
+				mustExec(t, c, "CREATE USER "+user+"@'%' IDENTIFIED BY 'pw'",
+					"GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO "+user+"@'%'")
+				tweak = func(o *Options) {
+					o.DSN = fmt.Sprintf("mysql://%s:pw@%s:%d", user, m.Host, m.Port)
+					o.ReadOnlySnapshot = true
+				}
+			}
 			var stop atomic.Bool
 			var txns atomic.Int64
 			var wg sync.WaitGroup
@@ -226,7 +244,7 @@ func TestIncrementalSnapshotMariaDBUnderConcurrentWrites(t *testing.T) {
 					errs <- writeRandomly(m, db, uint64(trial*10+w), &stop, &txns)
 				}()
 			}
-			src, eng := incremental(t, m, db, true, nil, "items", "pairs")
+			src, eng := incremental(t, m, db, true, nil, tweak, "items", "pairs")
 			sink := snaptest.NewMemSink()
 			pump(t, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
 			stop.Store(true)
@@ -241,6 +259,18 @@ func TestIncrementalSnapshotMariaDBUnderConcurrentWrites(t *testing.T) {
 			snaptest.EqualRows(t, "pairs", sink.Table(db+".pairs"), tableRows(t, src, db, "pairs"))
 			st := eng.Stats()
 			t.Logf("%d writer transactions during the snapshot; %d chunks, %d read again", txns.Load(), st.Chunks, st.Redone)
+			if readOnly {
+				// Nothing was written for this pipeline's watermarks.
+				r, err := c.Execute("SELECT COUNT(*) FROM information_schema.TABLES t JOIN sluice.watermarks w " +
+					"WHERE t.TABLE_SCHEMA = 'sluice' AND w.pipeline = 'p_" + db + "'")
+				if err == nil {
+					if n, _ := r.GetInt(0, 0); n != 0 {
+						t.Fatalf("a read-only snapshot wrote %d watermark rows", n)
+					}
+				} else if !strings.Contains(err.Error(), "doesn't exist") {
+					t.Fatal(err)
+				}
+			}
 			if txns.Load() < 50 || st.Chunks < 20 {
 				t.Fatalf("too little overlap to mean anything: %d transactions, %d chunks", txns.Load(), st.Chunks)
 			}
@@ -291,7 +321,7 @@ func TestIncrementalSnapshotMariaDBKeyOrders(t *testing.T) {
 				t.Error(err)
 			}
 		}}
-	}, "ci", "mix")
+	}, nil, "ci", "mix")
 	sink := snaptest.NewMemSink()
 	for _, tb := range []string{"ci", "mix"} {
 		if _, err := eng.Request(pipeline.TableID{Schema: "kord", Table: tb}, ""); err != nil {
@@ -364,7 +394,7 @@ func TestIncrementalSnapshotMariaDBSchemaChangeAndRefusal(t *testing.T) {
 				}
 			})
 		}}
-	}, "t")
+	}, nil, "t")
 	sink := snaptest.NewMemSink()
 	for _, where := range []string{"", "no_such_column = 1"} {
 		if _, err := eng.Request(pipeline.TableID{Schema: "incddl", Table: "t"}, where); err != nil {

@@ -56,6 +56,9 @@ type decoder struct {
 	// marks recognizes the incremental snapshot's watermark rows (nil:
 	// none).
 	marks *watermarks
+	// pend are the read-only snapshot's watermarks (readonly.go; nil:
+	// none).
+	pend *positionMarks
 
 	file    string
 	fileNum uint64

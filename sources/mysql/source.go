@@ -75,6 +75,11 @@ type Options struct {
 	// snapshot's watermarks (ChunkReader): the stream decodes this
 	// pipeline's rows of it as OpWatermark records.
 	WatermarkTable string
+	// ReadOnlySnapshot makes the incremental snapshot write nothing: its
+	// watermarks are GTID positions read from the server, which the
+	// stream meets (readonly.go), for a replica or a user without write
+	// privileges. WatermarkTable is then unused.
+	ReadOnlySnapshot bool
 }
 
 // SnapshotOptions configure the initial load.
@@ -125,6 +130,8 @@ type Source struct {
 	floorHeld bool
 
 	readers []*ChunkReader // closed with the source
+	// posMarks are the read-only snapshot's watermarks (nil otherwise).
+	posMarks *positionMarks
 
 	cancel    context.CancelFunc
 	streamCtx context.Context // the stream's context, kept while the load runs
@@ -147,6 +154,9 @@ func New(opts Options, log *zap.Logger, reg prometheus.Registerer) (*Source, err
 		return nil, err
 	}
 	s := &Source{opts: opts, log: log}
+	if opts.ReadOnlySnapshot {
+		s.posMarks = &positionMarks{}
+	}
 	u, err := url.Parse(opts.DSN)
 	if err != nil || u.Scheme != "mysql" && u.Scheme != "mariadb" || u.Host == "" {
 		return nil, fmt.Errorf("mysql source: dsn: want mysql://user@host:port")

@@ -38,7 +38,7 @@ type streamer struct {
 func newStreamer(s *Source, server string) *streamer {
 	dec := &decoder{flavor: s.flavor, server: server, shapes: s.shapes, chunk: txChunk, log: s.log,
 		conv: converter{zeroNull: s.opts.ZeroDates == ZeroDatesNull, charsets: s.cs}, captured: s.tables,
-		ignoreDDL: s.isIgnoredDDL, onDDL: s.m.ddl.Inc, marks: s.watermarks()}
+		ignoreDDL: s.isIgnoredDDL, onDDL: s.m.ddl.Inc, marks: s.watermarks(), pend: s.posMarks}
 	return &streamer{s: s, log: s.log, dec: dec, out: make(chan txItem, streamBuffer), done: make(chan struct{})}
 }
 
@@ -150,9 +150,15 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 		return nil
 	}
 	for {
-		ev, err := stream.GetEvent(ctx)
+		ev, err := st.next(ctx, stream)
 		if err != nil {
 			return progressed, classify(err, last)
+		}
+		if ev == nil { // a read-only watermark was registered
+			if err := st.dec.dueMarks(emit); err != nil {
+				return progressed, err
+			}
+			continue
 		}
 		if err := st.dec.event(ev, emit); err != nil {
 			if ctx.Err() != nil {
@@ -165,8 +171,25 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 			if err := st.applyShapes(st.dec.reached, emit); err != nil {
 				return progressed, err
 			}
+			if err := st.dec.dueMarks(emit); err != nil {
+				return progressed, err
+			}
 		}
 	}
+}
+
+// next waits for the stream's next event. With read-only watermarks it
+// also returns (nil, nil) when one is registered, so that an idle stream
+// can hand it over without waiting for an event.
+func (st *streamer) next(ctx context.Context, stream *replication.BinlogStreamer) (*replication.BinlogEvent, error) {
+	if st.dec.pend == nil {
+		return stream.GetEvent(ctx)
+	}
+	ev, err := stream.GetEvent(st.dec.pend.waitContext(ctx))
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
+		return nil, nil
+	}
+	return ev, err
 }
 
 // identity names the server the source reaches now, in Position.Server's

@@ -27,7 +27,7 @@ type watermarks struct {
 }
 
 func (s *Source) watermarks() *watermarks {
-	if s.opts.WatermarkTable == "" {
+	if s.opts.WatermarkTable == "" || s.opts.ReadOnlySnapshot {
 		return nil
 	}
 	db, table, _ := strings.Cut(s.opts.WatermarkTable, ".")
@@ -94,7 +94,8 @@ func (w *watermarks) ensure(c *client.Conn) error {
 			if isPermanent(err) {
 				return pipeline.Fatal(fmt.Errorf("mysql source: create the incremental snapshot's watermark table: %w; "+
 					"run as an administrator: %s; %s; GRANT SELECT, INSERT, UPDATE ON %s TO <the source's user> "+
-					"(or set snapshot.watermark_table to a table in a database the user may write)",
+					"(or set snapshot.watermark_table to a table in a database the user may write; on a read-only server, "+
+					"such as a replica, set snapshot.read_only: true instead)",
 					err, create[0], create[1], w.quoted()))
 			}
 			return fmt.Errorf("mysql source: create the watermark table: %w", err)
@@ -156,7 +157,7 @@ func isPermanent(err error) bool {
 	case gomysql.ER_NO_SUCH_TABLE, gomysql.ER_BAD_FIELD_ERROR, gomysql.ER_PARSE_ERROR, gomysql.ER_BAD_DB_ERROR,
 		gomysql.ER_TABLEACCESS_DENIED_ERROR, gomysql.ER_COLUMNACCESS_DENIED_ERROR, gomysql.ER_DBACCESS_DENIED_ERROR,
 		gomysql.ER_SPECIFIC_ACCESS_DENIED_ERROR, gomysql.ER_ACCESS_DENIED_ERROR, gomysql.ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION,
-		gomysql.ER_SP_DOES_NOT_EXIST, gomysql.ER_WRONG_VALUE_COUNT_ON_ROW, gomysql.ER_OPERAND_COLUMNS:
+		gomysql.ER_SP_DOES_NOT_EXIST, gomysql.ER_OPTION_PREVENTS_STATEMENT, gomysql.ER_WRONG_VALUE_COUNT_ON_ROW, gomysql.ER_OPERAND_COLUMNS:
 		return true
 	}
 	return false
