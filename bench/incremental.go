@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"go.uber.org/zap"
 
+	"github.com/sluice-cdc/sluice/offsets"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sinks/duckdb"
 	"github.com/sluice-cdc/sluice/snapshot"
 	"github.com/sluice-cdc/sluice/sources/mysql"
 	"github.com/sluice-cdc/sluice/sources/postgres"
@@ -18,7 +22,8 @@ import (
 
 // PGIncremental is the incremental snapshot engine reading the table of
 // workload (c) (default 5,000,000 rows of the six-column shape) into
-// Kafka, next to the reference read of the same table in the same run.
+// Kafka and into DuckDB, next to the reference read of the same table in
+// the same run.
 // Measured in one run:
 //
 //  1. reference: psql's COPY … TO STDOUT of the table to /dev/null,
@@ -32,7 +37,9 @@ import (
 //     writer commits 2,000 single-row updates a second; the figure is the
 //     snapshot's duration, and the stream lag is the longest time a
 //     committed update waited to be handed over by the source while the
-//     snapshot ran (target < 5 s).
+//     snapshot ran (target < 5 s);
+//  5. and 6. phases 3 and 4 again into DuckDB (the embedded sink; target
+//     ≥ 0.5× the reference idle), each from a new slot into a new file.
 type PGIncremental struct{}
 
 // Name implements Scenario.
@@ -118,45 +125,33 @@ func (r incrementalRun) run(ctx context.Context, o RunOptions, br *broker, name 
 	if err != nil {
 		return nil, fmt.Errorf("incremental, idle: %w", err)
 	}
-	if eng, err = r.engine("loaded"); err != nil {
-		return nil, err
-	}
-	wctx, stopWriter := context.WithCancel(ctx)
-	var lagMax atomic.Int64 // nanoseconds
-	writerErr := make(chan error, 1)
-	go func() { writerErr <- r.write(wctx, 2000) }()
-	started := time.Now()
-	begun := false // the engine listed its table: the runtime opened it
-	loaded, err := br.toKafka(ctx, kafkaRun{src: eng, prefix: "loaded", connector: r.connector, profile: o.Profile,
-		until: func(*pipeline.Runtime) bool {
-			if !begun {
-				begun = len(eng.Snapshotting()) > 0
-				return false
-			}
-			// The lag: now minus the commit time of the last transaction
-			// the source handed over, once the stream has handed one.
-			if st := eng.Status(); !st.LastEventTime.IsZero() && time.Since(started) > 2*time.Second {
-				if lag := time.Since(st.LastEventTime); int64(lag) > lagMax.Load() {
-					lagMax.Store(int64(lag))
-				}
-			}
-			return len(eng.Snapshotting()) == 0
-		}})
-	stopWriter()
-	if werr := <-writerErr; err == nil && werr != nil {
-		err = werr
-	}
+	loaded, lag, err := r.underLoad(ctx, "loaded", func(eng *snapshot.Engine, until func(*pipeline.Runtime) bool) (phase, error) {
+		return br.toKafka(ctx, kafkaRun{src: eng, prefix: "loaded", connector: r.connector, profile: o.Profile, until: until})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("incremental, under load: %w", err)
 	}
+	if eng, err = r.engine("duckidle"); err != nil {
+		return nil, err
+	}
+	duckIdle, err := toDuckDB(ctx, eng, "duckidle", o.Profile, int64(rows), nil)
+	if err != nil {
+		return nil, fmt.Errorf("incremental into DuckDB, idle: %w", err)
+	}
+	duckLoaded, duckLag, err := r.underLoad(ctx, "duckloaded", func(eng *snapshot.Engine, until func(*pipeline.Runtime) bool) (phase, error) {
+		return toDuckDB(ctx, eng, "duckloaded", o.Profile, 0, until)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("incremental into DuckDB, under load: %w", err)
+	}
+	lag = max(lag, duckLag)
 	ref2, err := r.runRef()
 	if err != nil {
 		return nil, err
 	}
 	ref := (r.ref1 + ref2) / 2
-	lag := time.Duration(lagMax.Load())
-	o.log("%s: %s %s and %s, initial load %s, incremental idle %s, under 2,000 updates/s %s (stream lag up to %s)",
-		name, r.ref, r.ref1, ref2, fast.wall, idle.wall, loaded.wall, lag)
+	o.log("%s: %s %s and %s, initial load %s, incremental idle %s, under 2,000 updates/s %s; into DuckDB idle %s, under load %s (stream lag up to %s)",
+		name, r.ref, r.ref1, ref2, fast.wall, idle.wall, loaded.wall, duckIdle.wall, duckLoaded.wall, lag)
 	n := float64(rows)
 	rate := func(d time.Duration) float64 { return n / d.Seconds() }
 	return []Figure{
@@ -167,10 +162,74 @@ func (r incrementalRun) run(ctx context.Context, o RunOptions, br *broker, name 
 		{Name: "initial load / reference", Unit: "ratio", Value: ref.Seconds() / fast.wall.Seconds()},
 		{Name: "incremental / reference, idle", Unit: "ratio", Value: ref.Seconds() / idle.wall.Seconds(), Target: ">= 0.35"},
 		{Name: "incremental / reference, under load", Unit: "ratio", Value: ref.Seconds() / loaded.wall.Seconds()},
+		{Name: "sluice incremental → DuckDB, idle", Unit: "rows/s", Value: rate(duckIdle.wall)},
+		{Name: "sluice incremental → DuckDB, 2,000 updates/s", Unit: "rows/s", Value: rate(duckLoaded.wall)},
+		{Name: "incremental → DuckDB / reference, idle", Unit: "ratio", Value: ref.Seconds() / duckIdle.wall.Seconds(), Target: ">= 0.5"},
+		{Name: "incremental → DuckDB / reference, under load", Unit: "ratio", Value: ref.Seconds() / duckLoaded.wall.Seconds()},
 		{Name: "stream lag during the snapshot", Unit: "s", Value: lag.Seconds(), Target: "< 5"},
 		{Name: "sluice CPU, incremental idle", Unit: "s per 1M rows", Value: idle.cpu.Seconds() * 1e6 / n},
 		{Name: "sluice peak RSS, incremental idle", Unit: "MiB", Value: idle.peakRSS / (1 << 20)},
 	}, nil
+}
+
+// underLoad runs a fresh incremental pipeline named name through into
+// while a writer commits 2,000 single-row updates a second, until the
+// snapshot is over; it returns the phase and the stream lag: the longest
+// time a committed update waited to be handed over by the source while
+// the snapshot ran.
+func (r incrementalRun) underLoad(ctx context.Context, name string,
+	into func(*snapshot.Engine, func(*pipeline.Runtime) bool) (phase, error)) (phase, time.Duration, error) {
+	eng, err := r.engine(name)
+	if err != nil {
+		return phase{}, 0, err
+	}
+	wctx, stopWriter := context.WithCancel(ctx)
+	var lagMax atomic.Int64 // nanoseconds
+	writerErr := make(chan error, 1)
+	go func() { writerErr <- r.write(wctx, 2000) }()
+	started := time.Now()
+	begun := false // the engine listed its table: the runtime opened it
+	res, err := into(eng, func(*pipeline.Runtime) bool {
+		if !begun {
+			begun = len(eng.Snapshotting()) > 0
+			return false
+		}
+		// The lag: now minus the commit time of the last transaction the
+		// source handed over, once the stream has handed one.
+		if st := eng.Status(); !st.LastEventTime.IsZero() && time.Since(started) > 2*time.Second {
+			if lag := time.Since(st.LastEventTime); int64(lag) > lagMax.Load() {
+				lagMax.Store(int64(lag))
+			}
+		}
+		return len(eng.Snapshotting()) == 0
+	})
+	stopWriter()
+	if werr := <-writerErr; err == nil && werr != nil {
+		err = werr
+	}
+	return res, time.Duration(lagMax.Load()), err
+}
+
+// toDuckDB runs src through pipeline.Runtime into a DuckDB sink in a temp
+// dir, measured like toKafka.
+func toDuckDB(ctx context.Context, src pipeline.Source, prefix, profile string, n int64, until func(*pipeline.Runtime) bool) (phase, error) {
+	dir, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		return phase{}, err
+	}
+	defer os.RemoveAll(dir)
+	store, err := offsets.OpenDir(filepath.Join(dir, "offsets"), prefix)
+	if err != nil {
+		return phase{}, err
+	}
+	defer store.Close()
+	sink := duckdb.New(duckdb.Options{Name: "duck", Path: filepath.Join(dir, "bench.duckdb")}, nil)
+	rt, err := pipeline.New(pipeline.Config{Pipeline: prefix, RetryMaxAttempts: 5}, src,
+		[]pipeline.NamedSink{{Name: "duck", Sink: sink}}, store, pipeline.Options{})
+	if err != nil {
+		return phase{}, err
+	}
+	return measure(ctx, rt, "duck", profile, "duckdb-"+prefix, n, until)
 }
 
 // write commits perSecond single-row updates a second until ctx ends.

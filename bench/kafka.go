@@ -158,7 +158,15 @@ func (b *broker) toKafka(ctx context.Context, r kafkaRun) (res phase, err error)
 	if err != nil {
 		return res, err
 	}
-	_, err = profiled(r.profile, "kafka", func() (time.Duration, error) {
+	return measure(ctx, rt, "kafka", r.profile, "kafka-"+prefix, n, r.until)
+}
+
+// measure runs rt until its sink named sink wrote n records (or until
+// returns true, checked every 5ms), then stops it: the phase's wall time,
+// time to the first durable batch, this process's CPU time and peak RSS,
+// under a profile named phase when profile is set.
+func measure(ctx context.Context, rt *pipeline.Runtime, sink, profile, phaseName string, n int64, until func(*pipeline.Runtime) bool) (res phase, err error) {
+	_, err = profiled(profile, phaseName, func() (time.Duration, error) {
 		// The peak is the phase's: memory earlier phases freed goes back
 		// to the system first.
 		debug.FreeOSMemory()
@@ -172,11 +180,11 @@ func (b *broker) toKafka(ctx context.Context, r kafkaRun) (res phase, err error)
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			w := rt.Stats().Written["kafka"]
+			w := rt.Stats().Written[sink]
 			if w > 0 && res.first == 0 {
 				res.first = time.Since(t0)
 			}
-			if (r.until == nil && w >= n) || (r.until != nil && r.until(rt)) {
+			if (until == nil && w >= n) || (until != nil && until(rt)) {
 				break
 			}
 			select {

@@ -232,8 +232,10 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 	if !w.cleared {
 		rows = make([]pipeline.Record, 0, len(c.Rows))
 		for _, row := range c.Rows {
-			if _, hit := w.touched[verify.RowKey(shape, row)]; hit {
-				continue
+			if len(w.touched) > 0 {
+				if _, hit := w.touched[verify.RowKey(shape, row)]; hit {
+					continue
+				}
 			}
 			r := pipeline.Record{Op: pipeline.OpRead, Table: shape, After: row, Version: v, EventTime: now,
 				Snapshot: true, Pos: h.Pos}

@@ -406,12 +406,19 @@ func (s *Sink) write(ctx context.Context, records []pipeline.Record) error {
 		}
 		return err
 	}
-	if done, err := s.appendNew(ctx, records); err != nil || done {
-		if err == nil {
+	if bulk, rest := upsert.SplitBulk(records); bulk != nil {
+		done, err := s.appendNew(ctx, bulk)
+		if err != nil {
+			return err
+		}
+		if done && len(rest) == 0 {
 			s.purge(ctx)
 			s.recycle(ctx)
+			return nil
 		}
-		return err
+		if done {
+			records = rest
+		}
 	}
 	batches, failed := s.prepare(records)
 	// The runtime logs and counts each failed record as it dead-letters

@@ -356,7 +356,8 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 		}
 		return fmt.Errorf("postgres sink: %w", err)
 	}
-	if done, err := s.streamNew(ctx, records); err != nil || done {
+	if bulk, rest := upsert.SplitBulk(records); bulk != nil {
+		done, err := s.streamNew(ctx, bulk)
 		if err != nil {
 			s.afterFailure()
 			if cerr := ctx.Err(); cerr != nil {
@@ -364,8 +365,13 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			}
 			return fmt.Errorf("postgres sink: %w", err)
 		}
-		s.purge(ctx)
-		return nil
+		if done && len(rest) == 0 {
+			s.purge(ctx)
+			return nil
+		}
+		if done {
+			records = rest
+		}
 	}
 	batches, failed := s.prepare(records)
 	// The runtime logs and counts each failed record as it dead-letters

@@ -38,6 +38,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RestartMidway", func(t *testing.T) { testRestart(t, h) })
 	t.Run("StaleVersionChangesNothing", func(t *testing.T) { testStale(t, h) })
 	t.Run("UnchangedKeepsStoredValue", func(t *testing.T) { testUnchanged(t, h) })
+	t.Run("ReadsBesideChangesInOneWrite", func(t *testing.T) { testReadsBesideChanges(t, h) })
 	if k, ok := h.(interface{ KeepsVersions() bool }); !ok || k.KeepsVersions() {
 		t.Run("NewGenerationAboveEverything", func(t *testing.T) { testNewGeneration(t, h) })
 	}
@@ -258,6 +259,55 @@ func testStale(t *testing.T, h Harness) {
 	if len(live) != 1 || !Equal(live[Key([]any{int64(2)})][1], "newest") {
 		t.Fatalf("model self-check failed: %v", live)
 	}
+}
+
+// testReadsBesideChanges writes, on a fresh target, Writes that are mostly
+// snapshot reads of new keys with a few updates and deletes among them,
+// of keys read in the same Write or an earlier one, versioned above or
+// below those reads (what an incremental snapshot's batches hold while
+// the stream runs; a sink's bulk path may take the reads apart from the
+// changes, upsert.SplitBulk). Some Writes read a key the target holds
+// already. The target must equal the records applied in order, then stay
+// so under shuffled replays.
+func testReadsBesideChanges(t *testing.T, h Harness) {
+	s := open(t, h.Open(t))
+	defer closeSink(t, s)
+	m := NewModel()
+	rng := rand.New(rand.NewPCG(11, 3))
+	var writes [][]pipeline.Record
+	next := int64(1)
+	for w := range 8 {
+		var b []pipeline.Record
+		for range 24 {
+			minor := uint64(100 + rng.IntN(800))
+			b = append(b, rec(pipeline.OpRead, minor, account(next, fmt.Sprintf("read %d", w), next, nil)))
+			next++
+		}
+		if w%3 == 2 { // a key the target holds: the bulk path must refuse the Write
+			id := 1 + rng.Int64N(next-25)
+			b = append(b, rec(pipeline.OpRead, uint64(rng.IntN(1000)), account(id, "read again", id, nil)))
+		}
+		for range 6 {
+			id := 1 + rng.Int64N(next-1) // this Write's keys or earlier ones
+			minor := uint64(rng.IntN(1000))
+			r := rec(pipeline.OpUpdate, minor, account(id, fmt.Sprintf("update %d", w), int64(minor), "u"))
+			if rng.IntN(3) == 0 {
+				r = rec(pipeline.OpDelete, minor, []any{id, nil, nil, nil, nil, nil, nil})
+			}
+			b = slices.Insert(b, rng.IntN(len(b)+1), r)
+		}
+		write(t, s, b)
+		m.Apply(b)
+		writes = append(writes, b)
+		check(t, h, m, fmt.Sprintf("after write %d", w))
+	}
+	if live := len(m.Live(Accounts)); live < 150 || live >= int(next-1) {
+		t.Fatalf("model self-check: %d live rows of %d read: the changes should delete some and keep most", live, next-1)
+	}
+	for _, b := range shuffledWithDuplicates(rng, writes) {
+		write(t, s, b)
+	}
+	check(t, h, m, "after shuffled replays")
 }
 
 // testUnchanged checks that an Unchanged value keeps what the target holds,

@@ -79,3 +79,52 @@ func InsertShape(records []pipeline.Record) *pipeline.Table {
 	}
 	return t
 }
+
+// SplitBulk divides a Write for the bulk path. A Write of inserts and
+// snapshot reads only (InsertShape) is bulk whole. A Write whose records
+// (heartbeats aside) are all of one table shape, with no truncate, and
+// whose inserts and reads are at least as many as its other changes
+// splits: bulk holds the inserts and reads, rest every other record, each
+// in its order. Otherwise bulk is nil and rest is records.
+//
+// Writing bulk first and then rest leaves the target as writing the
+// records in order would: the bulk path refuses the whole part when the
+// target holds any of its keys or one repeats (so each of its rows is new
+// there), and the rest is version-guarded like every change (a change
+// below a row's version or tombstone is dropped; Invariant 4). A snapshot's rows and
+// the stream changes that run beside it then keep the fast path.
+func SplitBulk(records []pipeline.Record) (bulk, rest []pipeline.Record) {
+	if InsertShape(records) != nil {
+		return records, nil
+	}
+	var t *pipeline.Table
+	inserts, others := 0, 0
+	for i := range records {
+		r := &records[i]
+		switch {
+		case r.Op == pipeline.OpHeartbeat:
+			continue
+		case r.Op == pipeline.OpTruncate || r.Table == nil || (t != nil && r.Table != t):
+			return nil, records
+		case (r.Op == pipeline.OpInsert || r.Op == pipeline.OpRead) && len(r.After) == len(r.Table.Columns):
+			inserts++
+		default:
+			others++
+		}
+		t = r.Table
+	}
+	if t == nil || len(t.KeyIdx) == 0 || inserts == 0 || inserts < others {
+		return nil, records
+	}
+	bulk = make([]pipeline.Record, 0, inserts)
+	rest = make([]pipeline.Record, 0, len(records)-inserts)
+	for i := range records {
+		r := &records[i]
+		if r.Op != pipeline.OpHeartbeat && (r.Op == pipeline.OpInsert || r.Op == pipeline.OpRead) && len(r.After) == len(r.Table.Columns) {
+			bulk = append(bulk, *r)
+		} else {
+			rest = append(rest, *r)
+		}
+	}
+	return bulk, rest
+}
