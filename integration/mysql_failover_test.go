@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"path/filepath"
@@ -29,32 +30,8 @@ import (
 // (--reset-offsets) lands above what the sink holds too.
 func TestMariaDBFailoverBehindAProxy(t *testing.T) {
 	ctx := context.Background()
-	var (
-		wg         sync.WaitGroup
-		primary    *harness.MariaDB
-		replica    *harness.MariaDB
-		perr, rerr error
-	)
-	wg.Add(2)
-	go func() { defer wg.Done(); primary, perr = harness.StartMariaDB(ctx, harness.MariaDBOptions{}) }()
-	go func() {
-		defer wg.Done()
-		replica, rerr = harness.StartMariaDB(ctx, harness.MariaDBOptions{Settings: map[string]string{"server_id": "2"}})
-	}()
-	wg.Wait()
-	for _, m := range []*harness.MariaDB{primary, replica} {
-		if m != nil {
-			t.Cleanup(func() { _ = m.Stop() })
-		}
-	}
-	if perr != nil || rerr != nil {
-		harness.SkipOrFail(t, fmt.Errorf("primary: %v; replica: %v", perr, rerr))
-	}
+	primary, replica := mariadbPair(t, nil)
 	addr := func(m *harness.MariaDB) string { return net.JoinHostPort(m.Host, strconv.Itoa(m.Port)) }
-	if err := replica.Exec(ctx, "", fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%d, MASTER_USER='root', MASTER_USE_GTID=slave_pos",
-		primary.Host, primary.Port), "START SLAVE"); err != nil {
-		t.Fatal(err)
-	}
 	const rows = 500
 	if err := primary.Exec(ctx, "", "CREATE DATABASE f"); err != nil {
 		t.Fatal(err)
@@ -187,4 +164,38 @@ runtime: {checkpoint_interval: 50ms}
 	}
 	expectVerifyEqual(t, cfg)
 	t.Logf("%d writes across the failover and the reload", writes.Load())
+}
+
+// mariadbPair starts two MariaDB servers at once, the second (server_id
+// 2, with extra settings) replicating the first by GTID, and stops both
+// when the test ends.
+func mariadbPair(t *testing.T, replicaSettings map[string]string) (primary, replica *harness.MariaDB) {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		wg         sync.WaitGroup
+		perr, rerr error
+	)
+	settings := map[string]string{"server_id": "2"}
+	maps.Copy(settings, replicaSettings)
+	wg.Add(2)
+	go func() { defer wg.Done(); primary, perr = harness.StartMariaDB(ctx, harness.MariaDBOptions{}) }()
+	go func() {
+		defer wg.Done()
+		replica, rerr = harness.StartMariaDB(ctx, harness.MariaDBOptions{Settings: settings})
+	}()
+	wg.Wait()
+	for _, m := range []*harness.MariaDB{primary, replica} {
+		if m != nil {
+			t.Cleanup(func() { _ = m.Stop() })
+		}
+	}
+	if perr != nil || rerr != nil {
+		harness.SkipOrFail(t, fmt.Errorf("primary: %v; replica: %v", perr, rerr))
+	}
+	if err := replica.Exec(ctx, "", fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%d, MASTER_USER='root', MASTER_USE_GTID=slave_pos",
+		primary.Host, primary.Port), "START SLAVE"); err != nil {
+		t.Fatal(err)
+	}
+	return primary, replica
 }

@@ -8,13 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/sources/mysql"
 )
 
@@ -27,31 +25,7 @@ import (
 // replica's binlog holds the primary's transactions only.
 func TestReadOnlyIncrementalSnapshotOnAMariaDBReplica(t *testing.T) {
 	ctx := context.Background()
-	var (
-		wg         sync.WaitGroup
-		primary    *harness.MariaDB
-		replica    *harness.MariaDB
-		perr, rerr error
-	)
-	wg.Add(2)
-	go func() { defer wg.Done(); primary, perr = harness.StartMariaDB(ctx, harness.MariaDBOptions{}) }()
-	go func() {
-		defer wg.Done()
-		replica, rerr = harness.StartMariaDB(ctx, harness.MariaDBOptions{Settings: map[string]string{"server_id": "2", "read_only": "ON"}})
-	}()
-	wg.Wait()
-	for _, m := range []*harness.MariaDB{primary, replica} {
-		if m != nil {
-			t.Cleanup(func() { _ = m.Stop() })
-		}
-	}
-	if perr != nil || rerr != nil {
-		harness.SkipOrFail(t, fmt.Errorf("primary: %v; replica: %v", perr, rerr))
-	}
-	if err := replica.Exec(ctx, "", fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%d, MASTER_USER='root', MASTER_USE_GTID=slave_pos",
-		primary.Host, primary.Port), "START SLAVE"); err != nil {
-		t.Fatal(err)
-	}
+	primary, replica := mariadbPair(t, map[string]string{"read_only": "ON"})
 	const db, items, events = "rosnap", 20000, 5000
 	if err := primary.Exec(ctx, "",
 		"CREATE USER reader@'%' IDENTIFIED BY 'pw'",
