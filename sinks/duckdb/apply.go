@@ -272,77 +272,6 @@ func (s *Sink) appendThrough(ctx context.Context, q string, types []duck.TypeInf
 	})
 }
 
-// mergeQuery is the set-based upsert of the staged rows, read from the
-// relation from; now is the _sluice_updated_at expression.
-func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, comp []bool, from, now string) string {
-	sel := make([]string, 0, 2*len(tb.Cols)+4)
-	prefixes := []string{"c", "f"}
-	if lean {
-		prefixes = prefixes[:1]
-	}
-	for _, p := range prefixes {
-		for i := range tb.Cols {
-			name := p + strconv.Itoa(i)
-			x := name
-			if ct := typeOf(&tb.Cols[i]); ct.conv != nil {
-				x = ct.conv(name) + " AS " + name
-			}
-			sel = append(sel, x)
-			if comp[i] {
-				sel = append(sel, "n"+name)
-			}
-		}
-	}
-	sel = append(sel, "v", "d")
-	if !lean {
-		sel = append(sel, "k", "fv")
-	}
-	on := make([]string, len(tb.Keys))
-	for i, j := range tb.Keys {
-		on[i] = fmt.Sprintf("t.%s = s.c%d", quote(tb.Cols[j].Name), j)
-	}
-	var set, names, vals []string
-	for i := range tb.Cols {
-		// A column and its companion (companion.go) take their
-		// values from the same staged change.
-		cols := [][2]string{{quote(tb.Cols[i].Name), ""}}
-		if comp[i] {
-			cols = append(cols, [2]string{quote(companionColumn(tb.Cols[i].Name)), "n"})
-		}
-		for _, col := range cols {
-			name, n := col[0], col[1]
-			names = append(names, name)
-			if tb.IsKey[i] {
-				vals = append(vals, fmt.Sprintf("s.%sc%d", n, i))
-				continue
-			}
-			if lean {
-				vals = append(vals, fmt.Sprintf("s.%sc%d", n, i))
-				set = append(set, fmt.Sprintf("%s = s.%sc%d", name, n, i))
-				continue
-			}
-			// Unchanged values, columns the record's shape lacks and a
-			// delete's non-key columns keep what the row holds: the
-			// target's value, or an older change's of this batch when
-			// that one is newer. A new key has only the latter (else
-			// NULL).
-			vals = append(vals, fmt.Sprintf("CASE WHEN s.k[%d] THEN s.%[3]sf%[2]d ELSE s.%[3]sc%[2]d END", i+1, i, n))
-			set = append(set, fmt.Sprintf("%[1]s = CASE WHEN NOT s.k[%[2]d] THEN s.%[5]sc%[3]d WHEN s.fv[%[2]d] > t.%[4]s THEN s.%[5]sf%[3]d ELSE t.%[1]s END",
-				name, i+1, i, quote(colVersion), n))
-		}
-	}
-	set = append(set, quote(colVersion)+" = s.v", quote(colDeleted)+" = s.d", quote(colUpdatedAt)+" = "+now)
-	names = append(names, quote(colVersion), quote(colDeleted), quote(colUpdatedAt))
-	vals = append(vals, "s.v", "s.d", now)
-	// Invariant 4: a change whose version is not newer than the stored
-	// row's (live or tombstone) changes nothing, so replays are idempotent
-	// and late snapshot rows cannot resurrect deleted ones.
-	return "MERGE INTO " + s.qualified(tb.Target) + " AS t\nUSING (SELECT " + strings.Join(sel, ", ") +
-		" FROM " + from + ") AS s\nON " + strings.Join(on, " AND ") +
-		"\nWHEN MATCHED AND s.v > t." + quote(colVersion) + " THEN UPDATE SET " + strings.Join(set, ", ") +
-		"\nWHEN NOT MATCHED THEN INSERT (" + strings.Join(names, ", ") + ") VALUES (" + strings.Join(vals, ", ") + ")"
-}
-
 // stageTypes returns the staging columns' names and types.
 func stageTypes(tb *upsert.TableBatch, lean bool, comp []bool) ([]string, []duck.TypeInfo, error) {
 	var names []string
@@ -403,22 +332,6 @@ func typeInfo(typ string) (duck.TypeInfo, error) {
 		return nil, fmt.Errorf("no driver type for %s", typ)
 	}
 	return duck.NewTypeInfo(t)
-}
-
-// mergeRows runs the MERGE over the rows through a query Appender: DuckDB
-// reads the appended rows as the relation stageTable, with no table to
-// create and drop.
-func (s *Sink) mergeRows(ctx context.Context, tb *upsert.TableBatch, rows []upsert.Row, lean bool, comp []bool, now time.Time) error {
-	names, types, err := stageTypes(tb, lean, comp)
-	if err != nil {
-		return err
-	}
-	q := s.mergeQuery(tb, lean, comp, stageTable, "make_timestamptz("+strconv.FormatInt(now.UnixMicro(), 10)+"::BIGINT)")
-	// The MERGE may run more than once, which is harmless: every key
-	// appears once in the rows.
-	return s.appendThrough(ctx, q, types, names, func(a *duck.Appender) error {
-		return appendRows(ctx, a, len(tb.Cols), rows, lean, comp)
-	})
 }
 
 func appendRows(ctx context.Context, a *duck.Appender, n int, rows []upsert.Row, lean bool, comp []bool) error {

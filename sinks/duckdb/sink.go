@@ -78,8 +78,7 @@ type Sink struct {
 	mu   sync.Mutex
 	db   *sql.DB
 	conn *sql.Conn
-	// opened is set by Open: a nil conn then means a reopen is due (see
-	// recycle).
+	// opened is set by Open: a nil conn then means a reopen is due.
 	opened bool
 	// tables maps a target table name (lower case) to its columns (lower
 	// case name → DuckDB type), as they exist in the database.
@@ -194,46 +193,8 @@ func (s *Sink) Close(ctx context.Context) error {
 	return s.closeLocked()
 }
 
-// updateMemory is how much DuckDB's memory of updated rows (the update
-// segments' heaps, its ALLOCATOR tag) may grow before the sink reopens
-// the database; with a MemoryLimit, a quarter of it when that is less.
-const updateMemory = 32 << 20
-
-// recycle reopens the database once DuckDB holds more than updateMemory
-// for the in-place updates of stored rows. DuckDB 1.5 releases that
-// memory only in part at a checkpoint, so a long stream of updates grew
-// the daemon without bound (1,000,000 updates of a 910,000-row table:
-// 108 MiB and rising); reopening checkpoints and starts from none. It
-// runs between writes, after a commit: a failure is logged and the next
-// Write opens the database again. An in-memory database is never
-// reopened.
-func (s *Sink) recycle(ctx context.Context) {
-	if s.opts.Path == ":memory:" {
-		return // reopening would lose the database
-	}
-	budget := int64(updateMemory)
-	if l := s.opts.MemoryLimit; l > 0 {
-		budget = min(budget, l/4)
-	}
-	var held int64
-	if err := s.conn.QueryRowContext(ctx, "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'ALLOCATOR'").Scan(&held); err != nil {
-		s.log.Warn("reading DuckDB's memory failed", zap.Error(err))
-		return
-	}
-	if held <= budget {
-		return
-	}
-	s.log.Info("reopening the database to release DuckDB's memory of updated rows", zap.Int64("held_bytes", held), zap.Int64("budget_bytes", budget))
-	if err := s.closeLocked(); err != nil {
-		s.log.Warn("closing the database to reopen it failed", zap.Error(err))
-	}
-	if err := s.openLocked(ctx); err != nil {
-		s.log.Warn("reopening the database failed; the next write tries again", zap.Error(err))
-	}
-}
-
 // ready returns an error when Open was not called, and opens the
-// database again when a recycle could not; s.mu is held.
+// database again when it is closed; s.mu is held.
 func (s *Sink) ready(ctx context.Context, what string) error {
 	if !s.opened {
 		return errors.New("duckdb sink: " + what + " before open")
@@ -413,7 +374,6 @@ func (s *Sink) write(ctx context.Context, records []pipeline.Record) error {
 		}
 		if done && len(rest) == 0 {
 			s.purge(ctx)
-			s.recycle(ctx)
 			return nil
 		}
 		if done {
@@ -438,7 +398,6 @@ func (s *Sink) write(ctx context.Context, records []pipeline.Record) error {
 		}
 	}
 	s.purge(ctx)
-	s.recycle(ctx)
 	if len(failed) > 0 {
 		return &pipeline.BatchError{Failed: failed}
 	}

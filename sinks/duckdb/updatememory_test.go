@@ -7,10 +7,12 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
-// A long stream of updates would grow DuckDB's memory of updated rows
-// without bound; the sink reopens the database once it passes the budget
-// (a quarter of MemoryLimit here), after the batch committed, and every
-// later write and read works on the reopened database.
+// A long stream of updates must not grow DuckDB's memory. Updated in
+// place, its memory of updated rows grew without bound (DuckDB 1.5 frees
+// it only in part at a checkpoint: 1,000,000 updates of a 910,000-row
+// table held 108 MiB and rising); the sink replaces rows instead (a
+// delete and an insert, merge.go), which holds none: 120 batches of
+// 10,000 updates stay under a quarter of MemoryLimit.
 func TestUpdatesDoNotGrowDuckDBMemory(t *testing.T) {
 	const limit = 64 << 20
 	s := New(Options{Path: filepath.Join(t.TempDir(), "u.duckdb"), MemoryLimit: limit}, nil)
@@ -33,19 +35,15 @@ func TestUpdatesDoNotGrowDuckDBMemory(t *testing.T) {
 		}
 		return n
 	}
-	reopened, most := 0, int64(0)
-	for i := 0; i < 120 && reopened < 2; i++ {
+	most := int64(0)
+	for i := 0; i < 120; i++ {
 		lsn++
 		recs := benchRecords(pipeline.OpUpdate, 1+int64(i%tables)*benchBatch, lsn)
 		for j := range recs {
 			recs[j].After[2] = "updated-" + recs[j].After[2].(string)
 		}
-		db := s.db
 		if err := s.Write(ctx, recs); err != nil {
 			t.Fatalf("update batch %d: %v", i, err)
-		}
-		if s.db != db {
-			reopened++
 		}
 		h := held()
 		most = max(most, h)
@@ -53,10 +51,7 @@ func TestUpdatesDoNotGrowDuckDBMemory(t *testing.T) {
 			t.Fatalf("after update batch %d DuckDB holds %d bytes for updated rows, over the budget %d", i, h, limit/4)
 		}
 	}
-	if reopened < 2 {
-		t.Fatalf("the database was reopened %d times in 120 update batches; want 2", reopened)
-	}
-	t.Logf("reopened %d times; at most %d MiB held between writes", reopened, most>>20)
+	t.Logf("at most %d MiB held between writes", most>>20)
 	var rows, updated int
 	if err := s.conn.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (label LIKE 'updated-%') FROM public_bench_rows`).Scan(&rows, &updated); err != nil {
 		t.Fatal(err)
@@ -67,32 +62,5 @@ func TestUpdatesDoNotGrowDuckDBMemory(t *testing.T) {
 	got, err := s.RowsByKey(ctx, benchTable, [][]any{{int64(1)}})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("read after reopening: %v, %v", got, err)
-	}
-}
-
-// An in-memory database is never reopened: that would lose it.
-func TestInMemoryDatabaseIsNotReopened(t *testing.T) {
-	s := New(Options{Path: ":memory:", MemoryLimit: 64 << 20}, nil)
-	if err := s.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx)
-	lsn := uint64(1)
-	if err := s.Write(ctx, benchRecords(pipeline.OpInsert, 1, lsn)); err != nil {
-		t.Fatal(err)
-	}
-	db := s.db
-	for i := 0; i < 40; i++ {
-		lsn++
-		if err := s.Write(ctx, benchRecords(pipeline.OpUpdate, 1, lsn)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if s.db != db {
-		t.Fatal("the in-memory database was reopened")
-	}
-	var n int
-	if err := s.conn.QueryRowContext(ctx, `SELECT count(*) FROM public_bench_rows`).Scan(&n); err != nil || n != benchBatch {
-		t.Fatalf("%d rows (%v); want %d", n, err, benchBatch)
 	}
 }
