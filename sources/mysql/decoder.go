@@ -59,6 +59,10 @@ type decoder struct {
 	// pend are the read-only snapshot's watermarks (readonly.go; nil:
 	// none).
 	pend *positionMarks
+	// foreign: reached's file and offset are another server's (the
+	// stream failed over and no commit of the new server arrived yet);
+	// versions there could sort above the new server's next changes.
+	foreign bool
 
 	file    string
 	fileNum uint64
@@ -434,7 +438,7 @@ func (d *decoder) commit(h *replication.EventHeader, gset gomysql.GTIDSet, emit 
 		return errors.New("mysql source: a commit without a GTID set: is gtid_mode on?")
 	}
 	at := Position{Flavor: d.flavor, GTID: gset.String(), File: d.file, Pos: h.LogPos, Server: d.server, Epoch: d.epoch}
-	d.reached = at
+	d.reached, d.foreign = at, false
 	it := txItem{pos: at.Encode(), at: at, commitTime: d.txTime, records: d.takeRecords()}
 	if d.holdsPositions() {
 		it.pos, it.at = nil, Position{}

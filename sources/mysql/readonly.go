@@ -107,7 +107,7 @@ func (m *positionMarks) waitContext(parent context.Context) context.Context {
 // before it and below every row of the next, which starts at or after
 // that offset (docs/versions.md).
 func (d *decoder) dueMarks(emit func(txItem) error) error {
-	if d.pend == nil || d.open || d.reached.File == "" || !d.pend.waiting() {
+	if d.pend == nil || d.open || d.foreign || d.reached.File == "" || !d.pend.waiting() {
 		return nil
 	}
 	set, err := d.reached.gtidSet()

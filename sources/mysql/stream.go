@@ -119,6 +119,9 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 			zap.String("was", last.Server), zap.String("now", id), zap.Uint64("epoch", last.Epoch+1))
 		last.Server, last.Epoch = id, last.Epoch+1
 		st.dec.server, st.dec.epoch = id, last.Epoch
+		// reached's file and offset are the old server's until the new
+		// one's first commit: no read-only watermark goes out at them.
+		st.dec.foreign = true
 	}
 	syncer := replication.NewBinlogSyncer(cfg)
 	defer syncer.Close()
