@@ -87,12 +87,8 @@ func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCo
 		pace = tick.C
 	}
 	for op := 1; ctx.Err() == nil; op++ {
-		if pace != nil {
-			select {
-			case <-pace:
-			case <-ctx.Done():
-				return nil
-			}
+		if !c.next(ctx, pace) {
+			return nil
 		}
 		id := 1 + rng.Int64N(next)
 		var stmts []string
@@ -140,6 +136,34 @@ func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCo
 		c.writes.Add(1)
 	}
 	return nil
+}
+
+// next waits for the workload's next transaction: pace's next tick (nil:
+// unpaced), then for as long as c.hold is set, with c.held set meanwhile.
+// It reports false once ctx is done.
+func (c *chaosCounts) next(ctx context.Context, pace <-chan time.Time) bool {
+	tick := func(pace <-chan time.Time) bool {
+		select {
+		case <-pace:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if pace != nil && !tick(pace) {
+		return false
+	}
+	for c.hold.Load() {
+		c.held.Store(true)
+		if pace == nil {
+			pace = time.Tick(time.Millisecond) // unpaced: poll the flag
+		}
+		if !tick(pace) {
+			return false
+		}
+	}
+	c.held.Store(false)
+	return true
 }
 
 // checkpointGTID reads the GTID position of the pipeline's checkpoint file

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/sources/mysql"
 )
 
@@ -20,9 +21,15 @@ import (
 // write nothing: the incremental snapshot of two tables runs while the
 // primary takes 400 transactions a second (updates, inserts, deletes,
 // ALTER … ADD COLUMN DEFAULT and TRUNCATE inside chunk windows), its
-// watermarks are GTID positions of the replica. DuckDB then equals the
-// replica row by row and sluice verify finds the sink equal; the
-// replica's binlog holds the primary's transactions only.
+// watermarks are GTID positions of the replica. Part way through the
+// snapshot the address sluice uses moves to the primary, whose binlog
+// files are numbered below the replica's, with the primary idle for 2 s
+// around the move: the stream resumes there by GTID in a new epoch, and
+// the snapshot goes on with watermarks of the new server (none may go
+// out at the old server's offset before its first commit). DuckDB then
+// equals the replica row by row and sluice verify finds the sink equal
+// to the primary; the replica's binlog holds the primary's transactions
+// only.
 func TestReadOnlyIncrementalSnapshotOnAMariaDBReplica(t *testing.T) {
 	ctx := context.Background()
 	primary, replica := mariadbPair(t, map[string]string{"read_only": "ON"})
@@ -48,8 +55,17 @@ func TestReadOnlyIncrementalSnapshotOnAMariaDBReplica(t *testing.T) {
 		return pos
 	}
 	caughtUp()
+	// The replica's binlog moves to file 000006, the primary's stays at
+	// 000001: offsets on the primary sort below the replica's.
+	for range 5 {
+		if err := replica.Exec(ctx, "", "FLUSH NO_WRITE_TO_BINLOG BINARY LOGS"); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	raddr := net.JoinHostPort(replica.Host, strconv.Itoa(replica.Port))
+	paddr := net.JoinHostPort(primary.Host, strconv.Itoa(primary.Port))
+	proxy := harness.ProxyT(t, raddr)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "ro.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`pipeline: ro
@@ -59,17 +75,17 @@ source:
     tables: [%[2]s.items, %[2]s.events]
     heartbeat_interval: 1s
     status_interval: 1s
-    snapshot: {mode: incremental, read_only: true, parallel: 2, chunk_time: 50ms, max_chunk_rows: 2000}
+    reconnect_backoff: {initial: 50ms, max: 500ms}
+    snapshot: {mode: incremental, read_only: true, parallel: 2, chunk_time: 50ms, max_chunk_rows: 1000}
 sinks:
   - duckdb: {path: ./sink.duckdb}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 100ms}
-`, raddr, db)), 0o644); err != nil {
+`, proxy.Addr(), db)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
 
-	paddr := net.JoinHostPort(primary.Host, strconv.Itoa(primary.Port))
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	var work chaosCounts
@@ -80,6 +96,28 @@ runtime: {checkpoint_interval: 100ms}
 
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, time.Minute)
+	waitUntil(t, d, 3*time.Minute, "a durable chunk", func() bool {
+		ok, _ := snapshotPending(t, checkpoint)
+		return ok && snapshotRowsDone(t, checkpoint) > 0
+	})
+	if loadedAll(t, checkpoint) {
+		t.Fatal("the snapshot ended before the move to the primary; make its chunks smaller")
+	}
+	// The primary commits nothing from just before the move until 2 s
+	// after the stream found the new server: windows that close
+	// meanwhile have no commit of the new server to stand after, and a
+	// watermark at the old server's (higher) offset would version its
+	// chunk above every later change of those rows.
+	work.hold.Store(true)
+	waitUntil(t, d, time.Minute, "the workload to pause", work.held.Load)
+	proxy.SetTarget(paddr)
+	proxy.Cut()
+	proxy.Restore()
+	waitUntil(t, d, time.Minute, "the stream on the new server", func() bool {
+		return strings.Contains(d.logs(), "reconnected to another server")
+	})
+	time.Sleep(2 * time.Second) // the idle period itself, not a wait for an event
+	work.hold.Store(false)
 	waitUntil(t, d, 3*time.Minute, "the snapshot of both tables", func() bool { return loadedAll(t, checkpoint) })
 	work.waitDDL(t, d)
 	stopWork()

@@ -74,7 +74,12 @@ const (
 
 // chaosCounts are what the chaos workload did: transactions, and of them
 // the ALTERs and TRUNCATEs.
-type chaosCounts struct{ writes, alters, truncates atomic.Int64 }
+type chaosCounts struct {
+	writes, alters, truncates atomic.Int64
+	// hold pauses the MySQL workload between two transactions while
+	// set; held reports it is paused.
+	hold, held atomic.Bool
+}
 
 // waitDDL waits, while the daemon d runs, until the workload has run at
 // least 3 ALTERs and a TRUNCATE (however slow the machine, the test then
