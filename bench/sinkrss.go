@@ -28,7 +28,10 @@ import (
 // then written once and waits in every slot. Each sink's server starts
 // just before its drain and stops after it, so the runs do not compete.
 //
-// SLUICE_BENCH_SINKS (a comma-separated list of kinds) limits the run.
+// SLUICE_BENCH_SINKS (a comma-separated list of kinds) limits the run;
+// SLUICE_BENCH_RUNTIME (a YAML flow mapping, "{memory_limit: 80MiB}")
+// sets the runtime settings of every drain, and SLUICE_BENCH_DUCKDB
+// (YAML fields, "memory_limit: 64MiB") the DuckDB sink's.
 // SLUICE_BENCH_MEMCG_MIB=N (root, a memory cgroup controller) drains each
 // kind a second time, from a second slot and into a fresh target, inside
 // a memory cgroup limited to N MiB, as a container limit would hold it:
@@ -49,6 +52,9 @@ type backlogSink struct {
 
 var backlogSinks = []backlogSink{
 	{"duckdb", func(context.Context, RunOptions) (string, func(), error) {
+		if v := os.Getenv("SLUICE_BENCH_DUCKDB"); v != "" {
+			return `duckdb: {path: ./sink.duckdb, ` + v + `}`, func() {}, nil
+		}
 		return `duckdb: {path: ./sink.duckdb}`, func() {}, nil
 	}},
 	{"postgres", func(ctx context.Context, o RunOptions) (string, func(), error) {
@@ -257,6 +263,10 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 }
 
 func writeBacklogConfig(path, kind, dsn, sinkYAML string) error {
+	runtime := ""
+	if v := os.Getenv("SLUICE_BENCH_RUNTIME"); v != "" {
+		runtime = "runtime: " + v + "\n"
+	}
 	return os.WriteFile(path, []byte(fmt.Sprintf(`pipeline: rss_%s
 source:
   postgres:
@@ -266,7 +276,7 @@ sinks:
   - %s
 offsets: {dir: ./offsets}
 http: {listen: "127.0.0.1:0"}
-`, kind, dsn, pgTable, sinkYAML)), 0o644)
+%s`, kind, dsn, pgTable, sinkYAML, runtime)), 0o644)
 }
 
 // runUntil runs the daemon on cfg until done reports true, then stops it.

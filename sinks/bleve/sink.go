@@ -85,6 +85,9 @@ type Sink struct {
 	// broken is set when a bleve batch failed: the index is reopened
 	// before the next Write.
 	broken bool
+	// released is when mapped segment pages were last dropped
+	// (release.go).
+	released time.Time
 	// idxMu guards idx: readers hold it shared for a whole search, so Close
 	// waits for them.
 	idxMu sync.RWMutex
