@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -209,7 +210,8 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func(*T
 	if err != nil {
 		return ch, err
 	}
-	res := c.Conn().PgConn().ExecParams(ctx, sql, args, nil, nil, nil)
+	formats := chunkFormats(shape)
+	res := c.Conn().PgConn().ExecParams(ctx, sql, args, nil, nil, formats)
 	var lastKey []string
 	for res.NextRow() {
 		vals := res.Values()
@@ -219,7 +221,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func(*T
 			if raw == nil {
 				continue
 			}
-			v, err := DecodeText(shape.Columns[i], raw)
+			v, err := decodeChunkValue(shape.Columns[i], formats[i], raw)
 			if err != nil {
 				bad = fmt.Errorf("column %q: %w", shape.Columns[i].Name, err)
 				break
@@ -233,7 +235,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func(*T
 		if bad != nil {
 			// Invariant 7: the row goes to the dead-letter queue with its
 			// raw text; the chunk goes on.
-			raw, _ := json.Marshal(textRow(vals))
+			raw, _ := json.Marshal(textRow(vals, formats))
 			ch.Dead = append(ch.Dead, pipeline.DeadLetter{Time: time.Now().UTC(), Stage: "source", Table: t.Table.String(),
 				Op: pipeline.OpRead.String(), Error: fmt.Sprintf("snapshot of %s: %v", t.Table, bad), Raw: raw})
 			continue
@@ -249,11 +251,16 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func(*T
 	return ch, tx.Commit(ctx)
 }
 
-func textRow(vals [][]byte) []*string {
+// textRow is a dead-lettered row's raw values: the text of text-format
+// columns, binary ones as \x and hex (the text form of bytea).
+func textRow(vals [][]byte, formats []int16) []*string {
 	out := make([]*string, len(vals))
 	for i, v := range vals {
 		if v != nil {
 			s := string(v)
+			if formats != nil && formats[i] == pgx.BinaryFormatCode {
+				s = `\x` + hex.EncodeToString(v)
+			}
 			out[i] = &s
 		}
 	}

@@ -139,8 +139,9 @@ CREATE EXTENSION citext`
 
 // TestDecodeTextRoundTrip writes one row with every case through the
 // server and checks that (1) the streamed value equals the expected value
-// exactly, (2) the same row read back in text format (as a snapshot reader
-// would) decodes to the same value, and (3) where pgx's binary decoding
+// exactly, (2) the same row read back in text format, and in the chunk
+// reader's formats (binary for numbers, dates, timestamps, uuids and
+// bytea), decodes to the same value, and (3) where pgx's binary decoding
 // gives an unambiguous value, it agrees too.
 func TestDecodeTextRoundTrip(t *testing.T) {
 	pg := harness.PostgresT(t)
@@ -189,6 +190,37 @@ func TestDecodeTextRoundTrip(t *testing.T) {
 		if !sameValue(v, after[i]) {
 			t.Errorf("snapshot %s %s: got %s, stream had %s", c.typ, c.lit, fmtValue(v), fmtValue(after[i]))
 		}
+	}
+
+	// The chunk reader's formats: binary for the types it reads so, the
+	// same values.
+	formats := make([]int16, len(shape.Columns))
+	binaryCols := 0
+	for i := range shape.Columns {
+		if binaryReadable(&shape.Columns[i]) {
+			formats[i] = pgx.BinaryFormatCode
+			binaryCols++
+		}
+	}
+	rb := q.PgConn().ExecParams(ctx, "SELECT * FROM tv", nil, nil, nil, formats).Read()
+	if rb.Err != nil || len(rb.Rows) != 1 {
+		t.Fatalf("binary read: %v (%d rows)", rb.Err, len(rb.Rows))
+	}
+	for i, c := range cases {
+		raw := rb.Rows[0][i+1]
+		var v any
+		if raw != nil {
+			if v, err = decodeChunkValue(shape.Columns[i+1], formats[i+1], raw); err != nil {
+				t.Errorf("chunk read %s: %v", c.typ, err)
+				continue
+			}
+		}
+		if !sameValue(v, after[i]) {
+			t.Errorf("chunk read %s %s (format %d): got %s, stream had %s", c.typ, c.lit, formats[i+1], fmtValue(v), fmtValue(after[i]))
+		}
+	}
+	if binaryCols < 30 {
+		t.Errorf("only %d columns read in binary", binaryCols)
 	}
 
 	// Shapes: the stream's table (enriched by nothing) and the catalog
