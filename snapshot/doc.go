@@ -31,7 +31,12 @@
 //     read's in-progress transaction ids against the commits the stream
 //     showed before L, Chunk.InProgress), or
 //   - its shape differs from the table's shape at H (a schema change
-//     between the read and H).
+//     between the read and H), or
+//   - its shape is one the stream has not shown yet (a schema change
+//     before H that the stream meets at the table's next row or shape
+//     check): rows go out with the stream's shape only, which carries
+//     the missing values of added columns (Invariant 11) that no catalog
+//     read knows.
 //
 // A change in the window that carries an unchanged value (Postgres
 // unchanged TOAST) touches its key like any other, but a sink that never

@@ -240,6 +240,7 @@ func TestChunkReadAcrossASchemaChangeIsReadAgain(t *testing.T) {
 			db.mu.Lock()
 			db.table = &wider
 			db.mu.Unlock()
+			db.commit(true, op{kind: pipeline.OpShape}) // the stream shows it
 		}
 	}
 	sink := newFakeSink()
@@ -257,8 +258,58 @@ func TestChunkReadAcrossASchemaChangeIsReadAgain(t *testing.T) {
 		t.Fatalf("read %d times, %d rows emitted; want a second read and 10 rows", n.Load(), len(shapes))
 	}
 	for _, s := range shapes {
-		if len(s.Columns) != 3 {
-			t.Fatalf("a row was emitted with the shape from before the change: %d columns", len(s.Columns))
+		if s != &wider {
+			t.Fatalf("a row was emitted with a shape the stream did not show: %d columns", len(s.Columns))
+		}
+	}
+}
+
+// A read that sees a shape the stream has not shown yet (the catalog is
+// ahead of the stream) is read again until the stream shows it, and the
+// rows carry the stream's shape, with the missing value of the added
+// column that only the stream knows (Invariant 11). Before, they went out
+// with the read's shape, and a sink that took it added the column without
+// filling the older rows.
+func TestChunkWaitsForTheStreamToShowItsShape(t *testing.T) {
+	db := newFakeDB(t)
+	fill(db, 10)
+	catalog := *db.table
+	catalog.Columns = append(append([]pipeline.Column(nil), db.table.Columns...), pipeline.Column{Name: "w", Type: pipeline.TypeInt32, Nullable: true})
+	catalog.Generation++
+	stream := catalog
+	stream.Columns = append([]pipeline.Column(nil), catalog.Columns...)
+	stream.Columns[2].Missing = int64(-42)
+	var n atomic.Int32
+	db.onChunk = func() {
+		switch n.Add(1) {
+		case 1: // an ALTER the stream has not reached
+			db.mu.Lock()
+			db.table = &catalog
+			db.mu.Unlock()
+		case 3: // the stream reaches it
+			db.mu.Lock()
+			db.table = &stream
+			db.mu.Unlock()
+			db.commit(true, op{kind: pipeline.OpShape})
+		}
+	}
+	sink := newFakeSink()
+	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1, ChunkRows: 64}, nil)
+	var shapes []*pipeline.Table
+	pump(t, e, sink, func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpRead {
+				shapes = append(shapes, r.Table)
+			}
+		}
+		return len(e.Snapshotting()) == 0
+	})
+	if n.Load() < 3 || len(shapes) != 10 {
+		t.Fatalf("read %d times, %d rows emitted; want 3 reads and 10 rows", n.Load(), len(shapes))
+	}
+	for _, s := range shapes {
+		if s != &stream {
+			t.Fatalf("a row went out with a shape the stream did not show (%d columns, missing value %v)", len(s.Columns), s.Columns[len(s.Columns)-1].Missing)
 		}
 	}
 }

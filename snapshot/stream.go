@@ -215,15 +215,22 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 	}
 	shape := c.Table
 	if s := e.shapes[shape.ID]; s != nil {
-		if sameColumns(s, shape) {
-			shape = s
-		} else if s.Generation >= shape.Generation {
-			// Newer than anything the stream showed (the stream meets
-			// the change at the table's next row): sort it above.
-			cp := *shape
-			cp.Generation = s.Generation + 1
-			shape = &cp
+		if !sameColumns(s, shape) {
+			// The read saw a shape the stream has not shown yet: a
+			// schema change committed before H, which the stream meets
+			// at the table's next row or shape check. Rows go out with
+			// the stream's shape only (Invariant 11): it carries what
+			// no catalog read knows, the missing values of added
+			// columns, which the sinks fill the older rows with when
+			// they add the column. Read again once the stream shows it.
+			e.m.chunks.WithLabelValues("redo_schema").Inc()
+			e.stats.Redone++
+			e.log.Info("chunk read again: the stream has not shown the table's new shape yet",
+				zap.String("table", t.id().String()))
+			w.finish(outcome{redo: "the stream has not shown the shape yet"})
+			return nil, nil
 		}
+		shape = s
 	}
 	v := h.Version
 	v[3] = snapshotRow
