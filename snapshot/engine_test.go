@@ -226,6 +226,24 @@ func TestChunkMissingAnEarlierCommitIsReadAgain(t *testing.T) {
 	}
 }
 
+// snapshotShapes snapshots db's table in one window and returns the
+// shape of every row it emitted.
+func snapshotShapes(t *testing.T, db *fakeDB) []*pipeline.Table {
+	t.Helper()
+	sink := newFakeSink()
+	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1, ChunkRows: 64}, nil)
+	var shapes []*pipeline.Table
+	pump(t, e, sink, func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpRead {
+				shapes = append(shapes, r.Table)
+			}
+		}
+		return len(e.Snapshotting()) == 0
+	})
+	return shapes
+}
+
 // A schema change between the read and H (the shape at H differs) makes
 // the chunk be read again, and its rows carry the new shape.
 func TestChunkReadAcrossASchemaChangeIsReadAgain(t *testing.T) {
@@ -243,17 +261,7 @@ func TestChunkReadAcrossASchemaChangeIsReadAgain(t *testing.T) {
 			db.commit(true, op{kind: pipeline.OpShape}) // the stream shows it
 		}
 	}
-	sink := newFakeSink()
-	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1, ChunkRows: 64}, nil)
-	var shapes []*pipeline.Table
-	pump(t, e, sink, func(b pipeline.Batch) bool {
-		for _, r := range b.Records {
-			if r.Op == pipeline.OpRead {
-				shapes = append(shapes, r.Table)
-			}
-		}
-		return len(e.Snapshotting()) == 0
-	})
+	shapes := snapshotShapes(t, db)
 	if n.Load() < 2 || len(shapes) != 10 {
 		t.Fatalf("read %d times, %d rows emitted; want a second read and 10 rows", n.Load(), len(shapes))
 	}
@@ -293,17 +301,7 @@ func TestChunkWaitsForTheStreamToShowItsShape(t *testing.T) {
 			db.commit(true, op{kind: pipeline.OpShape})
 		}
 	}
-	sink := newFakeSink()
-	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1, ChunkRows: 64}, nil)
-	var shapes []*pipeline.Table
-	pump(t, e, sink, func(b pipeline.Batch) bool {
-		for _, r := range b.Records {
-			if r.Op == pipeline.OpRead {
-				shapes = append(shapes, r.Table)
-			}
-		}
-		return len(e.Snapshotting()) == 0
-	})
+	shapes := snapshotShapes(t, db)
 	if n.Load() < 3 || len(shapes) != 10 {
 		t.Fatalf("read %d times, %d rows emitted; want 3 reads and 10 rows", n.Load(), len(shapes))
 	}
