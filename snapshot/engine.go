@@ -195,6 +195,8 @@ func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
 	e.mu.Lock()
 	e.prog = prog
 	e.mu.Unlock()
+	// Before the workers start: they edit prog.Tables (under e.mu).
+	e.m.tables.Set(float64(len(prog.Tables)))
 	if err := e.src.Open(ctx, stream); err != nil {
 		return err
 	}
@@ -204,7 +206,6 @@ func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); e.work(runCtx) }()
 	}
-	e.m.tables.Set(float64(len(prog.Tables)))
 	return nil
 }
 
