@@ -88,29 +88,59 @@ func OpenKafka(ctx context.Context, o KafkaOptions) (*Kafka, error) {
 
 func (k *Kafka) prepare(ctx context.Context) error {
 	adm := kadm.NewClient(k.client)
+	exists := false
 	if k.opts.CreateTopic {
-		resp, err := adm.CreateTopic(ctx, 1, -1, nil, k.opts.Topic)
-		if err != nil {
+		// kadm returns the topic's own error as err too.
+		_, err := adm.CreateTopic(ctx, 1, -1, nil, k.opts.Topic)
+		switch {
+		case err == nil:
+			// A new topic holds no letters. Its partitions are not listed
+			// until the brokers have read its creation from the metadata
+			// log, so there is nothing to read and nothing to wait for.
+			return nil
+		case errors.Is(err, kerr.TopicAlreadyExists):
+			exists = true
+		default:
 			return fmt.Errorf("dlq: create topic %s: %w", k.opts.Topic, err)
 		}
-		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("dlq: create topic %s: %w", k.opts.Topic, resp.Err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := k.size(ctx, adm)
+		if err == nil {
+			k.depth.Store(n)
+			return nil
+		}
+		// A topic the controller says exists but this broker does not list
+		// yet was created a moment ago (by another pipeline sharing it):
+		// wait for the metadata to reach the broker.
+		if !exists || !errors.Is(err, kerr.UnknownTopicOrPartition) || time.Now().After(deadline) {
+			hint := ""
+			if !k.opts.CreateTopic && errors.Is(err, kerr.UnknownTopicOrPartition) {
+				hint = " (create it, or set create_topic: true)"
+			}
+			return fmt.Errorf("dlq: topic %s: %w%s", k.opts.Topic, err, hint)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("dlq: topic %s: %w", k.opts.Topic, err)
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// size is the number of letters the topic holds: end minus start offsets.
+func (k *Kafka) size(ctx context.Context, adm *kadm.Client) (int64, error) {
 	ends, err := adm.ListEndOffsets(ctx, k.opts.Topic)
 	if err != nil {
-		return fmt.Errorf("dlq: read topic %s: %w", k.opts.Topic, err)
+		return 0, err
 	}
 	starts, err := adm.ListStartOffsets(ctx, k.opts.Topic)
 	if err != nil {
-		return fmt.Errorf("dlq: read topic %s: %w", k.opts.Topic, err)
+		return 0, err
 	}
-	if err := ends.Error(); err != nil {
-		hint := ""
-		if !k.opts.CreateTopic {
-			hint = " (create it, or set create_topic: true)"
-		}
-		return fmt.Errorf("dlq: topic %s: %w%s", k.opts.Topic, err, hint)
+	if err := errors.Join(ends.Error(), starts.Error()); err != nil {
+		return 0, err
 	}
 	var n int64
 	ends.Each(func(o kadm.ListedOffset) {
@@ -118,8 +148,7 @@ func (k *Kafka) prepare(ctx context.Context) error {
 			n += o.Offset - s.Offset
 		}
 	})
-	k.depth.Store(n)
-	return nil
+	return n, nil
 }
 
 // Put produces letters and returns when every one is acknowledged by the
