@@ -105,7 +105,6 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 			f.Index += lo
 			failed = append(failed, f)
 		}
-		s.releaseMapped(time.Now())
 	}
 	s.purge(ctx, now)
 	if len(failed) > 0 {

@@ -16,13 +16,36 @@ import (
 // grows with the index (a 2,000,000-change drain: 604 MiB, of which 168
 // anonymous), although those pages are the kernel's page cache, which it
 // reclaims under pressure. RSS is what monitors and the kernel's OOM
-// score read, so the sink drops its mapped pages from the process's page
-// tables after a Write, at most once per releaseEvery: the page cache
+// score read, so while the index is open the sink drops its mapped pages
+// from the process's page tables every releaseEvery: the page cache
 // keeps them, and the next access maps them again without reading the
-// disk (a minor fault).
+// disk (a minor fault). A merge reads whole segments in the background,
+// between and during Writes, over 100 MiB in a second at this backlog:
+// a release after each Write left a 350 MiB peak, hence a clock.
 
-// releaseEvery is the least time between two releases of mapped pages.
-const releaseEvery = time.Second
+// releaseEvery is the time between two releases of mapped pages.
+const releaseEvery = 250 * time.Millisecond
+
+// startRelease starts the loop that drops mapped pages and returns the
+// function that stops it and waits for it. It runs beside Writes and
+// searches, holding idxMu shared like a search.
+func (s *Sink) startRelease() (stop func()) {
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(releaseEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				s.releaseMapped()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
 
 // mappedData returns the memory-mapped bytes of the persisted segments of
 // r (a scorch snapshot). Only segments whose data is a file mapping are
@@ -49,19 +72,12 @@ func mappedData(r index.IndexReader) [][]byte {
 }
 
 // releaseMapped drops the index's mapped segment pages from the process
-// (see above), at most once per releaseEvery. It must run with s.mu held
-// (no Write reopens the index meanwhile); a failure is ignored, as the
-// pages stay correct, only resident.
-func (s *Sink) releaseMapped(now time.Time) {
-	if now.Sub(s.released) < releaseEvery || s.idx == nil {
-		return
-	}
-	s.released = now
-	adv, err := s.idx.Advanced()
-	if err != nil {
-		return
-	}
-	r, err := adv.Reader()
+// (see above). A failure is ignored: the pages stay correct, only
+// resident.
+func (s *Sink) releaseMapped() {
+	s.idxMu.RLock()
+	defer s.idxMu.RUnlock()
+	r, err := s.snapshot()
 	if err != nil {
 		return
 	}

@@ -85,9 +85,9 @@ type Sink struct {
 	// broken is set when a bleve batch failed: the index is reopened
 	// before the next Write.
 	broken bool
-	// released is when mapped segment pages were last dropped
-	// (release.go).
-	released time.Time
+	// stopRelease stops the loop that drops mapped segment pages
+	// (release.go); nil while the sink is closed.
+	stopRelease func()
 	// idxMu guards idx: readers hold it shared for a whole search, so Close
 	// waits for them.
 	idxMu sync.RWMutex
@@ -213,7 +213,11 @@ func (s *Sink) Open(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.openLocked()
+	if err := s.openLocked(); err != nil {
+		return err
+	}
+	s.stopRelease = s.startRelease()
+	return nil
 }
 
 // maxSegmentDocs is the most documents a merge puts into one segment.
@@ -281,6 +285,10 @@ func (s *Sink) reopenLocked() error {
 func (s *Sink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stopRelease != nil {
+		s.stopRelease()
+		s.stopRelease = nil
+	}
 	s.idxMu.Lock()
 	defer s.idxMu.Unlock()
 	s.broken = false
