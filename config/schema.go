@@ -352,8 +352,8 @@ type DuckDBSink struct {
 	HardDelete    bool     `yaml:"hard_delete" default:"false"`
 	TombstoneTTL  Duration `yaml:"tombstone_ttl" default:"168h" min:"0s"`
 	// MemoryLimit caps DuckDB's own memory (beyond it DuckDB spills to
-	// temporary files; 0: DuckDB's default); Threads is its worker count
-	// (0: CPUs - 1).
+	// temporary files; 0: the indexes' memory plus a working headroom,
+	// followed by the sink); Threads is its worker count (0: CPUs - 1).
 	MemoryLimit ByteSize `yaml:"memory_limit" default:"0" min:"0"`
 	Threads     int      `yaml:"threads" default:"0" min:"0" max:"256"`
 }

@@ -36,9 +36,10 @@ type Options struct {
 	// older than a purged tombstone could bring its row back.
 	TombstoneTTL time.Duration
 	// MemoryLimit caps DuckDB's own memory (its buffer manager; beyond it
-	// DuckDB spills to temporary files beside the database), in bytes; 0
-	// keeps DuckDB's default (80% of the machine). The tables' primary-key
-	// indexes stay in memory and must fit, or writes fail.
+	// DuckDB spills to temporary files beside the database), in bytes.
+	// The tables' primary-key indexes stay in memory and must fit, or
+	// writes fail. 0 follows the indexes: their memory plus a working
+	// headroom (memory.go).
 	MemoryLimit int64
 	// Threads is DuckDB's worker count; 0 takes one less than the CPUs
 	// (at least one), leaving a core to the source and the runtime.
@@ -91,6 +92,9 @@ type Sink struct {
 	purger upsert.Purge
 	// direct is the bulk-load fast path's state per target (direct.go).
 	direct upsert.BulkPaths
+	// limit is the memory_limit the sink set last and headroom the
+	// working memory it allows above the indexes' (memory.go).
+	limit, headroom int64
 }
 
 var _ pipeline.Sink = (*Sink)(nil)
@@ -109,7 +113,7 @@ func New(opts Options, log *zap.Logger) *Sink {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now,
+	return &Sink{opts: opts, log: log.With(zap.String("sink", opts.Name)), now: time.Now, headroom: startHeadroom,
 		purger: upsert.Purge{HardDelete: opts.HardDelete, TTL: opts.TombstoneTTL}}
 }
 
@@ -169,6 +173,7 @@ func (s *Sink) openLocked(ctx context.Context) error {
 	if limit > 0 {
 		setup = append(setup, "SET memory_limit = '"+strconv.FormatInt(max(limit>>20, 1), 10)+"MiB'")
 	}
+	s.limit = 0
 	for _, q := range setup {
 		if _, err = conn.ExecContext(ctx, q); err != nil {
 			break
@@ -341,6 +346,9 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	if err != nil && ctx.Err() == nil && outOfMemory(err) && !errors.As(err, &te) {
 		// DuckDB's memory_limit, not the batch's fault: the runtime
 		// writes smaller pieces and retries one record with backoff.
+		s.mu.Lock()
+		s.outgrown(err)
+		s.mu.Unlock()
 		return pipeline.Overloaded(err)
 	}
 	return err
@@ -355,6 +363,7 @@ func (s *Sink) write(ctx context.Context, records []pipeline.Record) error {
 	if err := s.ready(ctx, "write"); err != nil {
 		return err
 	}
+	s.followIndexes(ctx)
 	if err := s.recordGeneration(ctx, records); err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
