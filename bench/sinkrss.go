@@ -275,8 +275,8 @@ source:
 sinks:
   - %s
 offsets: {dir: ./offsets}
-http: {listen: "127.0.0.1:0"}
-%s`, kind, dsn, pgTable, sinkYAML, runtime)), 0o644)
+http: {listen: "127.0.0.1:0", pprof: %t}
+%s`, kind, dsn, pgTable, sinkYAML, os.Getenv("SLUICE_BENCH_PPROF") != "", runtime)), 0o644)
 }
 
 // runUntil runs the daemon on cfg until done reports true, then stops it.
