@@ -20,11 +20,15 @@ import (
 // from the process's page tables every releaseEvery: the page cache
 // keeps them, and the next access maps them again without reading the
 // disk (a minor fault). A merge reads whole segments in the background,
-// between and during Writes, over 100 MiB in a second at this backlog:
-// a release after each Write left a 350 MiB peak, hence a clock.
+// between and during Writes, at several hundred MiB a second: a release
+// after each Write left a 350 MiB peak at this backlog, one every 250 ms
+// still let 60-70 MiB of segment pages in between, hence a short clock.
+// A release costs a walk of the segments' page tables (well under a
+// millisecond at this size) and the pages a lookup needs again are
+// mapped back from the page cache.
 
 // releaseEvery is the time between two releases of mapped pages.
-const releaseEvery = 250 * time.Millisecond
+const releaseEvery = 50 * time.Millisecond
 
 // startRelease starts the loop that drops mapped pages and returns the
 // function that stops it and waits for it. It runs beside Writes and
@@ -72,8 +76,9 @@ func mappedData(r index.IndexReader) [][]byte {
 }
 
 // releaseMapped drops the index's mapped segment pages from the process
-// (see above). A failure is ignored: the pages stay correct, only
-// resident.
+// (see above), and reclaims those of segments that already left the
+// current snapshot (pageOutOthers). A failure is ignored: the pages stay
+// correct, only resident.
 func (s *Sink) releaseMapped() {
 	s.idxMu.RLock()
 	defer s.idxMu.RUnlock()
@@ -82,7 +87,10 @@ func (s *Sink) releaseMapped() {
 		return
 	}
 	defer r.Close()
+	live := map[uintptr]bool{}
 	for _, b := range mappedData(r) {
 		dropPages(b)
+		live[start(b)] = true
 	}
+	pageOutOthers(s.opts.Path, live)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -60,13 +62,20 @@ func TestReleaseDropsMappedSegmentPages(t *testing.T) {
 		}
 		mustWrite(t, s, recs...)
 	}
-	expectRows(t, s, people, want...) // maps the stored fields' pages
+	// With the loop stopped, reading maps the stored fields' pages.
+	s.mu.Lock()
+	s.stopRelease()
+	s.mu.Unlock()
+	expectRows(t, s, people, want...)
 	before := mappedRSS(t, dir)
 	if before < 1<<20 {
 		t.Fatalf("reading 20,000 rows mapped %d bytes of segment files; want over 1 MiB to release", before)
 	}
 	// The sink's loop drops them within releaseEvery; a background merge
 	// may map a few pages again meanwhile.
+	s.mu.Lock()
+	s.stopRelease = s.startRelease()
+	s.mu.Unlock()
 	after := before
 	for deadline := time.Now().Add(10 * time.Second); after > before/4 && time.Now().Before(deadline); {
 		time.Sleep(releaseEvery / 5)
@@ -77,4 +86,60 @@ func TestReleaseDropsMappedSegmentPages(t *testing.T) {
 	}
 	t.Logf("segment pages resident: %d bytes before the release, %d after", before, after)
 	expectRows(t, s, people, want...)
+}
+
+// touched keeps the test's page reads from being optimised away.
+var touched byte
+
+// pageOutOthers reclaims the pages of a segment file's mapping that is not
+// in the live set, leaves those of live ones alone, and ignores files that
+// are not segments of the index.
+func TestPageOutOthersReclaimsSegmentsOutsideTheSnapshot(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "index")
+	store := filepath.Join(dir, "store")
+	if err := os.MkdirAll(store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mapped := func(name string) []byte {
+		p := filepath.Join(store, name)
+		if err := os.WriteFile(p, []byte(strings.Repeat("segment bytes ", 300_000)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b, err := unix.Mmap(int(f.Fd()), 0, 14*300_000, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Munmap(b) })
+		return b
+	}
+	gone, live, other := mapped("000000000001.zap"), mapped("000000000002.zap"), mapped("bolt.meta")
+	touch := func() {
+		var sum byte
+		for _, b := range [][]byte{gone, live, other} {
+			for i := 0; i < len(b); i += 4096 {
+				sum += b[i]
+			}
+		}
+		touched += sum
+	}
+	touch()
+	// Deleted with its file, as a merged-away segment is.
+	if err := os.Remove(filepath.Join(store, "000000000001.zap")); err != nil {
+		t.Fatal(err)
+	}
+	before := mappedRSS(t, dir)
+	pageOutOthers(dir, map[uintptr]bool{start(live): true})
+	after := mappedRSS(t, dir)
+	// gone's 4 MiB leave; live's and other's stay.
+	if before-after < 3<<20 || after < 7<<20 {
+		t.Fatalf("resident %d bytes before, %d after; want gone's ~4 MiB reclaimed and the 8 MiB of the others kept", before, after)
+	}
+	if string(gone[:14]) != "segment bytes " {
+		t.Fatal("a reclaimed page reads differently")
+	}
 }
