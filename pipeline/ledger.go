@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // ledger tracks every source batch from the moment it leaves the source until
@@ -12,11 +13,31 @@ import (
 // Invariant 6: acquire blocks while the records or bytes in flight are at
 // the cap, which stops the reader goroutine and so the source: backpressure,
 // never dropping. A single batch larger than the cap is admitted alone.
+//
+// The record cap is paced by the sinks (Little's law): while the source
+// waits at the cap, records beyond what the sinks make durable in pace.hold
+// only queue, adding memory and latency, never throughput. So once a
+// window of pace.window in which acquire waited has passed, the cap becomes
+// the durable rate over that window times hold, between pace.floor and
+// maxRecords; a window in which the source never waited lifts it back to
+// maxRecords. A slow sink (a search index taking 4,500 records/s) then
+// holds about 18,000 records in flight instead of 50,000; a fast one is
+// not limited by it.
+//
+// hold is at least twice the longest sink write of the window (wrote): a
+// sink whose every write takes longer than pace.hold would otherwise see
+// its rate shrink with the cap and the cap with its rate, down to floor.
 type ledger struct {
 	maxRecords int
 	maxBytes   int64
+	pace       pacing
 
 	mu       sync.Mutex
+	limit    int // the record cap in force, paced
+	waited   bool
+	since    time.Time     // start of the pacing window
+	durable  int           // records made durable in the window
+	slowest  time.Duration // the longest sink write in the window
 	cond     chan struct{} // closed and replaced on every release
 	records  int
 	bytes    int64
@@ -32,8 +53,20 @@ type ledgerEntry struct {
 	done    bool
 }
 
-func newLedger(maxRecords int, maxBytes int64) *ledger {
-	return &ledger{maxRecords: maxRecords, maxBytes: maxBytes, cond: make(chan struct{}), nextSeq: 1, firstSeq: 1}
+// pacing sets how the record cap follows the sinks (see ledger); a zero
+// hold leaves the cap at maxRecords.
+type pacing struct {
+	hold, window time.Duration
+	floor        int
+	now          func() time.Time
+}
+
+func newLedger(maxRecords int, maxBytes int64, pace pacing) *ledger {
+	if pace.now == nil {
+		pace.now = time.Now
+	}
+	return &ledger{maxRecords: maxRecords, maxBytes: maxBytes, pace: pace, limit: maxRecords, since: pace.now(),
+		cond: make(chan struct{}), nextSeq: 1, firstSeq: 1}
 }
 
 // acquire registers a batch of n records weighing bytes and returns its
@@ -42,7 +75,7 @@ func (l *ledger) acquire(ctx context.Context, n int, bytes int64, pos Position) 
 	for {
 		l.mu.Lock()
 		empty := l.records == 0 && l.bytes == 0
-		if empty || (l.records+n <= l.maxRecords && l.bytes+bytes <= l.maxBytes) {
+		if empty || (l.records+n <= l.limit && l.bytes+bytes <= l.maxBytes) {
 			seq := l.nextSeq
 			l.nextSeq++
 			l.records += n
@@ -51,6 +84,7 @@ func (l *ledger) acquire(ctx context.Context, n int, bytes int64, pos Position) 
 			l.mu.Unlock()
 			return seq, nil
 		}
+		l.startWaitLocked()
 		wait := l.cond
 		l.mu.Unlock()
 		select {
@@ -76,7 +110,7 @@ func (l *ledger) grow(ctx context.Context, seq uint64, n int, bytes int64) error
 		}
 		e := &l.entries[i]
 		alone := l.records == e.records && l.bytes == e.bytes
-		if alone || (l.records+n <= l.maxRecords && l.bytes+bytes <= l.maxBytes) {
+		if alone || (l.records+n <= l.limit && l.bytes+bytes <= l.maxBytes) {
 			e.records += n
 			e.bytes += bytes
 			l.records += n
@@ -84,6 +118,7 @@ func (l *ledger) grow(ctx context.Context, seq uint64, n int, bytes int64) error
 			l.mu.Unlock()
 			return nil
 		}
+		l.startWaitLocked()
 		wait := l.cond
 		l.mu.Unlock()
 		select {
@@ -106,8 +141,46 @@ func (l *ledger) done(seq uint64) {
 	e.done = true
 	l.records -= e.records
 	l.bytes -= e.bytes
+	l.durable += e.records
+	l.paceLocked()
 	close(l.cond)
 	l.cond = make(chan struct{})
+}
+
+// startWaitLocked notes that the source waits at the cap. The first wait
+// of a window restarts it, so that the rate it measures is the sinks'
+// while the source had records waiting, not diluted by idle time before.
+func (l *ledger) startWaitLocked() {
+	if !l.waited {
+		l.waited, l.since, l.durable, l.slowest = true, l.pace.now(), 0, 0
+	}
+}
+
+// wrote notes a sink write that took d, for the pacing window.
+func (l *ledger) wrote(d time.Duration) {
+	l.mu.Lock()
+	l.slowest = max(l.slowest, d)
+	l.mu.Unlock()
+}
+
+// paceLocked ends the pacing window once it is pace.window old and sets
+// the record cap from it (see ledger).
+func (l *ledger) paceLocked() {
+	if l.pace.hold <= 0 {
+		return
+	}
+	now := l.pace.now()
+	elapsed := now.Sub(l.since)
+	if elapsed < l.pace.window {
+		return
+	}
+	l.limit = l.maxRecords
+	if l.waited {
+		rate := float64(l.durable) / elapsed.Seconds()
+		hold := max(l.pace.hold, 2*l.slowest)
+		l.limit = min(l.maxRecords, max(l.pace.floor, int(rate*hold.Seconds())))
+	}
+	l.since, l.durable, l.waited, l.slowest = now, 0, false, 0
 }
 
 // lowWater pops the contiguous durable prefix and returns the newest

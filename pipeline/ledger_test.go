@@ -3,7 +3,9 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // Invariant 6 for operator output: records an operator adds to a batch
@@ -11,7 +13,7 @@ import (
 // alone in flight; cancellation ends the wait.
 func TestLedgerGrowWaitsForRoom(t *testing.T) {
 	ctx := context.Background()
-	l := newLedger(10, 1<<20)
+	l := newLedger(10, 1<<20, pacing{})
 	a, _ := l.acquire(ctx, 6, 60, nil)
 	b, _ := l.acquire(ctx, 3, 30, Position("b"))
 	grown := make(chan error, 1)
@@ -48,4 +50,79 @@ func TestLedgerGrowWaitsForRoom(t *testing.T) {
 	}
 	l.done(c)
 	l.done(d)
+}
+
+// The record cap follows the sinks while the source waits at it: the
+// durable rate over a window times hold, at least floor; a window in which
+// the source never waited lifts it back to the configured cap.
+func TestLedgerPacesTheRecordCapBySinkThroughput(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	l := newLedger(10_000, 1<<40, pacing{hold: 4 * time.Second, window: 2 * time.Second, floor: 1000,
+		now: func() time.Time { return now }})
+	limit := func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.limit }
+	// blocked starts an acquire of n and returns once it waits at the cap.
+	blocked := func(n int) chan uint64 {
+		got := make(chan uint64, 1)
+		go func() {
+			seq, err := l.acquire(ctx, n, 1, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- seq
+		}()
+		for {
+			l.mu.Lock()
+			w := l.waited
+			l.mu.Unlock()
+			if w {
+				return got
+			}
+			runtime.Gosched()
+		}
+	}
+
+	now = now.Add(time.Hour) // idle time before the backlog does not count
+	full, _ := l.acquire(ctx, 10_000, 1, nil)
+	next := blocked(10)
+	now = now.Add(5 * time.Second)
+	l.done(full) // 10,000 durable in 5 s while the source waited: 2,000/s
+	if got := limit(); got != 8000 {
+		t.Fatalf("cap %d after 2,000 records/s with the source waiting; want 8,000 (4 s of them)", got)
+	}
+	small := <-next
+	now = now.Add(3 * time.Second)
+	l.done(small) // a window without waiting
+	if got := limit(); got != 10_000 {
+		t.Fatalf("cap %d after a window the source never waited in; want 10,000", got)
+	}
+	full, _ = l.acquire(ctx, 10_000, 1, nil)
+	next = blocked(5000)
+	now = now.Add(100 * time.Second)
+	l.done(full) // 100 records/s: 400 in 4 s, below the floor
+	if got := limit(); got != 1000 {
+		t.Fatalf("cap %d at 100 records/s; want the floor, 1,000", got)
+	}
+	// A batch larger than the cap is still admitted alone.
+	last := <-next
+	// Writes slower than hold stretch it: 5,000 records in 10 s, whose
+	// write took 6 s, hold 12 s of them, not 4.
+	waiter := blocked(6000)
+	l.wrote(6 * time.Second)
+	now = now.Add(10 * time.Second)
+	l.done(last)
+	if got := limit(); got != 6000 {
+		t.Fatalf("cap %d at 500 records/s with 6 s writes; want 6,000 (12 s of them)", got)
+	}
+	l.done(<-waiter)
+	if n, _ := l.inFlight(); n != 0 {
+		t.Fatalf("%d records in flight", n)
+	}
+	// Without pacing the cap never moves.
+	fixed := newLedger(10, 1<<20, pacing{})
+	a, _ := fixed.acquire(ctx, 10, 1, nil)
+	fixed.done(a)
+	if fixed.limit != 10 {
+		t.Fatalf("unpaced cap %d", fixed.limit)
+	}
 }

@@ -184,7 +184,10 @@ func New(cfg Config, src Source, sinks []NamedSink, store OffsetStore, opts Opti
 	for range sinks {
 		r.lanes = append(r.lanes, newSinkLane(cfg))
 	}
-	r.ledger = newLedger(cfg.MaxInFlightRecords, cfg.MaxInFlightBytes)
+	// The record cap follows the sinks: what they make durable in two
+	// write target latencies, at least one full batch (ledger).
+	r.ledger = newLedger(cfg.MaxInFlightRecords, cfg.MaxInFlightBytes, pacing{
+		hold: 2 * cfg.WriteTargetLatency, window: cfg.WriteTargetLatency, floor: min(cfg.BatchMaxRecords, cfg.MaxInFlightRecords)})
 	r.state.Store("starting")
 	return r, nil
 }

@@ -88,6 +88,7 @@ func (r *Runtime) read(ctx context.Context, items chan<- item) error {
 func (r *Runtime) wrote(sink, stage string, n int, d time.Duration) {
 	r.obs.BatchDuration(stage, d)
 	r.obs.Records(stage, n)
+	r.ledger.wrote(d)
 	r.mu.Lock()
 	r.written[sink] += int64(n)
 	r.mu.Unlock()
