@@ -212,8 +212,9 @@ func (c *commitRing) add(txid uint64, v pipeline.Version) {
 	}
 	c.last = txid
 	if c.at == nil {
-		c.at = make(map[uint64]pipeline.Version, ringSize)
-		c.ids = make([]uint64, 0, ringSize)
+		// Grown as transactions arrive, not sized for ringSize at once:
+		// a stream of few large transactions keeps it small (4 MiB).
+		c.at = make(map[uint64]pipeline.Version)
 	}
 	if _, ok := c.at[txid]; ok {
 		return

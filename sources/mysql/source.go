@@ -97,8 +97,10 @@ const readerStopWait = 5 * time.Second
 const (
 	// streamBuffer is the decoded items between the binlog reader and
 	// Read; a full buffer stops the reader, so backpressure reaches the
-	// server's socket (Invariant 6).
-	streamBuffer = 16
+	// server's socket (Invariant 6). Their records are outside the
+	// runtime's in-flight cap, so it stays small (16 items held up to
+	// 65,536 records beyond it).
+	streamBuffer = 4
 	// maxCoalesce caps the records Read merges from whole transactions.
 	maxCoalesce = 4096
 	// txChunk is the rows of an open transaction handed over at a time.

@@ -118,7 +118,10 @@ const (
 	// streamBuffer is the number of decoded chunks between the replication
 	// receiver and Read. A full buffer blocks the receiver, which stops
 	// reading the socket: backpressure reaches the server (Invariant 6).
-	streamBuffer = 16
+	// These records are outside the runtime's in-flight cap, so the buffer
+	// stays small: 16 chunks held up to 80,000 decoded records (about 50
+	// MiB) beyond it during a backlog drain.
+	streamBuffer = 4
 	// maxCoalesce caps the records Read merges from consecutive complete
 	// transactions into one batch.
 	maxCoalesce = 4096
