@@ -162,8 +162,9 @@ func RenderStatus(w io.Writer, r StatusReport) error {
 	return ew.err
 }
 
-// incrementalDetail renders an incremental snapshot's chunks, rate, ETA
-// and filter: "  incremental, 12 chunks, 5400 rows/s, ETA 2m0s".
+// incrementalDetail renders an incremental snapshot's chunks, rate, ETA,
+// filter and why its chunk keeps being read again, if it does:
+// "  incremental, 12 chunks, 5400 rows/s, ETA 2m0s".
 func incrementalDetail(t pipeline.TableStatus) string {
 	if !t.Incremental {
 		return ""
@@ -177,6 +178,9 @@ func incrementalDetail(t pipeline.TableStatus) string {
 	}
 	if t.Where != "" {
 		out += ", where " + t.Where
+	}
+	if t.ReadingAgain != "" {
+		out += ", chunk read again: " + t.ReadingAgain
 	}
 	return out
 }

@@ -86,14 +86,15 @@ func TestRenderStatusWriteError(t *testing.T) {
 	}
 }
 
-// Incremental snapshots show their chunks, rate, ETA and filter, and the
-// last error while they retry.
+// Incremental snapshots show their chunks, rate, ETA, filter and why a
+// chunk keeps being read again, and the last error while they retry.
 func TestRenderStatusIncremental(t *testing.T) {
 	r := StatusReport{Pipeline: "shop", State: StateStreaming, Source: pipeline.SourceStatus{
 		Phase: "stream", Connected: true, SnapshotError: "snapshot of public.items: read: lock timeout",
 		Tables: []pipeline.TableStatus{
 			{Table: "public.items", RowsDone: 2500, RowsTotal: 10000, Incremental: true, Chunks: 5, RowsPerSecond: 500, ETASeconds: 15},
 			{Table: "public.orders", RowsDone: 80, RowsTotal: 80, Done: true, Incremental: true, Chunks: 1, Where: "id < 100"},
+			{Table: "public.users", RowsDone: 0, RowsTotal: 50, Incremental: true, ReadingAgain: "schema changed"},
 		}}}
 	var buf bytes.Buffer
 	if err := RenderStatus(&buf, r); err != nil {
@@ -103,6 +104,7 @@ func TestRenderStatusIncremental(t *testing.T) {
 	for _, want := range []string{
 		"public.items    [#####---------------]  25%  2500/10000  incremental, 5 chunks, 500 rows/s, ETA 15.0s\n",
 		"public.orders   [####################] 100%  80/80 done  incremental, 1 chunks, where id < 100\n",
+		"public.users    [--------------------]   0%  0/50  incremental, 0 chunks, chunk read again: schema changed\n",
 		"last error (retrying): snapshot of public.items: read: lock timeout\n",
 	} {
 		if !strings.Contains(got, want) {

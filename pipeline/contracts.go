@@ -266,4 +266,8 @@ type TableStatus struct {
 	Chunks        int64   `json:"chunks,omitempty"`
 	RowsPerSecond float64 `json:"rows_per_second,omitempty"`
 	ETASeconds    float64 `json:"eta_seconds,omitempty"`
+	// ReadingAgain, when set, is why the table's current chunk has been
+	// read again and again for a while (a visibility lag, a shape the
+	// stream has not shown yet); the snapshot goes on once it clears.
+	ReadingAgain string `json:"reading_again,omitempty"`
 }

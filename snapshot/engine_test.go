@@ -312,6 +312,63 @@ func TestChunkWaitsForTheStreamToShowItsShape(t *testing.T) {
 	}
 }
 
+// A chunk read again for long (here: the stream does not show the shape
+// the read saw) is not given up, and the table's status says why while it
+// waits; the reason clears once the chunk is emitted.
+func TestAChunkReadAgainForLongSaysWhy(t *testing.T) {
+	defer func(w time.Duration) { maxRedoWait = w }(maxRedoWait)
+	maxRedoWait = 4 * minRedoWait // the third wait is the longest
+	db := newFakeDB(t)
+	fill(db, 10)
+	catalog := *db.table
+	catalog.Columns = append(append([]pipeline.Column(nil), db.table.Columns...), pipeline.Column{Name: "w", Type: pipeline.TypeInt32, Nullable: true})
+	catalog.Generation++
+	stream := catalog
+	var eng atomic.Pointer[Engine]
+	var n atomic.Int32
+	during := make(chan string, 1)
+	db.onChunk = func() {
+		switch n.Add(1) {
+		case 1:
+			db.mu.Lock()
+			db.table = &catalog
+			db.mu.Unlock()
+		case 6:
+			if tables := eng.Load().Status().Tables; len(tables) == 1 {
+				during <- tables[0].ReadingAgain
+			} else {
+				during <- fmt.Sprintf("%d tables in the status", len(tables))
+			}
+			db.mu.Lock()
+			db.table = &stream
+			db.mu.Unlock()
+			db.commit(true, op{kind: pipeline.OpShape})
+		}
+	}
+	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1, ChunkRows: 64}, nil)
+	eng.Store(e)
+	rows := 0
+	pump(t, e, newFakeSink(), func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpRead {
+				rows++
+			}
+		}
+		return len(e.Snapshotting()) == 0
+	})
+	if why := <-during; !strings.Contains(why, "the stream has not shown the shape yet") {
+		t.Fatalf("status while the chunk was read again: %q; want the reason", why)
+	}
+	if rows != 10 || n.Load() < 6 {
+		t.Fatalf("%d rows after %d reads; want 10 after at least 6", rows, n.Load())
+	}
+	for _, ts := range e.Status().Tables {
+		if ts.ReadingAgain != "" {
+			t.Fatalf("%s still says %q after its chunk was emitted", ts.Table, ts.ReadingAgain)
+		}
+	}
+}
+
 // A restart resumes from the progress inside the last position: the
 // chunks emitted before it are not read again, the source gets its own
 // position back, and the sink ends equal.

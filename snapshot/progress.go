@@ -60,6 +60,7 @@ type tableProgress struct {
 	Requested time.Time   `json:"requested"`
 
 	planning bool             // a worker is planning it (not persisted)
+	again    string           // why a chunk keeps being read again (status; not persisted)
 	shape    *pipeline.Table  // from the plan, for the barrier (not persisted)
 	barrier  *pipeline.Record // the barrier once its watermark was read, until handed over
 }

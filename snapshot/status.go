@@ -97,7 +97,7 @@ func (e *Engine) Status() pipeline.SourceStatus {
 	}
 	for _, t := range e.prog.Tables {
 		ts := pipeline.TableStatus{Table: t.id().String(), RowsDone: t.Rows, RowsTotal: max(t.Estimate, t.Rows),
-			Incremental: true, Chunks: t.Chunks, Where: t.label()}
+			Incremental: true, Chunks: t.Chunks, Where: t.label(), ReadingAgain: t.again}
 		if r := e.rates[t.Run]; r != nil {
 			ts.RowsPerSecond = r.perSecond()
 			if left := ts.RowsTotal - ts.RowsDone; ts.RowsPerSecond > 0 && left > 0 {

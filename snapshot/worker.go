@@ -204,15 +204,27 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 	redoWait := minRedoWait
 	// pause backs off before a chunk (or keys) read again: visibility can
 	// lag for as long as a synchronous standby does not answer, and each
-	// read costs two watermarks.
+	// read costs two watermarks. A chunk is never given up (its rows
+	// would be missing), so once the wait has reached its longest the
+	// table's status and a warning say why it is read again.
 	pause := func(why string) error {
 		e.log.Debug("chunk read again", zap.String("table", t.id().String()), zap.String("why", why), zap.Duration("in", redoWait))
+		if redoWait == maxRedoWait {
+			e.mu.Lock()
+			warn := t.again == ""
+			t.again = why
+			e.mu.Unlock()
+			if warn {
+				e.log.Warn("a snapshot chunk keeps being read again; the table's snapshot waits until it can be emitted",
+					zap.String("table", t.id().String()), zap.String("why", why), zap.Duration("every", maxRedoWait))
+			}
+		}
 		select {
 		case <-time.After(redoWait):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		redoWait = min(2*redoWait, 5*time.Second)
+		redoWait = min(2*redoWait, maxRedoWait)
 		return nil
 	}
 	for {
@@ -262,12 +274,22 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 			}
 			continue
 		}
-		redoWait = minRedoWait
+		if redoWait != minRedoWait {
+			redoWait = minRedoWait
+			e.mu.Lock()
+			t.again = ""
+			e.mu.Unlock()
+		}
 		limit = adapt(limit, took, e.opts.ChunkTime, e.opts.MaxChunkRows)
 	}
 }
 
-const minRedoWait = 20 * time.Millisecond
+// minRedoWait and maxRedoWait bound the backoff before a chunk is read
+// again (it doubles from one to the other); variables for the tests.
+var (
+	minRedoWait = 20 * time.Millisecond
+	maxRedoWait = 5 * time.Second
+)
 
 // refuse drops t's request after a permanent error.
 func (e *Engine) refuse(t *tableProgress, err error) {
