@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -31,6 +32,9 @@ type TableBatch struct {
 	Target string
 	// Cols is the union of the columns of every shape of the table seen in
 	// the batch: the newest shape's columns first, then older ones' extras.
+	// Shapes sort by generation, and among equal generations the one the
+	// batch showed last is the newer (so a batch always yields the same
+	// columns, whichever way a map would iterate).
 	Cols   []pipeline.Column
 	Keys   []int  // indexes into Cols of the key columns
 	IsKey  []bool // aligned with Cols
@@ -58,6 +62,7 @@ type TableBatch struct {
 	byInt   map[int64]int  // single BIGINT-like key → index in Rows
 	keyBuf  []byte
 	shapes  map[*pipeline.Table][]int // shape → index in the shape per union column (-1: absent)
+	seenIn  []*pipeline.Table         // the shapes in the order the batch shows them
 	// lastShape and lastIdx cache the previous record's shapes entry.
 	lastShape *pipeline.Table
 	lastIdx   []int
@@ -149,7 +154,8 @@ func Prepare(records []pipeline.Record, conv Converter, target func(pipeline.Tab
 		tb.records++
 		if _, ok := tb.shapes[r.Table]; !ok {
 			tb.shapes[r.Table] = nil
-			if tb.Newest == nil || r.Table.Generation > tb.Newest.Generation {
+			tb.seenIn = append(tb.seenIn, r.Table)
+			if tb.Newest == nil || r.Table.Generation >= tb.Newest.Generation {
 				tb.Newest = r.Table
 			}
 		}
@@ -201,10 +207,8 @@ func Prepare(records []pipeline.Record, conv Converter, target func(pipeline.Tab
 }
 
 func (tb *TableBatch) unionColumns() {
-	shapes := make([]*pipeline.Table, 0, len(tb.shapes))
-	for t := range tb.shapes {
-		shapes = append(shapes, t)
-	}
+	shapes := slices.Clone(tb.seenIn)
+	slices.Reverse(shapes) // the last shown first among equals
 	sort.SliceStable(shapes, func(a, b int) bool { return shapes[a].Generation > shapes[b].Generation })
 	seen := map[string]int{}
 	for _, t := range shapes {

@@ -209,3 +209,29 @@ func TestSnapshotTables(t *testing.T) {
 		t.Fatalf("snapshot tables %v", got)
 	}
 }
+
+// Two shapes of one generation (a read's and the stream's, say) give the
+// same union every time: the one the batch showed last leads, and its
+// column definitions (here c's missing value) are the ones kept.
+func TestShapesOfOneGenerationUniteInBatchOrder(t *testing.T) {
+	read := &pipeline.Table{ID: id, Generation: 2, KeyIdx: []int{0}, Columns: []pipeline.Column{
+		{Name: "id", Type: pipeline.TypeInt64}, {Name: "c", Type: pipeline.TypeString}, {Name: "a", Type: pipeline.TypeString}}}
+	for trial := range 50 {
+		tbs, failed := prepare(t,
+			pipeline.Record{Op: pipeline.OpRead, Table: read, Version: ver(1), After: []any{int64(1), "c1", "a1"}},
+			pipeline.Record{Op: pipeline.OpInsert, Table: v2, Version: ver(2), After: []any{int64(2), "a2", "c2", "d2"}},
+		)
+		if len(failed) != 0 {
+			t.Fatal(failed)
+		}
+		tb := tbs[0]
+		var names []string
+		for _, c := range tb.Cols {
+			names = append(names, c.Name)
+		}
+		if tb.Newest != v2 || !reflect.DeepEqual(names, []string{"id", "a", "c", "d"}) || tb.Cols[2].Missing != "m" {
+			t.Fatalf("trial %d: newest generation %d with %d columns, union %v (c missing %v); want v2's order and definitions",
+				trial, tb.Newest.Generation, len(tb.Newest.Columns), names, tb.Cols[2].Missing)
+		}
+	}
+}
