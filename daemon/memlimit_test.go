@@ -8,7 +8,7 @@ import (
 
 func TestMemoryLimitFollowsTheCaps(t *testing.T) {
 	rt := config.Runtime{MaxInFlightBytes: 64 << 20, BatchMaxBytes: 16 << 20}
-	if got, want := memoryLimit(rt), int64(160<<20); got != want {
+	if got, want := memoryLimit(rt), int64(128<<20); got != want {
 		t.Errorf("derived limit = %d MiB, want %d MiB", got>>20, want>>20)
 	}
 	rt.MemoryLimit = 1 << 30
