@@ -39,10 +39,22 @@ import (
 // files) under the limit and kills the daemon if what it cannot reclaim
 // passes it, so that drain finishing shows the kind works within N MiB;
 // its time is reported as a ratio to the unconstrained drain's.
-type PGBacklogSinks struct{}
+//
+// Toast ("pg-backlog-toast") writes workload (b) instead: every insert
+// and update carries a 2 KB value stored out of line, about 4 GiB of
+// changes, so the figures show the in-flight byte cap holding with large
+// values.
+type PGBacklogSinks struct {
+	Toast bool
+}
 
 // Name implements Scenario.
-func (PGBacklogSinks) Name() string { return "pg-backlog-sinks" }
+func (s PGBacklogSinks) Name() string {
+	if s.Toast {
+		return "pg-backlog-toast"
+	}
+	return "pg-backlog-sinks"
+}
 
 // backlogSink is one sink kind: its server (nil: embedded) and its YAML.
 type backlogSink struct {
@@ -141,7 +153,7 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 		}
 	}
 	ctx := context.Background()
-	pg, err := startPostgres(ctx, o, false)
+	pg, err := startPostgres(ctx, o, s.Toast)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +196,7 @@ func (s PGBacklogSinks) Run(o RunOptions) ([]Figure, error) {
 		return nil, err
 	}
 	t0 := time.Now()
-	changes, err := pg.writeWorkload(ctx, rows, false)
+	changes, err := pg.writeWorkload(ctx, rows, s.Toast)
 	if err != nil {
 		return nil, err
 	}

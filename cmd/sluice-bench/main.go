@@ -23,7 +23,7 @@ import (
 var scenarios = []bench.Scenario{
 	bench.PGStream{}, bench.PGStream{Toast: true}, bench.PGSnapshot{}, bench.PGIncremental{}, bench.PGLatency{},
 	bench.MariaDBKafka{}, bench.MariaDBSnapshot{}, bench.MariaDBIncremental{}, bench.MariaDBLatency{},
-	bench.MariaDBBinlog{}, bench.MariaDBBinlog{Bulk: true}, bench.PGBacklogSinks{},
+	bench.MariaDBBinlog{}, bench.MariaDBBinlog{Bulk: true}, bench.PGBacklogSinks{}, bench.PGBacklogSinks{Toast: true},
 }
 
 func main() {
