@@ -108,7 +108,7 @@ func TestDefaults(t *testing.T) {
 		Source: Source{Generate: &GenerateSource{Seed: 1, Tables: 3, InitialRows: 1000, Batch: 500,
 			Mix: Mix{Insert: 30, Update: 60, Delete: 10}}},
 		Sinks: []Sink{{DuckDB: &DuckDBSink{SinkCommon: SinkCommon{Name: "duckdb"}, Path: "x.duckdb", Schema: "main", TableTemplate: "{schema}_{table}",
-			TombstoneTTL: Duration(168 * time.Hour)}}},
+			TombstoneTTL: Duration(168 * time.Hour), RowGroupSize: 16384}}},
 		Offsets: Offsets{Dir: ".sluice"},
 		DLQ:     DLQ{Dir: filepath.Join(".sluice", "dlq")},
 		Runtime: Runtime{MaxInFlightRecords: 50000, MaxInFlightBytes: 64 * MiB, BatchMaxRecords: 10000,

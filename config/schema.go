@@ -356,6 +356,10 @@ type DuckDBSink struct {
 	// followed by the sink); Threads is its worker count (0: CPUs - 1).
 	MemoryLimit ByteSize `yaml:"memory_limit" default:"0" min:"0"`
 	Threads     int      `yaml:"threads" default:"0" min:"0" max:"256"`
+	// RowGroupSize is the rows per row group DuckDB writes (a multiple of
+	// 2048); DuckDB compresses a whole group at once, so its memory
+	// grows with group size × row width.
+	RowGroupSize int `yaml:"row_group_size" default:"16384" min:"2048" max:"1048576"`
 }
 
 // KafkaSink produces change events to Kafka (Avro, Confluent wire format,

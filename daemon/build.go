@@ -149,7 +149,7 @@ func buildSinks(cfg *config.Config, log *zap.Logger) ([]pipeline.NamedSink, erro
 			d := s.DuckDB
 			out = append(out, pipeline.NamedSink{Name: d.Name, Sink: duckdb.New(duckdb.Options{
 				Name: d.Name, Path: d.Path, Schema: d.Schema, HardDelete: d.HardDelete, TombstoneTTL: d.TombstoneTTL.Std(),
-				MemoryLimit: d.MemoryLimit.Int64(), Threads: d.Threads, TableTemplate: d.TableTemplate,
+				MemoryLimit: d.MemoryLimit.Int64(), Threads: d.Threads, RowGroupSize: d.RowGroupSize, TableTemplate: d.TableTemplate,
 			}, log.Named("sink").With(zap.String("sink", d.Name)))})
 		case s.Kafka != nil:
 			k, err := buildKafka(cfg, s.Kafka, log.Named("sink").With(zap.String("sink", s.Kafka.Name)))

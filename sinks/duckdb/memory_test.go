@@ -1,6 +1,7 @@
 package duckdb
 
 import (
+	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,4 +103,39 @@ func TestMemoryHeadroomGrowsWhenAWriteOutgrowsIt(t *testing.T) {
 		t.Fatalf("%d rows after the retries, want %d", n, len(recs))
 	}
 	t.Logf("%d overloads, headroom %d bytes, memory_limit %d MiB", overloads, s.headroom, s.limit>>20)
+}
+
+// The file is written in row groups of Options.RowGroupSize rows (DuckDB
+// compresses a group at once, so memory grows with its size), and opens
+// as a plain DuckDB database afterwards, as a reader of the sink would
+// open it.
+func TestRowGroupsFollowTheOptionAndTheFileOpensPlainly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.duckdb")
+	s := New(Options{Path: path}, nil)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for b := range 5 {
+		mustWrite(t, s, randomKeyBatch(b, 10_000)...)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("duckdb", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n, groups int
+	if err := db.QueryRow(`SELECT count(*) FROM public_bench_rows`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('public_bench_rows')`).Scan(&groups); err != nil {
+		t.Fatal(err)
+	}
+	// 50,000 rows: 4 groups of at most 16,384 (DuckDB's default would
+	// make one).
+	if n != 50_000 || groups < 4 {
+		t.Fatalf("%d rows in %d row groups; want 50,000 in at least 4", n, groups)
+	}
 }
