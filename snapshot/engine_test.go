@@ -272,6 +272,21 @@ func TestChunkReadAcrossASchemaChangeIsReadAgain(t *testing.T) {
 	}
 }
 
+// addedColumn fills db with 10 rows and returns the table's next shape
+// with a column w added, as the catalog shows it, and as the stream shows
+// it: the same columns and generation, w with the missing value -42 that
+// only the stream knows.
+func addedColumn(db *fakeDB) (catalog, stream pipeline.Table) {
+	fill(db, 10)
+	catalog = *db.table
+	catalog.Columns = append(append([]pipeline.Column(nil), db.table.Columns...), pipeline.Column{Name: "w", Type: pipeline.TypeInt32, Nullable: true})
+	catalog.Generation++
+	stream = catalog
+	stream.Columns = append([]pipeline.Column(nil), catalog.Columns...)
+	stream.Columns[2].Missing = int64(-42)
+	return catalog, stream
+}
+
 // A read that sees a shape the stream has not shown yet (the catalog is
 // ahead of the stream) is read again until the stream shows it, and the
 // rows carry the stream's shape, with the missing value of the added
@@ -280,13 +295,7 @@ func TestChunkReadAcrossASchemaChangeIsReadAgain(t *testing.T) {
 // filling the older rows.
 func TestChunkWaitsForTheStreamToShowItsShape(t *testing.T) {
 	db := newFakeDB(t)
-	fill(db, 10)
-	catalog := *db.table
-	catalog.Columns = append(append([]pipeline.Column(nil), db.table.Columns...), pipeline.Column{Name: "w", Type: pipeline.TypeInt32, Nullable: true})
-	catalog.Generation++
-	stream := catalog
-	stream.Columns = append([]pipeline.Column(nil), catalog.Columns...)
-	stream.Columns[2].Missing = int64(-42)
+	catalog, stream := addedColumn(db)
 	var n atomic.Int32
 	db.onChunk = func() {
 		switch n.Add(1) {
@@ -319,11 +328,7 @@ func TestAChunkReadAgainForLongSaysWhy(t *testing.T) {
 	defer func(w time.Duration) { maxRedoWait = w }(maxRedoWait)
 	maxRedoWait = 4 * minRedoWait // the third wait is the longest
 	db := newFakeDB(t)
-	fill(db, 10)
-	catalog := *db.table
-	catalog.Columns = append(append([]pipeline.Column(nil), db.table.Columns...), pipeline.Column{Name: "w", Type: pipeline.TypeInt32, Nullable: true})
-	catalog.Generation++
-	stream := catalog
+	catalog, stream := addedColumn(db)
 	var eng atomic.Pointer[Engine]
 	var n atomic.Int32
 	during := make(chan string, 1)
