@@ -24,6 +24,7 @@ func TestTableTemplate(t *testing.T) {
 		{"postgres: {dsn: \"postgres://h/db\", table_template: \"{schema}\"}", "sinks[0].postgres.table_template: must contain {table}"},
 		{"postgres: {dsn: \"postgres://h/db\", table_template: \"{tabel}\"}", "unknown placeholder {tabel}"},
 		{"duckdb: {path: x.duckdb, table_template: \"t_{table\"}", "sinks[0].duckdb.table_template: unclosed '{'"},
+		{"duckdb: {path: x.duckdb, row_group_size: 10000}", "sinks[0].duckdb.row_group_size: 10000 is not a multiple of 2048"},
 		{"postgres: {dsn: \"postgres://h/db\", table_prefix: src_, table_template: \"{table}\"}",
 			`table_prefix and table_template are alternatives`},
 	} {

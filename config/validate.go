@@ -62,6 +62,10 @@ func (d *decoder) validate(c *Config) {
 		}
 		if x := s.DuckDB; x != nil {
 			d.validateTableTemplate(index("sinks", i)+".duckdb", x.TableTemplate)
+			if f := index("sinks", i) + ".duckdb.row_group_size"; x.RowGroupSize%2048 != 0 && !d.failed(f) {
+				d.errAt(f, fmt.Sprintf("%d is not a multiple of 2048 (DuckDB's vector size)", x.RowGroupSize),
+					fmt.Sprintf("use %d or %d", x.RowGroupSize/2048*2048, (x.RowGroupSize/2048+1)*2048))
+			}
 		}
 	}
 	d.validateTransforms(c)
