@@ -62,7 +62,7 @@ type TableBatch struct {
 	byInt   map[int64]int  // single BIGINT-like key → index in Rows
 	keyBuf  []byte
 	shapes  map[*pipeline.Table][]int // shape → index in the shape per union column (-1: absent)
-	seenIn  []*pipeline.Table         // the shapes in the order the batch shows them
+	seenIn  []*pipeline.Table         // the shapes in the order the batch shows them (unionColumns sorts it)
 	// lastShape and lastIdx cache the previous record's shapes entry.
 	lastShape *pipeline.Table
 	lastIdx   []int
@@ -155,9 +155,6 @@ func Prepare(records []pipeline.Record, conv Converter, target func(pipeline.Tab
 		if _, ok := tb.shapes[r.Table]; !ok {
 			tb.shapes[r.Table] = nil
 			tb.seenIn = append(tb.seenIn, r.Table)
-			if tb.Newest == nil || r.Table.Generation >= tb.Newest.Generation {
-				tb.Newest = r.Table
-			}
 		}
 	}
 	for _, tb := range order {
@@ -207,9 +204,10 @@ func Prepare(records []pipeline.Record, conv Converter, target func(pipeline.Tab
 }
 
 func (tb *TableBatch) unionColumns() {
-	shapes := slices.Clone(tb.seenIn)
+	shapes := tb.seenIn
 	slices.Reverse(shapes) // the last shown first among equals
 	sort.SliceStable(shapes, func(a, b int) bool { return shapes[a].Generation > shapes[b].Generation })
+	tb.Newest = shapes[0]
 	seen := map[string]int{}
 	for _, t := range shapes {
 		for _, c := range t.Columns {
