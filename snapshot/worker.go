@@ -202,6 +202,7 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 		e.signal()
 	}()
 	redoWait := minRedoWait
+	reported := false // this range set t.again
 	// pause backs off before a chunk (or keys) read again: visibility can
 	// lag for as long as a synchronous standby does not answer, and each
 	// read costs two watermarks. A chunk is never given up (its rows
@@ -212,7 +213,7 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 		if redoWait == maxRedoWait {
 			e.mu.Lock()
 			warn := t.again == ""
-			t.again = why
+			t.again, reported = why, true
 			e.mu.Unlock()
 			if warn {
 				e.log.Warn("a snapshot chunk keeps being read again; the table's snapshot waits until it can be emitted",
@@ -274,10 +275,10 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 			}
 			continue
 		}
-		if redoWait != minRedoWait {
-			redoWait = minRedoWait
+		redoWait = minRedoWait
+		if reported {
 			e.mu.Lock()
-			t.again = ""
+			t.again, reported = "", false
 			e.mu.Unlock()
 		}
 		limit = adapt(limit, took, e.opts.ChunkTime, e.opts.MaxChunkRows)
