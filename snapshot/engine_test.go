@@ -330,11 +330,13 @@ func TestAChunkReadAgainForLongSaysWhy(t *testing.T) {
 	db := newFakeDB(t)
 	catalog, stream := addedColumn(db)
 	var eng atomic.Pointer[Engine]
+	opened := make(chan struct{}) // eng is set
 	var n atomic.Int32
 	during := make(chan string, 1)
 	db.onChunk = func() {
 		switch n.Add(1) {
 		case 1:
+			<-opened
 			db.mu.Lock()
 			db.table = &catalog
 			db.mu.Unlock()
@@ -352,6 +354,7 @@ func TestAChunkReadAgainForLongSaysWhy(t *testing.T) {
 	}
 	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 1, ChunkRows: 64}, nil)
 	eng.Store(e)
+	close(opened)
 	rows := 0
 	pump(t, e, newFakeSink(), func(b pipeline.Batch) bool {
 		for _, r := range b.Records {
