@@ -153,6 +153,10 @@ type Snapshot struct {
 	// adapt between 64 and MaxChunkRows.
 	ChunkTime    Duration `yaml:"chunk_time" default:"500ms" min:"10ms"`
 	MaxChunkRows int      `yaml:"max_chunk_rows" default:"65536" min:"64" max:"1000000"`
+	// ReadOnly writes nothing: watermarks are WAL positions read from
+	// the server (a user without write privileges); a hot standby is
+	// always read this way.
+	ReadOnly bool `yaml:"read_only" default:"false"`
 }
 
 // Sink is one list item of sinks: exactly one field (the sink kind) is set.

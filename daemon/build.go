@@ -46,6 +46,7 @@ func buildSource(cfg *config.Config, flags RunFlags, log *zap.Logger, reg promet
 		opts.Snapshot.Mode = p.Snapshot.Mode
 		opts.Snapshot.Parallel = p.Snapshot.Parallel
 		opts.Snapshot.ChunkRows = int(p.Snapshot.ChunkRows)
+		opts.Snapshot.ReadOnly = p.Snapshot.ReadOnly
 		if p.Snapshot.Mode == "incremental" {
 			opts.Snapshot.Mode = postgres.SnapshotNever // the engine reads the tables
 		}

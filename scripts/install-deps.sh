@@ -2,12 +2,13 @@
 # Installs the servers and tools that sluice's tests, benchmarks and the
 # integration harness (integration/harness) run: PostgreSQL, MariaDB, Redis,
 # python3, procps, Java and Maven, from the Debian 12 packages, then the
-# Apache Kafka broker jars through Maven (scripts/kafka-jars.sh).
+# Apache Kafka broker jars, the schema registry, the search nodes,
+# PostgreSQL 16 and Debezium through Maven (scripts/*.sh).
 #
 # Idempotent: when every needed command is present it changes nothing and
 # does not touch the network. Otherwise it runs apt-get update once and
 # installs the packages (as root, or through sudo). Nothing is downloaded
-# except by apt-get.
+# except by apt-get, pip and Maven.
 #
 # The harness starts its own throwaway servers on random 127.0.0.1 ports in
 # temp dirs, so services the packages may have started are not needed; they
@@ -116,6 +117,9 @@ log "schema registry: $("$(dirname "${BASH_SOURCE[0]}")/registry-build.sh")"
 # The OpenSearch and Elasticsearch server distributions (through Maven),
 # cached across runs.
 log "search nodes: $("$(dirname "${BASH_SOURCE[0]}")/search-dist.sh")"
+# PostgreSQL 16 server binaries (through Maven), for the hot-standby
+# tests (logical decoding on a standby needs 16), cached across runs.
+log "postgres 16: $("$(dirname "${BASH_SOURCE[0]}")/postgres16.sh")"
 # The Debezium peer of the benchmarks (embedded engine, through Maven),
 # cached across runs.
 log "debezium: $("$(dirname "${BASH_SOURCE[0]}")/debezium-jars.sh" all | tr '\n' ' ')"

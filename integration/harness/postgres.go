@@ -21,6 +21,10 @@ type PostgresOptions struct {
 	WALLevel string
 	// Settings are extra server settings (-c name=value).
 	Settings map[string]string
+	// BinDir holds the server binaries of major version Version; default
+	// the newest installed (PostgresBinDir). Postgres16BinDir fetches 16.
+	BinDir  string
+	Version int
 }
 
 // Postgres is a running throwaway PostgreSQL server. Its superuser is
@@ -33,6 +37,11 @@ type Postgres struct {
 	Version int
 	proc    *process
 	log     string
+	cred    *syscall.Credential
+	uid     int
+	gid     int
+	// settings are the -c settings the server runs with (but the port).
+	settings map[string]string
 }
 
 // PostgresBinDir finds the newest installed PostgreSQL server binaries.
@@ -61,9 +70,12 @@ func PostgresBinDir() (string, int, error) {
 
 // StartPostgres runs initdb and starts a server. Stop it with Stop.
 func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error) {
-	bin, ver, err := PostgresBinDir()
-	if err != nil {
-		return nil, err
+	bin, ver := opts.BinDir, opts.Version
+	if bin == "" {
+		var err error
+		if bin, ver, err = PostgresBinDir(); err != nil {
+			return nil, err
+		}
 	}
 	cred, uid, gid, err := serviceUser("postgres")
 	if err != nil {
@@ -100,10 +112,26 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 	for k, v := range opts.Settings {
 		settings[k] = v
 	}
+	p := &Postgres{Host: "127.0.0.1", Dir: dir, BinDir: bin, Version: ver, cred: cred, uid: uid, gid: gid, settings: settings}
+	if err := p.launch(ctx); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return p, nil
+}
+
+// launch starts the server of p.Dir/data on a free port with p.settings,
+// and returns once it accepts connections.
+func (p *Postgres) launch(ctx context.Context) error {
+	data := filepath.Join(p.Dir, "data")
+	settings := map[string]string{}
+	for k, v := range p.settings {
+		settings[k] = v
+	}
 	for attempt := 0; ; attempt++ {
 		port, err := FreePort()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		settings["port"] = strconv.Itoa(port)
 		args := []string{"-D", data}
@@ -115,20 +143,20 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 		for _, k := range keys {
 			args = append(args, "-c", k+"="+settings[k])
 		}
-		logPath := filepath.Join(dir, "postgres.log")
+		logPath := filepath.Join(p.Dir, "postgres.log")
 		lf, err := os.Create(logPath)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
+		cmd := exec.Command(filepath.Join(p.BinDir, "postgres"), args...)
 		cmd.Stdout, cmd.Stderr = lf, lf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 		proc, err := startProcess(cmd)
 		lf.Close()
 		if err != nil {
-			return nil, fmt.Errorf("start postgres: %w", err)
+			return fmt.Errorf("start postgres: %w", err)
 		}
-		p := &Postgres{Host: "127.0.0.1", Port: port, Dir: dir, BinDir: bin, Version: ver, proc: proc, log: logPath}
+		p.Port, p.proc, p.log = port, proc, logPath
 		err = waitFor("postgres", 60*time.Second, proc.exited, logPath, func() error {
 			c, err := pgx.Connect(ctx, p.DSN("postgres"))
 			if err != nil {
@@ -137,12 +165,11 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 			return c.Close(ctx)
 		})
 		if err == nil {
-			return p, nil
+			return nil
 		}
 		_ = proc.stop(syscall.SIGQUIT, 5*time.Second)
 		if attempt >= 2 {
-			os.RemoveAll(dir)
-			return nil, err
+			return err
 		}
 	}
 }

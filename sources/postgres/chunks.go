@@ -289,7 +289,8 @@ func inProgress(snap string) ([]uint64, error) {
 }
 
 // Mark implements snapshot.Reader with a transactional logical decoding
-// message. A high watermark first takes the table's ACCESS SHARE lock,
+// message, or, read-only, with a WAL position the stream meets
+// (positionMark). A high watermark first takes the table's ACCESS SHARE lock,
 // which a schema change needs exclusively, so the shape it reads is the
 // shape at the message's commit.
 func (r *ChunkReader) Mark(ctx context.Context, token string, table pipeline.TableID, high func(*pipeline.Table) error) error {
@@ -298,6 +299,9 @@ func (r *ChunkReader) Mark(ctx context.Context, token string, table pipeline.Tab
 		return err
 	}
 	defer c.Release()
+	if r.s.readOnly() {
+		return r.positionMark(ctx, c.Conn(), token, table, high)
+	}
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		return err

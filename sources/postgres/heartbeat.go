@@ -24,6 +24,11 @@ func (s *Source) heartbeats(ctx context.Context) {
 		s.log.Info("heartbeat messages need PostgreSQL 14 or newer; relying on keepalives")
 		return
 	}
+	if s.standby {
+		// A standby takes no writes; idle keepalives advance the slot.
+		s.log.Info("hot standby: no heartbeat messages; relying on keepalives")
+		return
+	}
 	t := time.NewTicker(s.opts.HeartbeatInterval)
 	defer t.Stop()
 	sql := heartbeatSQL(s.version)

@@ -73,6 +73,23 @@ func (s *Source) preflight(ctx context.Context) error {
 	if !versionOK {
 		add("PostgreSQL %d is too old: logical replication with pgoutput needs PostgreSQL 10 or newer", s.version)
 	}
+	if s.standby {
+		var feedback string
+		if err := s.pool.QueryRow(ctx, "SELECT current_setting('hot_standby_feedback')").Scan(&feedback); err != nil {
+			return fmt.Errorf("postgres source: preflight: read server settings: %w", err)
+		}
+		switch {
+		case s.version < 160000:
+			add("the server is a hot standby running PostgreSQL %d: logical decoding on a standby needs PostgreSQL 16 or newer; "+
+				"point the source at the primary", s.version)
+		case feedback != "on":
+			// Without it the primary removes rows the slot still needs and
+			// the standby invalidates the slot.
+			add("the server is a hot standby with hot_standby_feedback off, which lets the primary remove rows the slot still " +
+				"needs (the standby then invalidates the slot): set hot_standby_feedback = on on the standby " +
+				"(ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf();)")
+		}
+	}
 	if walLevel != "logical" {
 		add("wal_level is %q, logical decoding needs 'logical': run `ALTER SYSTEM SET wal_level = logical;` then restart PostgreSQL", walLevel)
 	}
@@ -120,7 +137,7 @@ func (s *Source) preflight(ctx context.Context) error {
 		if s.full[c.ref] {
 			if c.replident != "f" {
 				if c.owned {
-					if _, err := s.pool.Exec(ctx, "ALTER TABLE "+name+" REPLICA IDENTITY FULL"); err != nil {
+					if err := s.execWrite(ctx, "ALTER TABLE "+name+" REPLICA IDENTITY FULL"); err != nil {
 						add("table %s is listed in full_identity_tables but setting REPLICA IDENTITY FULL failed (%v): run `ALTER TABLE %s REPLICA IDENTITY FULL;` as its owner", tableName(c.ref), err, name)
 					} else {
 						s.log.Info("set REPLICA IDENTITY FULL (listed in full_identity_tables)", zap.String("table", tableName(c.ref)))

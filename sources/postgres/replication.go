@@ -30,6 +30,7 @@ const (
 	itemTxn       itemKind = iota // a transaction's chunk
 	itemHeartbeat                 // a heartbeat message
 	itemKeepalive                 // an empty position from an idle keepalive
+	itemMark                      // read-only snapshot watermarks (lsnMarks)
 )
 
 // streamItem is one decoded chunk on its way from the receiver to Read.
@@ -74,6 +75,8 @@ type streamer struct {
 	partial     bool             // a transaction's non-final chunk is queued
 	lastStatus  time.Time
 	sentFlush   pglogrepl.LSN
+	keptAlive   pglogrepl.LSN // highest keepalive WAL end of this session
+	lastAsk     time.Time     // last keepalive asked for (markPoll)
 }
 
 func newStreamer(s *Source) (*streamer, error) {
@@ -267,15 +270,34 @@ func closeConn(c *pgconn.PgConn) {
 func (st *streamer) session(ctx context.Context, conn *pgconn.PgConn) error {
 	st.connected.Store(true)
 	st.lastStatus = time.Time{} // report the flush position right away
+	st.keptAlive = 0            // the server resends from st.handed
 	emit := func(c Chunk) error { return st.emit(ctx, conn, c) }
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// status clears the wake flag first: a mark registered after it
+		// is seen by dueMarks or by the flag check below.
 		if err := st.status(conn, false); err != nil {
 			return err
 		}
-		if err := conn.Conn().SetReadDeadline(st.lastStatus.Add(st.s.opts.StatusInterval)); err != nil {
+		if err := st.dueMarks(ctx, conn); err != nil {
+			return err
+		}
+		deadline := st.lastStatus.Add(st.s.opts.StatusInterval)
+		markAt, ask := st.markDeadline()
+		if ask && time.Since(st.lastAsk) >= markPoll {
+			// A watermark waits for an LSN ahead of the stream: the
+			// server's keepalive tells how far it has decoded.
+			if err := st.sendStatus(conn, true); err != nil {
+				return err
+			}
+			st.lastAsk = time.Now()
+		}
+		if !markAt.IsZero() && markAt.Before(deadline) {
+			deadline = markAt
+		}
+		if err := conn.Conn().SetReadDeadline(deadline); err != nil {
 			return err
 		}
 		if st.wakeFlag.Load() {
@@ -301,6 +323,7 @@ func (st *streamer) session(ctx context.Context, conn *pgconn.PgConn) error {
 					return err
 				}
 				storeMax(&st.serverEnd, pkm.ServerWALEnd)
+				st.keptAlive = max(st.keptAlive, pkm.ServerWALEnd)
 				if err := st.status(conn, pkm.ReplyRequested); err != nil {
 					return err
 				}
@@ -339,9 +362,16 @@ func (st *streamer) status(conn *pgconn.PgConn, force bool) error {
 	if !force && acked == st.sentFlush && time.Since(st.lastStatus) < st.s.opts.StatusInterval {
 		return nil
 	}
+	return st.sendStatus(conn, false)
+}
+
+// sendStatus sends a standby status update with the ack position; with
+// reply the server answers with a keepalive.
+func (st *streamer) sendStatus(conn *pgconn.PgConn, reply bool) error {
+	acked := pglogrepl.LSN(st.s.acked.Load())
 	write := max(acked, pglogrepl.LSN(st.received.Load()))
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: write, WALFlushPosition: acked, WALApplyPosition: acked, ClientTime: time.Now()})
+		WALWritePosition: write, WALFlushPosition: acked, WALApplyPosition: acked, ClientTime: time.Now(), ReplyRequested: reply})
 	if err != nil {
 		return fmt.Errorf("send standby status: %w", err)
 	}

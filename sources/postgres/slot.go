@@ -27,6 +27,20 @@ const (
 // the changes after the checkpoint.
 const resnapshotHint = "re-snapshot with `sluice run --reset-offsets`"
 
+// errStandby is what a change of the catalog the source would make fails
+// with on a hot standby, which takes no writes.
+var errStandby = errors.New("the server is a hot standby, which takes no writes: run the statement on the primary")
+
+// execWrite runs a statement that changes the catalog (publication,
+// replica identity); on a standby it fails with errStandby instead.
+func (s *Source) execWrite(ctx context.Context, stmt string) error {
+	if s.standby {
+		return errStandby
+	}
+	_, err := s.pool.Exec(ctx, stmt)
+	return err
+}
+
 // ensurePublication creates the publication FOR TABLE the captured tables
 // when it is absent, or adds the tables it lacks and enables every published
 // operation when it is present.
@@ -41,7 +55,7 @@ func (s *Source) ensurePublication(ctx context.Context) error {
 			names[i] = t.quoted()
 		}
 		stmt := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = '%s')", pub, strings.Join(names, ", "), publishAll)
-		if _, err := s.pool.Exec(ctx, stmt); err != nil {
+		if err := s.execWrite(ctx, stmt); err != nil {
 			return pipeline.Fatal(fmt.Errorf("postgres source: create publication %s: %w; create it as a role that owns the tables "+
 				"(and has CREATE on the database): `%s;`", s.opts.Publication, err, stmt))
 		}
@@ -53,7 +67,7 @@ func (s *Source) ensurePublication(ctx context.Context) error {
 	}
 	if !(ins && upd && del && trunc) {
 		stmt := fmt.Sprintf("ALTER PUBLICATION %s SET (publish = '%s')", pub, publishAll)
-		if _, err := s.pool.Exec(ctx, stmt); err != nil {
+		if err := s.execWrite(ctx, stmt); err != nil {
 			return pipeline.Fatal(fmt.Errorf("postgres source: publication %s does not publish every operation and changing it failed: %w; run `%s;` as its owner",
 				s.opts.Publication, err, stmt))
 		}
@@ -90,7 +104,7 @@ func (s *Source) ensurePublication(ctx context.Context) error {
 		return nil
 	}
 	stmt := fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, strings.Join(missing, ", "))
-	if _, err := s.pool.Exec(ctx, stmt); err != nil {
+	if err := s.execWrite(ctx, stmt); err != nil {
 		return pipeline.Fatal(fmt.Errorf("postgres source: add tables to publication %s: %w; run `%s;` as the owner of the publication and the tables",
 			s.opts.Publication, err, stmt))
 	}
@@ -207,11 +221,19 @@ func (s *Source) createFreshSlot(ctx context.Context, repl *pgconn.PgConn) (pglo
 	if s.opts.Snapshot.Mode == SnapshotInitial {
 		action = "EXPORT_SNAPSHOT"
 	}
+	if s.standby {
+		s.log.Info("creating the slot on a hot standby: it waits for the primary's next record of running transactions " +
+			"(written every 15 s while the primary is busy; `SELECT pg_log_standby_snapshot();` on the primary writes one now)")
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.opts.SlotCreateTimeout)
 	defer cancel()
 	res, err = pglogrepl.CreateReplicationSlot(cctx, repl, s.opts.Slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: action, Mode: pglogrepl.LogicalReplication})
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && s.standby {
+			return res, fmt.Errorf("postgres source: creating slot %s on a hot standby waited %s for the primary's record of "+
+				"running transactions: run `SELECT pg_log_standby_snapshot();` on the primary", s.opts.Slot, s.opts.SlotCreateTimeout)
+		}
 		if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
 			return res, fmt.Errorf("postgres source: creating slot %s waited %s for transactions that were running when it started "+
 				"(slot creation waits for every running transaction, prepared ones included): %s",

@@ -106,6 +106,11 @@ type SnapshotOptions struct {
 	Parallel int
 	// ChunkRows is the number of rows per primary-key range; default 10000.
 	ChunkRows int
+	// ReadOnly makes incremental snapshots write nothing: watermarks are
+	// WAL positions read from the server, which the stream meets
+	// (marks.go), for a user who may not write. A server in recovery (a
+	// hot standby, PostgreSQL 16+) is always read this way.
+	ReadOnly bool
 }
 
 const (
@@ -145,7 +150,8 @@ type Source struct {
 	pool     *pgxpool.Pool  // preflight, catalog, heartbeats, slot polls
 	readers  []*ChunkReader // closed with the source
 	database string
-	version  int // server_version_num
+	version  int  // server_version_num
+	standby  bool // in recovery at Open: a hot standby
 	systemID string
 	start    pglogrepl.LSN // checkpoint LSN, or the consistent point
 	// floor is the highest generation a sink recorded (floorHeld: any);
@@ -157,6 +163,7 @@ type Source struct {
 	acked atomic.Uint64 // flush LSN: end of the last durable transaction
 
 	stream   *streamer
+	marks    lsnMarks // read-only watermarks (marks.go)
 	load     *snapshotLoad
 	redoLoad bool // the slot was left by an interrupted load
 	loadDone bool
@@ -454,11 +461,25 @@ func (s *Source) connectPool(ctx context.Context) error {
 		return fmt.Errorf("postgres source: connect: %w", err)
 	}
 	s.pool = pool
-	row := pool.QueryRow(ctx, "SELECT current_database(), current_setting('server_version_num')::int")
-	if err := row.Scan(&s.database, &s.version); err != nil {
+	row := pool.QueryRow(ctx, "SELECT current_database(), current_setting('server_version_num')::int, pg_is_in_recovery()")
+	if err := row.Scan(&s.database, &s.version, &s.standby); err != nil {
 		return fmt.Errorf("postgres source: connect: %w", err)
 	}
 	return nil
+}
+
+// readOnly reports whether incremental snapshots write nothing
+// (lsnMarks): when configured, or on a hot standby.
+func (s *Source) readOnly() bool { return s.opts.Snapshot.ReadOnly || s.standby }
+
+// wakeStream makes the streamer look at the registered marks now.
+func (s *Source) wakeStream() {
+	s.mu.Lock()
+	st := s.stream
+	s.mu.Unlock()
+	if st != nil {
+		st.wake()
+	}
 }
 
 func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
