@@ -49,6 +49,13 @@ type Chunk struct {
 	// before the window's low watermark missed that transaction's changes
 	// and is read again. nil where visibility follows commit order.
 	InProgress []uint64
+	// InvisibleFrom is, where InProgress is used, the read's first
+	// invisible transaction id (Postgres: the snapshot's xmax, 32 bits):
+	// transactions at or above it, in the server's circular order of
+	// 32-bit ids, were not visible either, and one the stream showed
+	// committing before the low watermark makes the chunk read again
+	// like InProgress. 0 when unused.
+	InvisibleFrom uint64
 	// Dead holds rows the source could not decode (Invariant 7).
 	Dead []pipeline.DeadLetter
 }

@@ -184,6 +184,21 @@ const (
 	snapshotRow  = 1
 )
 
+// hiddenCommit returns a transaction the stream showed committing below
+// low that c's read could not see: one of its in-progress list, or one at
+// or above its first invisible id.
+func (e *Engine) hiddenCommit(c *Chunk, low pipeline.Version) (uint64, bool) {
+	for _, xid := range c.InProgress {
+		if e.commits.before(xid, low) {
+			return xid, true
+		}
+	}
+	if c.InvisibleFrom != 0 {
+		return e.commits.atOrAbove(c.InvisibleFrom, low)
+	}
+	return 0, false
+}
+
 // reconcile closes w at its high watermark h: it returns the rows to
 // emit, or none when the chunk must be read again, and advances the
 // range.
@@ -195,15 +210,13 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 		w.finish(outcome{redo: "abandoned"})
 		return nil, nil
 	}
-	for _, xid := range c.InProgress {
-		if e.commits.before(xid, w.low) {
-			e.m.chunks.WithLabelValues("redo_visibility").Inc()
-			e.stats.Redone++
-			e.log.Info("chunk read again: its read could not see a transaction that committed before its low watermark",
-				zap.String("table", t.id().String()), zap.Uint64("xid", xid))
-			w.finish(outcome{redo: fmt.Sprintf("transaction %d committed before the low watermark but was not visible to the read", xid)})
-			return nil, nil
-		}
+	if xid, ok := e.hiddenCommit(c, w.low); ok {
+		e.m.chunks.WithLabelValues("redo_visibility").Inc()
+		e.stats.Redone++
+		e.log.Info("chunk read again: its read could not see a transaction that committed before its low watermark",
+			zap.String("table", t.id().String()), zap.Uint64("xid", xid))
+		w.finish(outcome{redo: fmt.Sprintf("transaction %d committed before the low watermark but was not visible to the read", xid)})
+		return nil, nil
 	}
 	if !sameShape(c.Table, w.high) {
 		e.m.chunks.WithLabelValues("redo_schema").Inc()

@@ -229,6 +229,18 @@ func (c *commitRing) add(txid uint64, v pipeline.Version) {
 	c.at[txid] = v
 }
 
+// atOrAbove returns a transaction the stream showed committing below v
+// whose id is at or above from in circular 32-bit order (within 2^31 of
+// it, which every id the ring holds is).
+func (c *commitRing) atOrAbove(from uint64, v pipeline.Version) (uint64, bool) {
+	for id, at := range c.at {
+		if int32(uint32(id)-uint32(from)) >= 0 && at.Less(v) {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
 // before reports whether the stream showed txid committing below v.
 func (c *commitRing) before(txid uint64, v pipeline.Version) bool {
 	at, ok := c.at[txid]

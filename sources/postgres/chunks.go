@@ -198,7 +198,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func(*T
 	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
 		return ch, err
 	}
-	if ch.InProgress, err = inProgress(snap); err != nil {
+	if ch.InProgress, ch.InvisibleFrom, err = inProgress(snap); err != nil {
 		return ch, err
 	}
 	shape, err := r.keyedShape(ctx, tx, t.Table)
@@ -268,24 +268,31 @@ func textRow(vals [][]byte, formats []int16) []*string {
 }
 
 // inProgress reads pg_current_snapshot()'s text "xmin:xmax:xip,…" into
-// 32-bit transaction ids, as the stream's Begin messages carry them.
-func inProgress(snap string) ([]uint64, error) {
+// the in-progress 32-bit transaction ids, as the stream's Begin messages
+// carry them, and xmax, from which on no transaction was visible either.
+// xmax matters where no transaction began after the one the read could
+// not see (read-only watermarks assign no transaction id): that one is
+// then at xmax, not in the list.
+func inProgress(snap string) (xip []uint64, xmax uint64, err error) {
 	parts := strings.Split(snap, ":")
 	if len(parts) != 3 {
-		return nil, fmt.Errorf("unexpected snapshot %q", snap)
+		return nil, 0, fmt.Errorf("unexpected snapshot %q", snap)
 	}
+	if xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		return nil, 0, fmt.Errorf("unexpected snapshot %q: %w", snap, err)
+	}
+	xmax &= 0xffffffff
 	if parts[2] == "" {
-		return nil, nil
+		return nil, xmax, nil
 	}
-	var out []uint64
 	for _, x := range strings.Split(parts[2], ",") {
 		n, err := strconv.ParseUint(x, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("unexpected snapshot %q: %w", snap, err)
+			return nil, 0, fmt.Errorf("unexpected snapshot %q: %w", snap, err)
 		}
-		out = append(out, n&0xffffffff)
+		xip = append(xip, n&0xffffffff)
 	}
-	return out, nil
+	return xip, xmax, nil
 }
 
 // Mark implements snapshot.Reader with a transactional logical decoding

@@ -23,7 +23,16 @@ import (
 // engine; fresh snapshots every table at once.
 func incremental(t *testing.T, ctx context.Context, pg *harness.Postgres, fresh bool, reg prometheus.Registerer, tables ...string) *snapshot.Engine {
 	t.Helper()
-	src, err := New(testOptions(pg, tables...), testLogger(t), nil)
+	return incrementalRO(t, ctx, pg, fresh, false, reg, tables...)
+}
+
+// incrementalRO is incremental with read-only watermarks when readOnly
+// (WAL positions the stream meets, marks.go).
+func incrementalRO(t *testing.T, ctx context.Context, pg *harness.Postgres, fresh, readOnly bool, reg prometheus.Registerer, tables ...string) *snapshot.Engine {
+	t.Helper()
+	opts := testOptions(pg, tables...)
+	opts.Snapshot.ReadOnly = readOnly
+	src, err := New(opts, testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +154,12 @@ func writeRandomly(ctx context.Context, dsn string, seed uint64, stop *atomic.Bo
 // (inserts, updates, deletes, key updates), the engine snapshots an int
 // key table and a composite key whose first column has two values, with
 // 4 windows over 4 ranges each and chunks of 64 to 512 rows; the
-// version-guarded sink then equals both tables.
+// version-guarded sink then equals both tables. Odd trials write nothing
+// (snapshot.read_only: watermarks are WAL positions the stream meets).
 func TestIncrementalSnapshotUnderConcurrentWrites(t *testing.T) {
 	for trial := range harness.Trials(2) {
-		t.Run(fmt.Sprint(trial), func(t *testing.T) {
+		readOnly := trial%2 == 1
+		t.Run(fmt.Sprintf("%d/read_only=%v", trial, readOnly), func(t *testing.T) {
 			pg, ctx := testDB(t)
 			createItemsAndPairs(t, ctx, pg)
 			var stop atomic.Bool
@@ -163,7 +174,7 @@ func TestIncrementalSnapshotUnderConcurrentWrites(t *testing.T) {
 				}()
 			}
 			reg := prometheus.NewRegistry()
-			eng := incremental(t, ctx, pg, true, reg, "public.items", "public.pairs")
+			eng := incrementalRO(t, ctx, pg, true, readOnly, reg, "public.items", "public.pairs")
 			sink := newMemSink()
 			pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
 			stop.Store(true)
@@ -192,14 +203,21 @@ func TestIncrementalSnapshotUnderConcurrentWrites(t *testing.T) {
 // watermark, the chunk's read cannot see it, and no change of it falls in
 // the window: emitted, the chunk's older row would sort above the
 // transaction's change for good. The engine must read the chunk again
-// until the transaction is visible.
+// until the transaction is visible. With read-only watermarks (WAL
+// positions, marks.go) the same guard applies.
 func TestIncrementalSnapshotRedoesAChunkHiddenByVisibilitySkew(t *testing.T) {
+	for _, readOnly := range []bool{false, true} {
+		t.Run(fmt.Sprint("read_only=", readOnly), func(t *testing.T) { visibilitySkew(t, readOnly) })
+	}
+}
+
+func visibilitySkew(t *testing.T, readOnly bool) {
 	pg, ctx := testDB(t, harness.PostgresOptions{Settings: map[string]string{
 		"synchronous_standby_names": "nobody", "synchronous_commit": "local"}})
 	exec(t, ctx, pg, "shop",
 		"CREATE TABLE items (id bigint PRIMARY KEY, v text)",
 		"INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
-	eng := incremental(t, ctx, pg, false, nil, "public.items")
+	eng := incrementalRO(t, ctx, pg, false, readOnly, nil, "public.items")
 	sink := newMemSink()
 
 	skew, err := pgx.Connect(ctx, pg.DSN("shop"))
