@@ -22,22 +22,26 @@ import (
 // updates, deletes, key updates, columns added with DEFAULTs, truncates,
 // all replayed on the standby while chunks are read there). The daemon is
 // killed with SIGKILL once while the tables are still being read and
-// resumes from its checkpoint's chunks. With the primary idle, a filtered
+// resumes from its checkpoint's chunks; in the incremental run the standby
+// is then promoted part way through the snapshot, and the workload moves
+// to it. With the primary idle, a filtered
 // re-snapshot then completes on keepalives alone. DuckDB equals the
 // standby row by row, and sluice verify (against the standby) finds it
 // equal.
 func TestReadOnlyIncrementalSnapshotOnAPostgres16Standby(t *testing.T) {
 	primary := harness.Postgres16T(t, harness.PostgresOptions{})
 	standby := primary.StandbyT(t)
-	for _, mode := range []string{"incremental", "initial"} {
-		t.Run(mode, func(t *testing.T) { standbySnapshot(t, primary, standby, mode) })
+	for _, mode := range []string{"initial", "incremental"} {
+		// The last run promotes the standby.
+		t.Run(mode, func(t *testing.T) { standbySnapshot(t, primary, standby, mode, mode == "incremental") })
 	}
 }
 
 // standbySnapshot runs the test above with snapshot mode mode (initial:
 // the fast load from the slot's exported snapshot, imported on the
-// standby, killed part way and resumed incrementally).
-func standbySnapshot(t *testing.T, primary, standby *harness.Postgres, mode string) {
+// standby, killed part way and resumed incrementally); with promote, the
+// standby is promoted while the tables are read after the restart.
+func standbySnapshot(t *testing.T, primary, standby *harness.Postgres, mode string, promote bool) {
 	ctx := context.Background()
 	db := "stby_" + mode
 	const items, events = 60000, 10000
@@ -91,11 +95,15 @@ runtime: {checkpoint_interval: 100ms}
 	}
 	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
 
-	wctx, stopWork := context.WithCancel(ctx)
-	defer stopWork()
 	var work chaosCounts
 	workErr := make(chan error, 1)
-	go func() { workErr <- chaosWorkload(wctx, pdsn, items, &work, true, 400) }()
+	startWork := func(dsn string, maxID int64) context.CancelFunc {
+		wctx, stop := context.WithCancel(ctx)
+		go func() { workErr <- chaosWorkload(wctx, dsn, maxID, &work, true, 400) }()
+		return stop
+	}
+	stopWork := startWork(pdsn, items)
+	defer func() { stopWork() }()
 
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, 2*time.Minute)
@@ -114,6 +122,29 @@ runtime: {checkpoint_interval: 100ms}
 
 	d = startDaemon(t, cfg)
 	addr := d.waitAddr(t, 2*time.Minute)
+	if promote {
+		// The standby becomes the primary while the tables are read:
+		// watermarks registered at replayed positions are met on the
+		// new timeline, later ones are insert positions, and the
+		// workload moves to the promoted server (its new rows above
+		// every id the old primary used).
+		waitUntil(t, d, 3*time.Minute, "chunks after the restart", func() bool { return snapshotRowsDone(t, checkpoint) > done })
+		if loadedAll(t, checkpoint) {
+			t.Fatal("the snapshot ended before the promotion; make its chunks smaller")
+		}
+		stopWork()
+		if err := <-workErr; err != nil {
+			t.Fatalf("workload: %v", err)
+		}
+		if err := standby.CatchUp(ctx, primary); err != nil {
+			t.Fatal(err)
+		}
+		if err := standby.Exec(ctx, "postgres", "SELECT pg_promote(true, 60)"); err != nil {
+			t.Fatal(err)
+		}
+		pdsn = sdsn
+		stopWork = startWork(pdsn, 10*items)
+	}
 	waitUntil(t, d, 5*time.Minute, "the snapshot of both tables", func() bool { return loadedAll(t, checkpoint) })
 	work.waitDDL(t, d)
 	stopWork()
@@ -140,6 +171,6 @@ runtime: {checkpoint_interval: 100ms}
 	n1 := assertSinkEqualsSource(t, ctx, sdsn, db, duck, "public", "items")
 	n2 := assertSinkEqualsSource(t, ctx, sdsn, db, duck, "public", "events")
 	expectVerifyEqual(t, cfg)
-	t.Logf("items: %d rows, events: %d rows equal; killed after %d snapshot rows were durable; %d primary transactions, %d ALTERs, %d TRUNCATEs",
-		n1, n2, done, work.writes.Load(), work.alters.Load(), work.truncates.Load())
+	t.Logf("items: %d rows, events: %d rows equal; killed after %d snapshot rows were durable; promoted: %v; %d primary transactions, %d ALTERs, %d TRUNCATEs",
+		n1, n2, done, promote, work.writes.Load(), work.alters.Load(), work.truncates.Load())
 }
