@@ -198,22 +198,28 @@ func (c *Codec) plan(rec *avro.RecordSchema, cols []int) ([]colPlan, error) {
 // EncodeKey encodes the key columns of r (from After, else Before) as Avro
 // binary, without framing.
 func (c *Codec) EncodeKey(r *pipeline.Record) ([]byte, error) {
+	buf := getBuf()
+	b, err := c.AppendKey(*buf, r)
+	return finish(buf, b, err)
+}
+
+// AppendKey is EncodeKey appending to dst: it returns the extended slice
+// (on error, dst's bytes beyond len(dst) are unspecified).
+func (c *Codec) AppendKey(dst []byte, r *pipeline.Record) ([]byte, error) {
 	if err := c.check(r); err != nil {
-		return nil, err
+		return dst, err
 	}
 	if c.key == nil {
-		return nil, fmt.Errorf("%w: %s", ErrNoKey, c.table.ID)
+		return dst, fmt.Errorf("%w: %s", ErrNoKey, c.table.ID)
 	}
 	img, before := r.After, false
 	if img == nil {
 		img, before = r.Before, true
 	}
 	if img == nil || !r.Op.IsData() || r.Op == pipeline.OpTruncate {
-		return nil, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
+		return dst, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
 	}
-	buf := getBuf()
-	b, err := c.writeImage(*buf, c.keyPlan, img, before, false, nil)
-	return finish(buf, b, err)
+	return c.writeImage(dst, c.keyPlan, img, before, false, nil)
 }
 
 // EncodeValue encodes r in the flattened form: the row image (After; for
@@ -241,8 +247,16 @@ type TextFallback func(before bool, col int)
 // EncodeValueFallback is EncodeValue with fb (nil: none) receiving the
 // values written as null because Avro cannot hold them.
 func (c *Codec) EncodeValueFallback(r *pipeline.Record, fb TextFallback) ([]byte, error) {
+	buf := getBuf()
+	b, err := c.AppendValueFallback(*buf, r, fb)
+	return finish(buf, b, err)
+}
+
+// AppendValueFallback is EncodeValueFallback appending to dst, as
+// AppendKey.
+func (c *Codec) AppendValueFallback(dst []byte, r *pipeline.Record, fb TextFallback) ([]byte, error) {
 	if err := c.check(r); err != nil {
-		return nil, err
+		return dst, err
 	}
 	var img []any
 	before := false
@@ -253,17 +267,16 @@ func (c *Codec) EncodeValueFallback(r *pipeline.Record, fb TextFallback) ([]byte
 		img, before = r.Before, true
 	}
 	if img == nil {
-		return nil, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
+		return dst, fmt.Errorf("%w: %s %s", ErrNoRow, c.table.ID, r.Op)
 	}
-	buf := getBuf()
-	b, err := c.writeImage(*buf, c.rowPlan, img, before, c.opts.Unchanged, fb)
+	b, err := c.writeImage(dst, c.rowPlan, img, before, c.opts.Unchanged, fb)
 	if err == nil {
 		b = appendString(b, r.Op.String())
 		b = appendVersion(b, r.Version)
 		b = appendBool(b, r.Op == pipeline.OpDelete)
 		b = appendLong(b, millis(r.EventTime))
 	}
-	return finish(buf, b, err)
+	return b, err
 }
 
 // EncodeEnvelope encodes r as a Debezium-style change event: before (the
@@ -278,15 +291,21 @@ func (c *Codec) EncodeEnvelope(r *pipeline.Record, src SourceInfo) ([]byte, erro
 // EncodeEnvelopeFallback is EncodeEnvelope with fb (nil: none) receiving
 // the values written as null because Avro cannot hold them.
 func (c *Codec) EncodeEnvelopeFallback(r *pipeline.Record, src SourceInfo, fb TextFallback) ([]byte, error) {
+	buf := getBuf()
+	b, err := c.AppendEnvelopeFallback(*buf, r, &src, fb)
+	return finish(buf, b, err)
+}
+
+// AppendEnvelopeFallback is EncodeEnvelopeFallback appending to dst, as
+// AppendKey.
+func (c *Codec) AppendEnvelopeFallback(dst []byte, r *pipeline.Record, src *SourceInfo, fb TextFallback) ([]byte, error) {
 	if err := c.check(r); err != nil {
-		return nil, err
+		return dst, err
 	}
 	if !r.Op.IsData() {
-		return nil, fmt.Errorf("schema: %s: %s record has no envelope", c.table.ID, r.Op)
+		return dst, fmt.Errorf("schema: %s: %s record has no envelope", c.table.ID, r.Op)
 	}
-	buf := getBuf()
-	b, err := c.writeEnvelope(*buf, r, &src, fb)
-	return finish(buf, b, err)
+	return c.writeEnvelope(dst, r, src, fb)
 }
 
 // writeEnvelope appends the Envelope record of r: before, after, source,

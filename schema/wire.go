@@ -22,14 +22,16 @@ var ErrNotFramed = errors.New("schema: not a Confluent-framed message")
 // be in [0, MaxInt32] (registry ids are positive int32); other ids panic, as
 // they can only come from a programming error.
 func Frame(id int, avroBytes []byte) []byte {
+	return append(AppendFrame(make([]byte, 0, frameHeader+len(avroBytes)), id), avroBytes...)
+}
+
+// AppendFrame appends the wire format's header for schema id (the magic
+// byte and the id, big-endian) to b; the Avro payload follows it.
+func AppendFrame(b []byte, id int) []byte {
 	if id < 0 || id > math.MaxInt32 {
 		panic(fmt.Sprintf("schema: schema id %d does not fit in 4 bytes", id))
 	}
-	b := make([]byte, frameHeader+len(avroBytes))
-	b[0] = magicByte
-	binary.BigEndian.PutUint32(b[1:5], uint32(id))
-	copy(b[frameHeader:], avroBytes)
-	return b
+	return binary.BigEndian.AppendUint32(append(b, magicByte), uint32(id))
 }
 
 // Unframe splits a framed message into its schema id and Avro payload; the

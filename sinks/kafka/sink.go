@@ -231,13 +231,14 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 	// still being encoded. A transient failure after that (a cancelled
 	// context) returns with earlier records already sent: the retry only
 	// duplicates them.
-	b := &batch{s: s, f: newFlight()}
+	b := &batch{s: s, f: newFlight(), work: make([]pending, 0, len(records))}
+	var mem slab
 	for i := range records {
 		r := &records[i]
 		if !r.Op.IsData() {
 			continue // heartbeats and shapes carry no row; the runtime checkpoints them
 		}
-		recs, err := s.prepare(ctx, r)
+		recs, err := s.prepare(ctx, r, &mem)
 		var ue unencodable
 		switch {
 		case errors.As(err, &ue):
@@ -397,8 +398,9 @@ func (f *flight) result() map[int]error {
 // prepare encodes one data record into its Kafka records: the event (a
 // truncate has no key, like Debezium's), then for a delete a tombstone with
 // the same key when Tombstones is on. Every record carries the headers
-// sluice.version (hex, ordered like versions) and sluice.op.
-func (s *Sink) prepare(ctx context.Context, r *pipeline.Record) ([]*kgo.Record, error) {
+// sluice.version (hex, ordered like versions) and sluice.op. The records
+// and their bytes come from mem.
+func (s *Sink) prepare(ctx context.Context, r *pipeline.Record, mem *slab) ([]*kgo.Record, error) {
 	if r.Table == nil {
 		return nil, unencodable{errors.New("data record without a table")}
 	}
@@ -408,11 +410,13 @@ func (s *Sink) prepare(ctx context.Context, r *pipeline.Record) ([]*kgo.Record, 
 	}
 	var key []byte
 	if sh.keyID != 0 && r.Op != pipeline.OpTruncate {
-		k, err := sh.codec.EncodeKey(r)
+		b := mem.buf()
+		from := len(b)
+		b, err := sh.codec.AppendKey(schema.AppendFrame(b, sh.keyID), r)
 		if err != nil {
 			return nil, unencodable{err}
 		}
-		key = schema.Frame(sh.keyID, k)
+		key = mem.done(b, from)
 	}
 	if key == nil && sh.state.compacted && r.Op == pipeline.OpTruncate && r.Snapshot {
 		// An initial load's barrier has no key; a compacted topic cannot
@@ -439,20 +443,26 @@ func (s *Sink) prepare(ctx context.Context, r *pipeline.Record) ([]*kgo.Record, 
 			text = append(text, col)
 		}
 	}
-	var val []byte
+	b := mem.buf()
+	from := len(b)
+	b = schema.AppendFrame(b, sh.valueID)
 	if s.opts.Envelope == EnvelopeRow {
 		if r.Op == pipeline.OpTruncate {
 			return nil, unencodable{errors.New("the row envelope has no form for a truncate (use the debezium envelope)")}
 		}
-		val, err = sh.codec.EncodeValueFallback(r, fb)
+		b, err = sh.codec.AppendValueFallback(b, r, fb)
 	} else {
-		val, err = sh.codec.EncodeEnvelopeFallback(r, schema.SourceInfo{Version: s.opts.Version}, fb)
+		b, err = sh.codec.AppendEnvelopeFallback(b, r, &schema.SourceInfo{Version: s.opts.Version}, fb)
 	}
 	if err != nil {
 		return nil, unencodable{err}
 	}
-	headers := make([]kgo.RecordHeader, 2, 2+len(text))
-	headers[0] = kgo.RecordHeader{Key: headerVersion, Value: r.Version.AppendHex(make([]byte, 0, 64))}
+	val := mem.done(b, from)
+	b = mem.buf()
+	from = len(b)
+	version := mem.done(r.Version.AppendHex(b), from)
+	headers := mem.headers(2)
+	headers[0] = kgo.RecordHeader{Key: headerVersion, Value: version}
 	headers[1] = kgo.RecordHeader{Key: headerOp, Value: opBytes(r.Op)}
 	for _, col := range text {
 		c := &r.Table.Columns[col]
@@ -462,11 +472,14 @@ func (s *Sink) prepare(ctx context.Context, r *pipeline.Record) ([]*kgo.Record, 
 		}
 		headers = append(headers, kgo.RecordHeader{Key: headerText + c.Name, Value: []byte(t)})
 	}
-	out := []*kgo.Record{{Topic: sh.topic, Key: key, Value: schema.Frame(sh.valueID, val), Headers: headers}}
+	event := mem.record()
+	event.Topic, event.Key, event.Value, event.Headers = sh.topic, key, val, headers
 	if r.Op == pipeline.OpDelete && s.opts.Tombstones && key != nil {
-		out = append(out, &kgo.Record{Topic: sh.topic, Key: key, Headers: headers})
+		tomb := mem.record()
+		tomb.Topic, tomb.Key, tomb.Headers = sh.topic, key, headers
+		return mem.list(event, tomb), nil
 	}
-	return out, nil
+	return mem.list(event), nil
 }
 
 // pendingOf is the pending of input record i, r, encoded as recs; s.mu

@@ -286,9 +286,10 @@ func (s *Sink) writeTxn(ctx context.Context, records []pipeline.Record) error {
 		}
 	}
 	var (
-		work    []pending
+		work    = make([]pending, 0, len(records))
 		bad     []pipeline.RecordError
 		skipped int
+		mem     slab
 	)
 	for i := range records {
 		r := &records[i]
@@ -299,7 +300,7 @@ func (s *Sink) writeTxn(ctx context.Context, records []pipeline.Record) error {
 			skipped++
 			continue
 		}
-		recs, err := s.prepare(ctx, r)
+		recs, err := s.prepare(ctx, r, &mem)
 		var ue unencodable
 		switch {
 		case errors.As(err, &ue):

@@ -151,7 +151,7 @@ func (r *ChunkReader) Plan(ctx context.Context, t snapshot.Target, after snapsho
 
 // Chunk implements snapshot.Reader.
 func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit int) (snapshot.Chunk, error) {
-	return r.read(ctx, t, func(shape *TableShape) (string, [][]byte, error) {
+	return r.read(ctx, t, limit, func(shape *TableShape) (string, [][]byte, error) {
 		sql, args := newKeyQuery(shape, t, after, upTo).rows(limit)
 		return sql, args, nil
 	})
@@ -159,7 +159,7 @@ func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo 
 
 // Keys implements snapshot.Reader: the rows among keys, in key order.
 func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any) (snapshot.Chunk, error) {
-	return r.read(ctx, t, func(shape *TableShape) (string, [][]byte, error) {
+	return r.read(ctx, t, len(keys), func(shape *TableShape) (string, [][]byte, error) {
 		where, params, err := keyFilter(shape.Table, keys)
 		if err != nil {
 			return "", nil, err
@@ -180,7 +180,8 @@ func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any)
 // read runs the query query builds for the table's shape in one
 // REPEATABLE READ READ ONLY transaction. LOCK TABLE comes before the
 // transaction's snapshot, so the rows and the shape read under it agree.
-func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func(*TableShape) (string, [][]byte, error)) (ch snapshot.Chunk, err error) {
+// At most limit rows come back.
+func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit int, query func(*TableShape) (string, [][]byte, error)) (ch snapshot.Chunk, err error) {
 	c, err := r.conn(ctx)
 	if err != nil {
 		return ch, err
@@ -213,9 +214,19 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func(*T
 	formats := chunkFormats(shape)
 	res := c.Conn().PgConn().ExecParams(ctx, sql, args, nil, nil, formats)
 	var lastKey []string
+	// The rows' values come from blocks of rowBlock rows, not one
+	// allocation a row; the chunk's rows are released together.
+	const rowBlock = 256
+	width := len(shape.Columns)
+	var cells []any
+	ch.Rows = make([][]any, 0, limit)
 	for res.NextRow() {
 		vals := res.Values()
-		row := make([]any, len(shape.Columns))
+		if len(cells) < width {
+			cells = make([]any, width*rowBlock)
+		}
+		row := cells[:width:width]
+		cells = cells[width:]
 		var bad error
 		for i, raw := range vals {
 			if raw == nil {
