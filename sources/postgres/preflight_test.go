@@ -96,3 +96,49 @@ func TestPreflightRoleAndTables(t *testing.T) {
 		t.Fatalf("fullme replica identity %s, want f", ident)
 	}
 }
+
+// A hot standby takes no writes and hosts logical decoding only from
+// PostgreSQL 16: on 15 the preflight says to use the primary; on 16 a
+// publication that does not exist yet is refused with the statement to
+// run on the primary, instead of a read-only transaction error.
+func TestPreflightOnAStandby(t *testing.T) {
+	t.Run("15", func(t *testing.T) {
+		pg, ctx := testDB(t)
+		if pg.Version >= 16 {
+			t.Skipf("the harness's PostgreSQL is %d; the case needs 15 or older", pg.Version)
+		}
+		exec(t, ctx, pg, "shop", "CREATE TABLE t (id int PRIMARY KEY)")
+		standby := pg.StandbyT(t)
+		if err := standby.CatchUp(ctx, pg); err != nil {
+			t.Fatal(err)
+		}
+		pe := preflightErr(t, testOptions(standby, "public.t"))
+		wantProblem(t, pe, "hot standby", "needs PostgreSQL 16", "point the source at the primary")
+	})
+	t.Run("16", func(t *testing.T) {
+		pg := harness.Postgres16T(t, harness.PostgresOptions{})
+		ctx := t.Context()
+		if err := pg.CreateDatabase(ctx, "shop"); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, ctx, pg, "shop", "CREATE TABLE t (id int PRIMARY KEY)")
+		standby := pg.StandbyT(t)
+		if err := standby.CatchUp(ctx, pg); err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(testOptions(standby, "public.t"), testLogger(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Open(ctx, nil)
+		if err == nil {
+			_ = s.Close(ctx)
+			t.Fatal("Open succeeded without a publication")
+		}
+		for _, want := range []string{"hot standby", "run the statement on the primary", `CREATE PUBLICATION "sluice_test" FOR TABLE "public"."t"`} {
+			if !strings.Contains(err.Error(), want) || !pipeline.IsFatal(err) {
+				t.Fatalf("error does not say %q (or is not fatal): %v", want, err)
+			}
+		}
+	})
+}
