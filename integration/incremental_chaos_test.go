@@ -50,6 +50,6 @@ func snapshotPending(t *testing.T, path string) (exists bool, pending []string) 
 // finds both sinks equal.
 func TestKill9DuringIncrementalSnapshotPostgres(t *testing.T) {
 	runPostgresChaos(t, postgresChaos{name: "inc", items: 60000, events: 20000, perSecond: 400,
-		snapshot: "{mode: incremental, parallel: 2, chunk_time: 50ms, max_chunk_rows: 2000}",
+		snapshot: "{mode: incremental, parallel: 2, chunk_time: 50ms, max_chunk_rows: 1000}",
 		loaded:   loadedAll})
 }

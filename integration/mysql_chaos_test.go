@@ -265,7 +265,7 @@ func TestKill9DuringLoadAndStreamMariaDB(t *testing.T) {
 // equals MariaDB row by row, and sluice verify finds the sink equal.
 func TestKill9DuringIncrementalSnapshotMariaDB(t *testing.T) {
 	runMariaDBChaos(t, mariadbChaos{name: "inchaos", items: 60000, events: 20000, perSecond: 400, ddlFromStart: true,
-		snapshot: "{mode: incremental, parallel: 2, chunk_time: 50ms, max_chunk_rows: 2000}",
+		snapshot: "{mode: incremental, parallel: 2, chunk_time: 50ms, max_chunk_rows: 500}",
 		loaded:   loadedAll})
 }
 

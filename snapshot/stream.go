@@ -268,6 +268,9 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 	}
 	e.m.rows.Add(float64(len(rows)))
 	o := outcome{emitted: len(rows)}
+	if len(w.unchanged) > 0 {
+		w.needKeys()
+	}
 	for k, key := range w.unchanged {
 		if _, in := w.keys[k]; in {
 			o.refetch = append(o.refetch, key)

@@ -22,8 +22,12 @@ type window struct {
 	cleared bool // a truncate of the table in the window
 
 	chunk *Chunk
-	keys  map[string]struct{} // the chunk's keys
-	high  *pipeline.Table     // the table's shape at H
+	// keys are the chunk's keys (and keyed's), made only once touched
+	// outgrows the chunk or an unchanged value needs them (needKeys):
+	// while the stream touches few keys of the table, no key of the
+	// chunk's rows is computed.
+	keys map[string]struct{}
+	high *pipeline.Table // the table's shape at H
 
 	// keyed: a window reading only these keys again (no range); then, the
 	// range's move it makes once no key needs another read.
@@ -101,9 +105,15 @@ func keysOf(r *pipeline.Record) changeKeys {
 }
 
 // touch records the keys of a change of the window's table. Once the
-// chunk is read only its own keys are kept, so the set stays within the
-// chunk's size however many changes the window sees (Invariant 6).
+// chunk is read and the set outgrows it, only the chunk's own keys are
+// kept, so the set stays within about the chunk's size however many
+// changes the window sees (Invariant 6).
 func (w *window) touch(k changeKeys) {
+	defer func() {
+		if w.chunk != nil && w.keys == nil && len(w.touched) > max(len(w.chunk.Rows)+len(w.keyed), minTouched) {
+			w.needKeys()
+		}
+	}()
 	for _, key := range [2]string{k.old, k.new} {
 		if key == "" {
 			continue
@@ -132,19 +142,33 @@ func hasUnchanged(img []any) bool {
 	return false
 }
 
-// chunkKeys is the set of c's row keys.
-func chunkKeys(c *Chunk) map[string]struct{} {
-	keys := make(map[string]struct{}, len(c.Rows))
-	for _, row := range c.Rows {
-		keys[verify.RowKey(c.Table, row)] = struct{}{}
+// minTouched is the touched keys a window keeps without filtering them by
+// its chunk's keys, however small the chunk.
+const minTouched = 1024
+
+// setChunk registers the chunk (before H is written).
+func (w *window) setChunk(c *Chunk) {
+	w.chunk = c
+	if len(w.touched) > max(len(c.Rows)+len(w.keyed), minTouched) {
+		w.needKeys()
 	}
-	return keys
 }
 
-// setChunk registers the chunk and its keys (before H is written): the
-// keys touched so far that are not the chunk's are forgotten.
-func (w *window) setChunk(c *Chunk, keys map[string]struct{}) {
-	w.chunk, w.keys = c, keys
+// needKeys makes the set of the chunk's keys (and of the keys a keyed
+// window asked for, whose changes count even without a row) and forgets
+// the touched keys that are not among them.
+func (w *window) needKeys() {
+	if w.keys != nil || w.chunk == nil {
+		return
+	}
+	keys := make(map[string]struct{}, len(w.chunk.Rows)+len(w.keyed))
+	for _, row := range w.chunk.Rows {
+		keys[verify.RowKey(w.chunk.Table, row)] = struct{}{}
+	}
+	for _, k := range w.keyed {
+		keys[verify.Key(k)] = struct{}{}
+	}
+	w.keys = keys
 	for k := range w.touched {
 		if _, in := w.keys[k]; !in {
 			delete(w.touched, k)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/verify"
 )
 
 // A transaction at or above a read's first invisible id counts as hidden
@@ -36,5 +37,40 @@ func TestCommitRingAtOrAbove(t *testing.T) {
 				t.Fatalf("atOrAbove(%d) = %d, %v; want %v (%s)", c.from, id, ok, c.want, c.comment)
 			}
 		})
+	}
+}
+
+// A window whose chunk is read keeps every touched key until the set
+// outgrows the chunk, then only the chunk's: the set stays bounded by the
+// chunk's size however many keys the stream touches (Invariant 6), and
+// no touched key of a chunk row is lost either way.
+func TestWindowTouchedStaysBounded(t *testing.T) {
+	tb := &pipeline.Table{ID: pipeline.TableID{Schema: "s", Table: "t"},
+		Columns: []pipeline.Column{{Name: "id", Type: pipeline.TypeInt64, Key: true}}, KeyIdx: []int{0}}
+	var rows [][]any
+	for i := range 10 {
+		rows = append(rows, []any{int64(i)})
+	}
+	w := &window{touched: map[string]struct{}{}}
+	w.setChunk(&Chunk{Table: tb, Rows: rows})
+	key := func(i int64) string { return verify.RowKey(tb, []any{i}) }
+	w.touch(changeKeys{new: key(3)})
+	if w.keys != nil {
+		t.Fatal("the chunk's keys were made for one touched key")
+	}
+	for i := int64(100); i < 5100; i++ {
+		w.touch(changeKeys{new: key(i)})
+		if len(w.touched) > minTouched+1 {
+			t.Fatalf("after %d touches the window holds %d keys", i-99, len(w.touched))
+		}
+	}
+	w.touch(changeKeys{old: key(5), new: key(7)})
+	for _, i := range []int64{3, 5, 7} {
+		if _, ok := w.touched[key(i)]; !ok {
+			t.Fatalf("chunk key %d touched in the window was forgotten", i)
+		}
+	}
+	if len(w.touched) != 3 {
+		t.Fatalf("the window keeps %d keys, want the chunk's 3 touched ones", len(w.touched))
 	}
 }

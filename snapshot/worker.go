@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/textform"
-	"github.com/sluice-cdc/sluice/verify"
 )
 
 // work runs chunks until ctx ends: it plans the next table that needs a
@@ -368,14 +367,8 @@ func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, li
 	if c.Table == nil {
 		return abandon(errors.New("read: the reader returned no shape"))
 	}
-	keys := chunkKeys(&c)
-	for _, k := range keyed {
-		// A requested key without a row: its changes in the window
-		// count too (a repair deletes it unless one did).
-		keys[verify.Key(k)] = struct{}{}
-	}
 	e.mu.Lock()
-	w.setChunk(&c, keys)
+	w.setChunk(&c)
 	e.mu.Unlock()
 	err = e.rd.Mark(ctx, w.stem+highSuffix, id, func(shape *pipeline.Table) error {
 		e.mu.Lock()
