@@ -326,14 +326,7 @@ func (r *ChunkReader) Mark(ctx context.Context, token string, table pipeline.Tab
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	if high != nil {
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+refOf(table).quoted()+" IN ACCESS SHARE MODE"); err != nil {
-			return err
-		}
-		shape, err := LoadTableShape(ctx, tx, r.s.database, refOf(table))
-		if err != nil {
-			return fmt.Errorf("table %s: %w", table, err)
-		}
-		if err := high(shape.Table); err != nil {
+		if err := r.highShape(ctx, tx, table, high); err != nil {
 			return err
 		}
 	}
@@ -341,6 +334,21 @@ func (r *ChunkReader) Mark(ctx context.Context, token string, table pipeline.Tab
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// highShape takes table's ACCESS SHARE lock in tx, which a schema change
+// needs exclusively (on a standby, the replay of its lock record waits
+// for it), and calls high with the shape read under it: no schema change
+// of the table commits before tx ends.
+func (r *ChunkReader) highShape(ctx context.Context, tx pgx.Tx, table pipeline.TableID, high func(*pipeline.Table) error) error {
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+refOf(table).quoted()+" IN ACCESS SHARE MODE"); err != nil {
+		return err
+	}
+	shape, err := LoadTableShape(ctx, tx, r.s.database, refOf(table))
+	if err != nil {
+		return fmt.Errorf("table %s: %w", table, err)
+	}
+	return high(shape.Table)
 }
 
 // keyQuery builds the keyset queries of one table.

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -172,23 +171,14 @@ func (r *ChunkReader) positionMark(ctx context.Context, c *pgx.Conn, token strin
 		}
 		return r.waitServer(ctx, c, point)
 	}
-	// The shape is read under the table's ACCESS SHARE lock, held until
-	// the LSN is read: a schema change of the table (which takes the
-	// lock exclusively, on a standby when its lock record replays) cannot
-	// commit between the two.
+	// The shape is read under the table's lock, held until the LSN is
+	// read: no schema change of the table commits between the two.
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+refOf(table).quoted()+" IN ACCESS SHARE MODE"); err != nil {
-		return err
-	}
-	shape, err := LoadTableShape(ctx, tx, r.s.database, refOf(table))
-	if err != nil {
-		return fmt.Errorf("table %s: %w", table, err)
-	}
-	if err := high(shape.Table); err != nil {
+	if err := r.highShape(ctx, tx, table, high); err != nil {
 		return err
 	}
 	at, err := serverLSN(ctx, tx)
