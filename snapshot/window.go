@@ -224,6 +224,7 @@ func sameColumns(a, b *pipeline.Table) bool {
 type commitRing struct {
 	at   map[uint64]pipeline.Version
 	ids  []uint64
+	vers []pipeline.Version // vers[i] is at[ids[i]], for scans (atOrAbove)
 	next int
 	last uint64
 }
@@ -244,10 +245,10 @@ func (c *commitRing) add(txid uint64, v pipeline.Version) {
 		return
 	}
 	if len(c.ids) < ringSize {
-		c.ids = append(c.ids, txid)
+		c.ids, c.vers = append(c.ids, txid), append(c.vers, v)
 	} else {
 		delete(c.at, c.ids[c.next])
-		c.ids[c.next] = txid
+		c.ids[c.next], c.vers[c.next] = txid, v
 		c.next = (c.next + 1) % ringSize
 	}
 	c.at[txid] = v
@@ -257,8 +258,8 @@ func (c *commitRing) add(txid uint64, v pipeline.Version) {
 // whose id is at or above from in circular 32-bit order (within 2^31 of
 // it, which every id the ring holds is).
 func (c *commitRing) atOrAbove(from uint64, v pipeline.Version) (uint64, bool) {
-	for id, at := range c.at {
-		if int32(uint32(id)-uint32(from)) >= 0 && at.Less(v) {
+	for i, id := range c.ids {
+		if int32(uint32(id)-uint32(from)) >= 0 && c.vers[i].Less(v) {
 			return id, true
 		}
 	}

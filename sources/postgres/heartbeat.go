@@ -25,7 +25,8 @@ func (s *Source) heartbeats(ctx context.Context) {
 		return
 	}
 	if s.standby {
-		// A standby takes no writes; idle keepalives advance the slot.
+		// A standby takes no writes; idle keepalives advance the slot
+		// (Invariant 8, keepalivePosition).
 		s.log.Info("hot standby: no heartbeat messages; relying on keepalives")
 		return
 	}

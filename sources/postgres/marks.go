@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -46,6 +47,10 @@ import (
 type lsnMarks struct {
 	mu   sync.Mutex
 	list []lsnMark
+	// n is len(list), read without the lock by the receiver on every
+	// message: with no mark registered (every pipeline but a read-only
+	// snapshot's) the stream pays one atomic load a message.
+	n atomic.Int64
 }
 
 type lsnMark struct {
@@ -60,6 +65,7 @@ func (m *lsnMarks) add(token string, at pglogrepl.LSN) <-chan pglogrepl.LSN {
 	fired := make(chan pglogrepl.LSN, 1)
 	m.mu.Lock()
 	m.list = append(m.list, lsnMark{token: token, at: at, fired: fired})
+	m.n.Store(int64(len(m.list)))
 	m.mu.Unlock()
 	return fired
 }
@@ -67,6 +73,9 @@ func (m *lsnMarks) add(token string, at pglogrepl.LSN) <-chan pglogrepl.LSN {
 // waiting reports whether a mark is registered, and whether one of them
 // waits for an LSN the stream has not reached (reached).
 func (m *lsnMarks) waiting(reached pglogrepl.LSN) (some, ahead bool) {
+	if m.n.Load() == 0 {
+		return false, false
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, pm := range m.list {
@@ -80,6 +89,9 @@ func (m *lsnMarks) waiting(reached pglogrepl.LSN) (some, ahead bool) {
 // due removes and returns, in the order they were registered, the marks
 // due at reached.
 func (m *lsnMarks) due(reached pglogrepl.LSN) []lsnMark {
+	if m.n.Load() == 0 {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []lsnMark
@@ -93,6 +105,7 @@ func (m *lsnMarks) due(reached pglogrepl.LSN) []lsnMark {
 	}
 	clear(m.list[len(keep):])
 	m.list = keep
+	m.n.Store(int64(len(keep)))
 	return out
 }
 
@@ -114,7 +127,9 @@ func (st *streamer) reached() (pglogrepl.LSN, bool) {
 
 // dueMarks hands over, as one OpWatermark item positioned at the
 // stream's point, the registered watermarks it has reached. It runs on
-// the receiving goroutine between messages.
+// the receiving goroutine between messages, and never while a
+// transaction is partly handed over (Invariant 2: its position is a
+// transaction boundary).
 func (st *streamer) dueMarks(ctx context.Context, conn *pgconn.PgConn) error {
 	at, ok := st.reached()
 	if !ok {
