@@ -1,26 +1,40 @@
 package integration
 
 import (
+	"encoding/json"
 	"math/rand/v2"
+	"os"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // killAtRandom kill -9s the daemon of cfg harness.Trials(8) times at
 // random moments: as many as land there (up to half) during the initial
-// load, the rest during the stream. loaded reports whether a checkpoint exists, i.e. whether the
-// load finished. It returns the kills of each phase.
-func killAtRandom(t *testing.T, cfg string, loaded func() bool) (loadKills, streamKills int) {
+// load, the rest during the stream. loaded reports whether the load
+// finished, from the checkpoint file at checkpoint. It returns the kills
+// of each phase.
+//
+// A load kill comes once the run has made some of the load durable (the
+// checkpoint's snapshot progress moved), then 0–100 ms later: an event,
+// not a time, so a machine that loads faster still kills during the load
+// as long as it spans a few checkpoints.
+func killAtRandom(t *testing.T, cfg, checkpoint string, loaded func() bool) (loadKills, streamKills int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	kills := harness.Trials(8)
 	for attempt := 0; loadKills < kills/2 && attempt < 2*kills; attempt++ {
+		before, _ := loadProgress(checkpoint)
 		d := startDaemon(t, cfg)
 		d.waitAddr(t, 2*time.Minute)
-		time.Sleep(time.Duration(50+rng.IntN(1200)) * time.Millisecond) // a random moment
+		waitUntil(t, d, 2*time.Minute, "load progress", func() bool {
+			now, ok := loadProgress(checkpoint)
+			return ok && now != before || loaded()
+		})
+		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond) // a random moment after it
 		d.signal(syscall.SIGKILL)
 		<-d.done
 		// A checkpoint that still shows tables to read means the kill
@@ -58,4 +72,32 @@ func killAtRandom(t *testing.T, cfg string, loaded func() bool) (loadKills, stre
 		streamKills++
 	}
 	return loadKills, streamKills
+}
+
+// loadProgress is the snapshot progress the checkpoint at path shows: the
+// rows its unfinished snapshots have read and how many there are; ok is
+// false while there is no checkpoint (or a torn read of one).
+func loadProgress(path string) (p [2]int64, ok bool) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return p, false
+	}
+	var env struct {
+		Checkpoint pipeline.Checkpoint `json:"checkpoint"`
+	}
+	var pos struct {
+		Snapshot struct {
+			Tables []struct {
+				Rows int64 `json:"rows"`
+			} `json:"tables"`
+		} `json:"snapshot"`
+	}
+	if json.Unmarshal(raw, &env) != nil || json.Unmarshal(env.Checkpoint.Position, &pos) != nil {
+		return p, false
+	}
+	for _, tb := range pos.Snapshot.Tables {
+		p[0] += tb.Rows
+	}
+	p[1] = int64(len(pos.Snapshot.Tables))
+	return p, true
 }

@@ -325,7 +325,7 @@ runtime: {checkpoint_interval: 100ms}
 	workErr := make(chan error, 1)
 	go func() { workErr <- mysqlWorkload(wctx, addr, c.name, int64(c.items), &work, &ddl, c.perSecond) }()
 
-	loadKills, streamKills := killAtRandom(t, cfg, func() bool {
+	loadKills, streamKills := killAtRandom(t, cfg, checkpoint, func() bool {
 		loaded := c.loaded(t, checkpoint)
 		if loaded {
 			ddl.Store(true)

@@ -259,7 +259,7 @@ runtime: {checkpoint_interval: 100ms}
 	workErr := make(chan error, 1)
 	go func() { workErr <- chaosWorkload(wctx, dsn, int64(c.items), &work, true, c.perSecond) }()
 
-	loadKills, streamKills := killAtRandom(t, cfg, func() bool { return c.loaded(t, checkpoint) })
+	loadKills, streamKills := killAtRandom(t, cfg, checkpoint, func() bool { return c.loaded(t, checkpoint) })
 	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, work.writes.Load())
 
 	// Final run: stop the workload, let sluice confirm the last

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -105,7 +106,7 @@ func TestPreflightOnAStandby(t *testing.T) {
 	t.Run("15", func(t *testing.T) {
 		pg, ctx := testDB(t)
 		if pg.Version >= 16 {
-			t.Skipf("the harness's PostgreSQL is %d; the case needs 15 or older", pg.Version)
+			harness.SkipOrFail(t, fmt.Errorf("the harness's PostgreSQL is %d; the refusal of a standby needs 15 or older", pg.Version))
 		}
 		exec(t, ctx, pg, "shop", "CREATE TABLE t (id int PRIMARY KEY)")
 		standby := pg.StandbyT(t)
