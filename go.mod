@@ -5,8 +5,13 @@ go 1.26.0
 require (
 	github.com/blevesearch/bleve/v2 v2.6.3
 	github.com/blevesearch/bleve_index_api v1.4.1
+	github.com/blevesearch/zapx/v15 v15.4.3
+	github.com/blevesearch/zapx/v16 v16.3.4
+	github.com/blevesearch/zapx/v17 v17.2.5
+	github.com/cockroachdb/apd/v3 v3.2.3
 	github.com/duckdb/duckdb-go/v2 v2.10506.0
 	github.com/elastic/go-elasticsearch/v8 v8.19.7
+	github.com/expr-lang/expr v1.17.8
 	github.com/go-mysql-org/go-mysql v1.16.0
 	github.com/gofrs/flock v0.13.2
 	github.com/hamba/avro/v2 v2.31.0
@@ -25,6 +30,8 @@ require (
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/image v0.30.0
+	golang.org/x/sys v0.49.0
+	golang.org/x/text v0.42.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -53,9 +60,6 @@ require (
 	github.com/blevesearch/zapx/v12 v12.4.3 // indirect
 	github.com/blevesearch/zapx/v13 v13.4.3 // indirect
 	github.com/blevesearch/zapx/v14 v14.4.3 // indirect
-	github.com/blevesearch/zapx/v15 v15.4.3 // indirect
-	github.com/blevesearch/zapx/v16 v16.3.4 // indirect
-	github.com/blevesearch/zapx/v17 v17.2.5 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/duckdb/duckdb-go-bindings v0.10506.0 // indirect
@@ -106,9 +110,7 @@ require (
 	golang.org/x/exp v0.0.0-20260112195511-716be5621a96 // indirect
 	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/telemetry v0.0.0-20260811182544-a038080d80e5 // indirect
-	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/tools v0.49.0 // indirect
 	golang.org/x/xerrors v0.0.0-20240903120638-7835f813f4da // indirect
 	google.golang.org/protobuf v1.36.12 // indirect

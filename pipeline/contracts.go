@@ -136,7 +136,11 @@ func (s settled) Err() error          { return s.err }
 // batch's outputs are durable.
 type Operator interface {
 	// Process maps one batch's records to output records. It must not keep
-	// references to in after returning unless it is stateful.
+	// references to in after returning unless it is stateful. An error
+	// stops the pipeline (nothing of the batch is acknowledged), except a
+	// *Rejects beside the output: those records go to the dead-letter
+	// queue and the output moves on. Process runs on the runtime's read
+	// goroutine, one batch at a time; it honours ctx when it blocks.
 	Process(ctx context.Context, in []Record) ([]Record, error)
 	// Snapshot returns state to store with the checkpoint (Invariant 5); nil
 	// for stateless operators and for operators that keep their own durable,

@@ -35,6 +35,29 @@ func (e *BatchError) Error() string {
 	return b.String()
 }
 
+// Rejects is what Operator.Process returns, beside its output, when
+// records of the batch could not be transformed and the operator's error
+// policy sends them to the dead-letter queue: the output holds the rest,
+// the runtime stores the rejected records (stage "transform:<operator>")
+// before the output moves on, and they are acknowledged with their batch
+// (Invariant 7).
+type Rejects struct {
+	Records []Rejected
+}
+
+// Rejected is one record an operator could not transform, as it came in.
+type Rejected struct {
+	Record Record
+	Err    error
+}
+
+func (e *Rejects) Error() string {
+	if len(e.Records) == 0 {
+		return "no record rejected"
+	}
+	return fmt.Sprintf("%d record(s) rejected, the first: %v", len(e.Records), e.Records[0].Err)
+}
+
 type fatalError struct{ err error }
 
 func (e fatalError) Error() string { return e.err.Error() }

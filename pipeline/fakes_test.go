@@ -146,6 +146,14 @@ func (m *memSink) apply(recs []Record, skip map[int]bool) {
 		if skip[i] || r.Table == nil {
 			continue
 		}
+		if r.After == nil { // a delete: a tombstone at its version
+			k := r.Before[0].(int64)
+			if v, ok := m.vers[k]; !ok || v.Less(r.Version) {
+				m.vers[k] = r.Version
+				delete(m.rows, k)
+			}
+			continue
+		}
 		k := r.After[0].(int64)
 		if v, ok := m.vers[k]; ok && !v.Less(r.Version) {
 			continue

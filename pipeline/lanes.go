@@ -136,7 +136,7 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, sl *sinkLane, in <-chan
 				all = append(all, it.records...)
 			}
 		}
-		err := fl.write(ctx, s.Route.Apply(all), batch)
+		err := fl.write(ctx, s.Route.Apply(ForSink(s.Name, all)), batch)
 		clear(batch)
 		batch, recs, bytes = batch[:0], 0, 0
 		return err

@@ -301,6 +301,9 @@ type Record struct {
 	// Origin follows the order records leave the operator in, which the
 	// exactly-once Kafka sink's high-water mark needs (docs/versions.md).
 	Origin Version
+	// Dest, when set, names the sinks that take the record (transform/
+	// route); nil: every sink whose Route takes the table.
+	Dest *Dest
 	// Pos is the position of the transaction this record belongs to, for
 	// diagnostics and the DLQ; the ledger uses Batch.Pos.
 	Pos Position

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -53,6 +54,13 @@ func (r *Runtime) read(ctx context.Context, items chan<- item) error {
 		for _, op := range r.ops {
 			t0 := time.Now()
 			out, err := op.Operator.Process(ctx, recs)
+			var rj *Rejects
+			if errors.As(err, &rj) {
+				if err := r.reject(ctx, op.Name, rj); err != nil {
+					return err
+				}
+				err = nil
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -82,6 +90,17 @@ func (r *Runtime) read(ctx context.Context, items chan<- item) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// reject stores the records operator op rejected in the DLQ (Invariant
+// 7); they are acknowledged with their batch.
+func (r *Runtime) reject(ctx context.Context, op string, rj *Rejects) error {
+	stage := "transform:" + op
+	letters := make([]DeadLetter, len(rj.Records))
+	for i := range rj.Records {
+		letters[i] = r.deadLetter(stage, &rj.Records[i].Record, rj.Records[i].Err)
+	}
+	return r.putDLQ(ctx, stage, letters)
 }
 
 // wrote counts n records a sink made durable in one write that took d.

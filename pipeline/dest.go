@@ -1,0 +1,59 @@
+package pipeline
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Dest is where a routing operator (transform/route) sends a record,
+// instead of every sink whose Route takes its table. Sinks in To take the
+// record; sinks in Away take a delete of its key at its version instead,
+// so a row that stops going to a sink leaves it (a sink never keeps a row
+// the routing now sends elsewhere; Invariant 4 keeps a later change that
+// routes it back above the tombstone); other sinks take nothing. Dests are
+// shared between records and never modified once set.
+type Dest struct {
+	To   []string
+	Away []string
+}
+
+func (d *Dest) String() string {
+	return fmt.Sprintf("to [%s], away from [%s]", strings.Join(d.To, " "), strings.Join(d.Away, " "))
+}
+
+// ForSink returns the records sink receives of recs: every record without
+// a Dest, and of those with one, the record when sink is in To and a
+// delete of its key when sink is in Away. recs itself is returned when no
+// record has a Dest.
+func ForSink(sink string, recs []Record) []Record {
+	i := slices.IndexFunc(recs, func(r Record) bool { return r.Dest != nil })
+	if i < 0 {
+		return recs
+	}
+	out := make([]Record, i, len(recs))
+	copy(out, recs[:i])
+	for _, r := range recs[i:] {
+		switch {
+		case r.Dest == nil || slices.Contains(r.Dest.To, sink):
+			out = append(out, r)
+		case slices.Contains(r.Dest.Away, sink):
+			out = append(out, r.AsDelete())
+		}
+	}
+	return out
+}
+
+// AsDelete returns r as a delete of its key at its version: Before is
+// r's newest image, After is nil.
+func (r Record) AsDelete() Record {
+	if r.Op == OpDelete {
+		return r
+	}
+	d := r
+	d.Op, d.Before, d.After, d.Snapshot = OpDelete, r.After, nil, false
+	if d.Before == nil {
+		d.Before = r.Before
+	}
+	return d
+}
