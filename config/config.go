@@ -52,6 +52,7 @@ func Parse(name string, data []byte, lookupEnv func(string) (string, bool)) (*Co
 
 func parse(name, dir string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
 	d := newDecoder(name)
+	d.lines, d.lookupEnv = strings.Split(string(data), "\n"), lookupEnv
 	c := &Config{File: name, Dir: dir}
 	if root := d.parseYAML(data); root != nil {
 		d.interpolate("", root, lookupEnv)
@@ -63,6 +64,7 @@ func parse(name, dir string, data []byte, lookupEnv func(string) (string, bool))
 	if len(d.errs) > 0 {
 		return nil, finish(name, d.errs)
 	}
+	d.rememberTransformPositions(c)
 	resolvePaths(c, dir)
 	return c, nil
 }

@@ -25,6 +25,8 @@ type Config struct {
 	File string `yaml:"-"`
 	// Dir is the directory relative paths were resolved against.
 	Dir string `yaml:"-"`
+	// positions keeps where the transforms' fields are written (ErrorAt).
+	positions map[string]fieldPos
 }
 
 // Source selects the change source: exactly one field is set.

@@ -53,6 +53,9 @@ type decoder struct {
 	// at maps field paths to the node holding the value, or for absent
 	// fields, the node of the enclosing mapping.
 	at map[string]*yaml.Node
+	// lines is the file's text, by line; lookupEnv reads the environment.
+	lines     []string
+	lookupEnv func(string) (string, bool)
 	// bad holds field paths with a reported problem.
 	bad map[string]bool
 }

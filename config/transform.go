@@ -9,7 +9,122 @@ import (
 // Transform is one list item of transforms: exactly one field (the kind)
 // is set. Transforms run in list order between the source and the sinks.
 type Transform struct {
-	Join *JoinTransform `yaml:"join"`
+	Join    *JoinTransform    `yaml:"join"`
+	Filter  *FilterTransform  `yaml:"filter"`
+	Project *ProjectTransform `yaml:"project"`
+	Rename  *RenameTransform  `yaml:"rename"`
+	Cast    *CastTransform    `yaml:"cast"`
+	Compute *ComputeTransform `yaml:"compute"`
+	Mask    *MaskTransform    `yaml:"mask"`
+	Route   *RouteTransform   `yaml:"route"`
+}
+
+// Kind returns the transform's kind ("filter", "join", ...).
+func (t *Transform) Kind() string {
+	switch {
+	case t.Join != nil:
+		return "join"
+	case t.Filter != nil:
+		return "filter"
+	case t.Project != nil:
+		return "project"
+	case t.Rename != nil:
+		return "rename"
+	case t.Cast != nil:
+		return "cast"
+	case t.Compute != nil:
+		return "compute"
+	case t.Mask != nil:
+		return "mask"
+	case t.Route != nil:
+		return "route"
+	}
+	return ""
+}
+
+// The record transforms (package transform): each applies to the tables
+// its tables patterns match ("schema.table", globs per part; empty:
+// every table) and, where a record can fail at run time, takes on_error.
+
+// FilterTransform keeps the records whose new row makes Where true.
+type FilterTransform struct {
+	Tables  []string `yaml:"tables"`
+	Where   string   `yaml:"where" required:"true" doc:"an expression, e.g. after.country == \"DE\""`
+	OnError string   `yaml:"on_error" default:"dlq" enum:"dlq|fail"`
+}
+
+// ProjectTransform keeps (Keep) or drops (Drop) columns; exactly one is
+// set.
+type ProjectTransform struct {
+	Tables []string `yaml:"tables"`
+	Keep   []string `yaml:"keep"`
+	Drop   []string `yaml:"drop"`
+}
+
+// RenameTransform renames the table and columns.
+type RenameTransform struct {
+	Tables []string `yaml:"tables"`
+	// Table is the new "schema.table", with {schema} and {table}
+	// replaced by the old names; empty keeps the name.
+	Table   string         `yaml:"table"`
+	Columns []ColumnRename `yaml:"columns"`
+}
+
+// ColumnRename renames one column.
+type ColumnRename struct {
+	From string `yaml:"from" required:"true" doc:"a column name"`
+	To   string `yaml:"to" required:"true" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$" doc:"a column name"`
+}
+
+// CastTransform converts columns to other types.
+type CastTransform struct {
+	Tables  []string     `yaml:"tables"`
+	Columns []ColumnCast `yaml:"columns" required:"true" min:"1" doc:"a list such as - {column: amount, to: float64}"`
+	OnError string       `yaml:"on_error" default:"dlq" enum:"dlq|fail"`
+}
+
+// ColumnCast casts one column.
+type ColumnCast struct {
+	Column string `yaml:"column" required:"true" doc:"a column name"`
+	To     string `yaml:"to" required:"true" doc:"a type such as string, int64, float64, decimal(12,2), timestamptz"`
+}
+
+// ComputeTransform adds a column whose value Expr gives.
+type ComputeTransform struct {
+	Tables  []string `yaml:"tables"`
+	Column  string   `yaml:"column" required:"true" pattern:"^[A-Za-z_][A-Za-z0-9_]{0,62}$" doc:"the new column's name"`
+	Type    string   `yaml:"type" required:"true" doc:"a type such as string, int64, float64, decimal(12,2), timestamptz"`
+	Expr    string   `yaml:"expr" required:"true" doc:"an expression, e.g. lower(after.email)"`
+	OnError string   `yaml:"on_error" default:"dlq" enum:"dlq|fail"`
+}
+
+// MaskTransform hides the values of columns.
+type MaskTransform struct {
+	Tables  []string `yaml:"tables"`
+	Columns []string `yaml:"columns" required:"true" min:"1" doc:"column names, e.g. [email]"`
+	With    string   `yaml:"with" required:"true" enum:"null|fixed|sha256|hmac|keep_last|email"`
+	// Value is the fixed value's text form (with: fixed).
+	Value string `yaml:"value"`
+	// Last is how many characters keep_last keeps.
+	Last int `yaml:"last" default:"4" min:"0"`
+	// SecretEnv names the environment variable holding hmac's key.
+	SecretEnv string `yaml:"secret_env" pattern:"^[A-Za-z_][A-Za-z0-9_]*$"`
+	OnError   string `yaml:"on_error" default:"dlq" enum:"dlq|fail"`
+}
+
+// RouteTransform sends records to named sinks.
+type RouteTransform struct {
+	Tables []string    `yaml:"tables"`
+	Rules  []RouteRule `yaml:"rules" required:"true" min:"1" doc:"a list such as - {when: after.vip, sinks: [search_vip]}"`
+	// Otherwise takes the records no rule takes; empty: every sink.
+	Otherwise []string `yaml:"otherwise"`
+	OnError   string   `yaml:"on_error" default:"dlq" enum:"dlq|fail"`
+}
+
+// RouteRule sends the records When holds for to Sinks.
+type RouteRule struct {
+	When  string   `yaml:"when" required:"true" doc:"an expression, e.g. after.vip"`
+	Sinks []string `yaml:"sinks" required:"true" min:"1" doc:"sink names, e.g. [search_vip]"`
 }
 
 func (*Transform) exclusive() {}
@@ -61,6 +176,7 @@ func capturedTables(c *Config) []string {
 func (d *decoder) validateTransforms(c *Config) {
 	captured := capturedTables(c)
 	outputs := map[string]int{}
+	d.validateRecordTransforms(c)
 	for i, t := range c.Transforms {
 		j := t.Join
 		base := index("transforms", i) + ".join"

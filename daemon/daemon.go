@@ -169,6 +169,9 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 	if err != nil {
 		return err
 	}
+	if err := checkTransforms(ctx, cfg, ops); err != nil {
+		return err
+	}
 	sampler, err := buildSampler(cfg, sinks, reg, log)
 	if err != nil {
 		return &pipeline.OpenError{What: "continuous verification", Err: err}

@@ -31,9 +31,13 @@ func buildSampler(cfg *config.Config, sinks []pipeline.NamedSink, reg prometheus
 	if !ok {
 		return nil, fmt.Errorf("verify.sample: the %s source cannot read rows by key", cfg.Source.Kind())
 	}
+	transform, err := recordChain(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var named []verify.NamedSink
 	for _, s := range sinks {
-		vs := verify.NamedSink{Name: s.Name, Route: s.Route}
+		vs := verify.NamedSink{Name: s.Name, Route: s.Route, Transform: transform}
 		if r, ok := s.Sink.(verify.Sink); ok {
 			vs.Sink = r
 		} else {

@@ -1,14 +1,26 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/config"
+	"github.com/sluice-cdc/sluice/obs"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sources/generate"
+	"github.com/sluice-cdc/sluice/transform/compute"
+	"github.com/sluice-cdc/sluice/transform/eval"
+	"github.com/sluice-cdc/sluice/transform/filter"
 	"github.com/sluice-cdc/sluice/transform/join"
+	"github.com/sluice-cdc/sluice/transform/mask"
+	"github.com/sluice-cdc/sluice/transform/reshape"
+	"github.com/sluice-cdc/sluice/transform/route"
+	"github.com/sluice-cdc/sluice/transform/scope"
+	"github.com/sluice-cdc/sluice/verify"
 )
 
 // buildTransforms opens the configured transforms in order. With
@@ -23,9 +35,15 @@ func buildTransforms(cfg *config.Config, resetState bool, log *zap.Logger) ([]pi
 			_ = j.Close()
 		}
 	}
-	for _, t := range cfg.Transforms {
+	for i := range cfg.Transforms {
+		t := &cfg.Transforms[i]
 		j := t.Join
 		if j == nil {
+			op, err := recordTransform(cfg, i)
+			if err != nil {
+				return nil, closeAll, &pipeline.OpenError{What: "transform " + transformName(cfg, i), Err: err}
+			}
+			ops = append(ops, pipeline.NamedOperator{Name: transformName(cfg, i), Operator: op})
 			continue
 		}
 		if resetState {
@@ -45,4 +63,215 @@ func buildTransforms(cfg *config.Config, resetState bool, log *zap.Logger) ([]pi
 		ops = append(ops, pipeline.NamedOperator{Name: "join:" + j.Output, Operator: op})
 	}
 	return ops, closeAll, nil
+}
+
+// transformName names transform i by its config path, e.g.
+// "transforms[2].mask": in errors and the dead-letter queue's stage.
+func transformName(cfg *config.Config, i int) string {
+	return fmt.Sprintf("transforms[%d].%s", i, cfg.Transforms[i].Kind())
+}
+
+// recordTransform builds the stateless record transform i.
+func recordTransform(cfg *config.Config, i int) (pipeline.Operator, error) {
+	t := &cfg.Transforms[i]
+	name := transformName(cfg, i)
+	policy := func(s string) scope.Policy { p, _ := scope.ParsePolicy(s); return p }
+	pats := func(p []string) (scope.Tables, error) { return scope.NewTables(p) }
+	switch {
+	case t.Filter != nil:
+		tables, err := pats(t.Filter.Tables)
+		if err != nil {
+			return nil, err
+		}
+		return filter.New(name, tables, t.Filter.Where, policy(t.Filter.OnError)), nil
+	case t.Project != nil:
+		tables, err := pats(t.Project.Tables)
+		if err != nil {
+			return nil, err
+		}
+		return reshape.New(name, tables, scope.DLQ, reshape.Project(t.Project.Keep, t.Project.Drop)), nil
+	case t.Rename != nil:
+		tables, err := pats(t.Rename.Tables)
+		if err != nil {
+			return nil, err
+		}
+		var cols []reshape.ColumnRename
+		for _, c := range t.Rename.Columns {
+			cols = append(cols, reshape.ColumnRename{From: c.From, To: c.To})
+		}
+		return reshape.New(name, tables, scope.DLQ, reshape.Rename(t.Rename.Table, cols)), nil
+	case t.Cast != nil:
+		tables, err := pats(t.Cast.Tables)
+		if err != nil {
+			return nil, err
+		}
+		var casts []reshape.ColumnCast
+		for _, c := range t.Cast.Columns {
+			casts = append(casts, reshape.ColumnCast{Column: c.Column, To: c.To})
+		}
+		return reshape.New(name, tables, policy(t.Cast.OnError), reshape.Cast(casts)), nil
+	case t.Compute != nil:
+		tables, err := pats(t.Compute.Tables)
+		if err != nil {
+			return nil, err
+		}
+		c := t.Compute
+		return compute.New(name, tables, policy(c.OnError), compute.Options{Column: c.Column, Type: c.Type, Expr: c.Expr})
+	case t.Mask != nil:
+		tables, err := pats(t.Mask.Tables)
+		if err != nil {
+			return nil, err
+		}
+		m := t.Mask
+		o := mask.Options{Columns: m.Columns, With: m.With, Value: m.Value, Last: m.Last}
+		if m.SecretEnv != "" {
+			key := os.Getenv(m.SecretEnv)
+			obs.RegisterSecret(key)
+			o.Secret = []byte(key)
+		}
+		return mask.New(name, tables, policy(m.OnError), o)
+	case t.Route != nil:
+		tables, err := pats(t.Route.Tables)
+		if err != nil {
+			return nil, err
+		}
+		o := route.Options{Otherwise: t.Route.Otherwise}
+		for _, r := range t.Route.Rules {
+			o.Rules = append(o.Rules, route.Rule{When: r.When, Sinks: r.Sinks})
+		}
+		for _, s := range cfg.Sinks {
+			o.Sinks = append(o.Sinks, s.Name())
+		}
+		return route.New(name, tables, policy(t.Route.OnError), o)
+	}
+	return nil, fmt.Errorf("transforms[%d]: no kind set", i)
+}
+
+// shaper is an operator that maps a table's shape to the one its records
+// leave with (the record transforms); an error is what the table's
+// records would be rejected with.
+type shaper interface {
+	Shape(*pipeline.Table) (*pipeline.Table, error)
+}
+
+// errStopScan ends a scan once the shape is known.
+var errStopScan = errors.New("shape read")
+
+// checkTransforms checks the record transforms against the captured
+// tables' shapes, read from the source, before anything is read: an
+// unknown column, a type mismatch, a key column dropped or cast. The
+// problems are config errors at their file:line:col (*config.Errors).
+func checkTransforms(ctx context.Context, cfg *config.Config, ops []pipeline.NamedOperator) error {
+	var chain []pipeline.NamedOperator
+	for _, op := range ops {
+		if _, ok := op.Operator.(shaper); ok {
+			chain = append(chain, op)
+		}
+	}
+	if len(chain) == 0 {
+		return nil
+	}
+	shapes, err := sourceShapes(ctx, cfg)
+	if err != nil {
+		return &pipeline.OpenError{What: "source (reading the tables' shapes to check the transforms)", Err: err}
+	}
+	var errs config.Errors
+	for _, t := range shapes {
+		for _, op := range chain {
+			out, err := op.Operator.(shaper).Shape(t)
+			if err != nil {
+				errs.List = append(errs.List, shapeError(cfg, op.Name, t.ID, err))
+				break
+			}
+			t = out
+		}
+	}
+	if len(errs.List) > 0 {
+		return &errs
+	}
+	return nil
+}
+
+// shapeError places an operator's shape error in the config file.
+func shapeError(cfg *config.Config, op string, table pipeline.TableID, err error) *config.Error {
+	var fe *scope.FieldError
+	if !errors.As(err, &fe) {
+		return cfg.ErrorAt(op, fmt.Sprintf("table %s: %v", table, err), "")
+	}
+	path := op + "." + fe.Field
+	var ee *eval.Error
+	if errors.As(fe.Err, &ee) {
+		return cfg.ExprErrorAt(path, ee.Line, ee.Col, fmt.Sprintf("table %s: %s", table, ee.Msg), "see the expression reference in the README")
+	}
+	return cfg.ErrorAt(path, fmt.Sprintf("table %s: %v", table, fe.Err), "")
+}
+
+// sourceShapes reads the captured tables' current shapes.
+func sourceShapes(ctx context.Context, cfg *config.Config) ([]*pipeline.Table, error) {
+	if g := cfg.Source.Generate; g != nil {
+		return generate.Tables(generateOptions(g)), nil
+	}
+	src, err := verifySource(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var out []*pipeline.Table
+	for _, id := range src.Tables() {
+		err := src.Scan(ctx, id, func(t *pipeline.Table) error {
+			out = append(out, t)
+			return errStopScan
+		}, func([]any) error { return errStopScan })
+		if err != nil && !errors.Is(err, errStopScan) {
+			return nil, fmt.Errorf("table %s: %w", id, err)
+		}
+	}
+	return out, nil
+}
+
+// chain is the record transforms of a config as a verify.Transform: a
+// set of their own, so verification never shares an operator with the
+// running pipeline. Joins are left out (they add tables of their own and
+// pass the captured ones through).
+type chain []pipeline.NamedOperator
+
+// recordChain builds the config's record transforms; nil when there are
+// none.
+func recordChain(cfg *config.Config) (verify.Transform, error) {
+	var c chain
+	for i := range cfg.Transforms {
+		if cfg.Transforms[i].Join != nil {
+			continue
+		}
+		op, err := recordTransform(cfg, i)
+		if err != nil {
+			return nil, err
+		}
+		c = append(c, pipeline.NamedOperator{Name: transformName(cfg, i), Operator: op})
+	}
+	if len(c) == 0 {
+		return nil, nil
+	}
+	return c, nil
+}
+
+func (c chain) Shape(t *pipeline.Table) (*pipeline.Table, error) {
+	for _, op := range c {
+		var err error
+		if t, err = op.Operator.(shaper).Shape(t); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+func (c chain) Records(recs []pipeline.Record) []pipeline.Record {
+	for _, op := range c {
+		out, err := op.Operator.Process(context.Background(), recs)
+		var rj *pipeline.Rejects
+		if err != nil && !errors.As(err, &rj) {
+			return nil // under on_error: fail the pipeline stops at it: nothing of it reached a sink
+		}
+		recs = out
+	}
+	return recs
 }

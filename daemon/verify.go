@@ -49,12 +49,16 @@ func Verify(ctx context.Context, cfg *config.Config, flags VerifyFlags, log *zap
 	if err != nil {
 		return verify.Report{}, err
 	}
+	transform, err := recordChain(cfg)
+	if err != nil {
+		return verify.Report{}, err
+	}
 	var sinks []verify.NamedSink
 	for _, s := range built {
 		if flags.Sink != "" && s.Name != flags.Sink {
 			continue
 		}
-		vs := verify.NamedSink{Name: s.Name, Route: s.Route}
+		vs := verify.NamedSink{Name: s.Name, Route: s.Route, Transform: transform}
 		_, isKafka := s.Sink.(*kafka.Sink)
 		if r, ok := s.Sink.(verify.Sink); !ok {
 			vs.Err = fmt.Errorf("sink %s: %w", s.Name, verify.ErrNotSupported)

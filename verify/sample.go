@@ -365,13 +365,13 @@ func (s *Sampler) check(ctx context.Context, g *due) error {
 	}
 	reads := make([]*sinkRows, len(s.sinks))
 	for i, ns := range s.sinks {
-		routed := ns.Route.Shape(table)
+		routed := ns.shape(table)
 		if routed == nil {
 			continue // the sink does not receive this table
 		}
 		sr := &sinkRows{routed: routed, want: map[string][]any{}, got: map[string][]any{}}
-		for _, rec := range ns.Route.Apply(readRecords(table, rows)) {
-			sr.want[RowKey(routed, rec.After)] = rec.After
+		for _, row := range ns.rows(table, rows) {
+			sr.want[RowKey(routed, row)] = row
 		}
 		held, err := ns.Sink.(KeyReader).RowsByKey(ctx, routed, g.keys)
 		if err != nil {

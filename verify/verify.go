@@ -59,6 +59,8 @@ type NamedSink struct {
 	Name  string
 	Sink  Sink
 	Route *pipeline.Route // nil: every table, every column
+	// Transform is the pipeline's record transforms; nil: none.
+	Transform Transform
 	// Err, when set, is why the sink cannot be read (it is reported as
 	// not compared).
 	Err error
@@ -247,7 +249,7 @@ func compareTable(ctx context.Context, src Source, id pipeline.TableID, sinks []
 			if sd == nil {
 				continue
 			}
-			if sd.routed = sd.sink.Route.Shape(t); sd.routed == nil {
+			if sd.routed = sd.sink.shape(t); sd.routed == nil {
 				sides[i], results[i] = nil, nil
 			}
 		}
@@ -255,7 +257,9 @@ func compareTable(ctx context.Context, src Source, id pipeline.TableID, sinks []
 	}, func(row []any) error {
 		for _, sd := range sides {
 			if sd != nil {
-				sd.src.add(sd.routed, project(sd.sink.Route, sd.routed, table, row))
+				if r := sd.sink.row(table, row); r != nil {
+					sd.src.add(sd.routed, r)
+				}
 			}
 		}
 		return nil
@@ -272,18 +276,6 @@ func compareTable(ctx context.Context, src Source, id pipeline.TableID, sinks []
 		}
 	}
 	return results, nil
-}
-
-// project routes a source row of table to routed, the route's shape of it.
-func project(route *pipeline.Route, routed, table *pipeline.Table, row []any) []any {
-	if routed == table {
-		return row
-	}
-	recs := route.Apply([]pipeline.Record{{Op: pipeline.OpRead, Table: table, After: row}})
-	if len(recs) == 0 {
-		return nil
-	}
-	return recs[0].After
 }
 
 // compareSide sums the sink's rows, narrows to the differing buckets and
@@ -360,13 +352,13 @@ func narrow(ctx context.Context, src Source, table *pipeline.Table, sd *side, bu
 	want, got := map[string][]any{}, map[string][]any{}
 	err := src.Scan(ctx, table.ID, func(t *pipeline.Table) error {
 		table = t
-		sd.routed = sd.sink.Route.Shape(t)
+		sd.routed = sd.sink.shape(t)
 		if sd.routed == nil {
 			return fmt.Errorf("the table is no longer routed to sink %s", sd.sink.Name)
 		}
 		return nil
 	}, func(row []any) error {
-		if r := project(sd.sink.Route, sd.routed, table, row); r != nil {
+		if r := sd.sink.row(table, row); r != nil {
 			if k := RowKey(sd.routed, r); buckets[held.bucket(k)] {
 				want[k] = r
 			}
@@ -420,15 +412,13 @@ func recheck(ctx context.Context, src Source, table *pipeline.Table, sd *side, f
 		if err != nil {
 			return nil, fmt.Errorf("source: %w", err)
 		}
-		routed := sd.sink.Route.Shape(t)
+		routed := sd.sink.shape(t)
 		if routed == nil {
 			return nil, fmt.Errorf("the table is no longer routed to sink %s", sd.sink.Name)
 		}
 		want, got := map[string][]any{}, map[string][]any{}
-		for _, row := range rows {
-			if r := project(sd.sink.Route, routed, t, row); r != nil {
-				want[RowKey(routed, r)] = r
-			}
+		for _, r := range sd.sink.rows(t, rows) {
+			want[RowKey(routed, r)] = r
 		}
 		held, err := kr.RowsByKey(ctx, routed, chunk)
 		if err != nil {

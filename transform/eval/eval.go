@@ -200,6 +200,10 @@ func Compile(src string, t *pipeline.Table, want Want) (*Program, error) {
 	return p, nil
 }
 
+// goTypes names the Go types of expr's messages as the docs do.
+var goTypes = strings.NewReplacer("pipeline.Decimal", "decimal", "time.Time", "time", "time.Duration", "duration",
+	"[]interface {}", "array", "[]uint8", "bytes", "interface {}", "any")
+
 // compileErr turns expr's error into an *Error.
 func compileErr(src string, err error) error {
 	var fe *file.Error
@@ -207,7 +211,7 @@ func compileErr(src string, err error) error {
 		if fe.Line == 0 {
 			fe = fe.Bind(file.NewSource(src))
 		}
-		return &Error{Line: max(fe.Line, 1), Col: fe.Column + 1, Msg: fe.Message}
+		return &Error{Line: max(fe.Line, 1), Col: fe.Column + 1, Msg: goTypes.Replace(fe.Message)}
 	}
 	var e *Error
 	if errors.As(err, &e) {

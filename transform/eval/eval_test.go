@@ -213,3 +213,19 @@ func TestValuesAsExpressionsSeeThem(t *testing.T) {
 		t.Error("an infinite timestamp read as a time")
 	}
 }
+
+func TestCheckWithoutAShape(t *testing.T) {
+	for src, want := range map[string]string{
+		`after.a == 1`:                      "",
+		`lower(after.email) endsWith ".de"`: "",
+		`decimal_round(after.x, 2) > 1`:     "",
+		"after.a &&\n  lowr(after.b)":       "2:3: unknown function lowr",
+		`after.a == `:                       "1:",
+		`len(after.a) + frobnicate(1)`:      "1:16: unknown function frobnicate",
+	} {
+		err := Check(src)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("Check(%q) = %v, want %q", src, err, want)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+const recordBase = `pipeline: shop
+source:
+  postgres:
+    dsn: postgres://u@127.0.0.1:5432/shop
+    tables: [public.customers]
+sinks:
+  - bleve: {path: ./idx, name: search}
+  - duckdb: {path: ./db}
+transforms:
+`
+
+func TestRecordTransformsParse(t *testing.T) {
+	c, errs := parseErrs(t, recordBase+`  - filter: {tables: [public.*], where: after.vip}
+  - project: {drop: [notes]}
+  - rename: {table: "crm.{table}", columns: [{from: email, to: mail}]}
+  - cast: {columns: [{column: score, to: "decimal(5,1)"}]}
+  - compute: {column: d, type: string, expr: 'lower(after.mail)', on_error: fail}
+  - mask: {columns: [phone], with: hmac, secret_env: MASK_KEY}
+  - route:
+      rules: [{when: after.vip, sinks: [search]}]
+      otherwise: [duckdb]
+`, map[string]string{"MASK_KEY": "k"})
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	var kinds []string
+	for i := range c.Transforms {
+		kinds = append(kinds, c.Transforms[i].Kind())
+	}
+	if strings.Join(kinds, " ") != "filter project rename cast compute mask route" || c.Transforms[0].Filter.OnError != "dlq" ||
+		c.Transforms[4].Compute.OnError != "fail" || c.Transforms[5].Mask.Last != 4 {
+		t.Fatalf("transforms: %v %+v", kinds, c.Transforms)
+	}
+}
+
+// Problems found without the tables' shapes are config errors at their
+// file:line:col, inside an expression too.
+func TestRecordTransformProblems(t *testing.T) {
+	_, errs := parseErrs(t, recordBase+`  - filter:
+      where: after.vip && lowr(after.name) == "x"
+  - filter:
+      where: |
+        op == "c" &&
+          frob(after.x)
+  - compute: {column: d, type: money, expr: "after.a +"}
+  - project: {tables: [customers], keep: [a], drop: [b]}
+  - mask: {columns: [phone], with: hmac, secret_env: MASK_KEY}
+  - route:
+      rules: [{when: 'after.vip', sinks: [search, nope]}]
+`, nil)
+	want := []string{
+		`pipe.yaml:11:27: transforms[0].filter.where: unknown function lowr`,
+		`pipe.yaml:15:11: transforms[1].filter.where: unknown function frob`,
+		`pipe.yaml:16:32: transforms[2].compute.type: unknown type "money"`,
+		`pipe.yaml:16:54: transforms[2].compute.expr: unexpected token EOF`,
+		`pipe.yaml:17:14: transforms[3].project: set exactly one of keep and drop`,
+		`pipe.yaml:17:24: transforms[3].project.tables[0]: pattern "customers" has 1 dot-separated parts, want 2`,
+		`pipe.yaml:18:54: transforms[4].mask.secret_env: environment variable MASK_KEY is not set`,
+		`pipe.yaml:20:51: transforms[5].route.rules[0].sinks[1]: no sink is named nope`,
+	}
+	if len(errs) != len(want) {
+		t.Fatalf("got %d errors:\n%s", len(errs), strings.Join(errs, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(errs[i], want[i]) {
+			t.Errorf("error %d:\n got %s\nwant %s…", i, errs[i], want[i])
+		}
+	}
+}
+
+// Errors found once the shapes are known point into the file too.
+func TestExprErrorAt(t *testing.T) {
+	cfg, errs := parseErrs(t, recordBase+`  - filter:
+      where: after.a == 1
+  - filter:
+      where: "after.b == 2"
+  - filter:
+      where: >-
+        op == "u" &&
+          after.c == 3
+  - project: {drop: [x]}
+`, nil)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	for _, c := range []struct {
+		path      string
+		line, col int
+		want      string
+	}{
+		{"transforms[0].filter.where", 1, 7, "pipe.yaml:11:20: transforms[0].filter.where: m"},
+		{"transforms[1].filter.where", 1, 7, "pipe.yaml:13:21: transforms[1].filter.where: m"},
+		{"transforms[2].filter.where", 2, 3, "pipe.yaml:17:11: transforms[2].filter.where: m"},
+		{"transforms[3].project.drop", 1, 1, "pipe.yaml:18:21: transforms[3].project.drop: m"},
+	} {
+		if got := cfg.ExprErrorAt(c.path, c.line, c.col, "m", "").Error(); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s %d:%d: %s, want %s", c.path, c.line, c.col, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/config"
+)
+
+// Columns and types are checked against the tables' shapes when the
+// pipeline starts, and every problem is a config error at its place.
+func TestTransformsCheckedAgainstShapes(t *testing.T) {
+	cfg, err := config.Parse("pipe.yaml", []byte(`pipeline: shop
+source:
+  generate: {changes: 10}
+sinks:
+  - duckdb: {path: ./db}
+transforms:
+  - filter:
+      tables: [demo.orders]
+      where: after.vip && after.emial != nil
+  - compute: {tables: [demo.orders], column: n, type: int64, expr: 'after.status'}
+  - project: {tables: [demo.events], drop: [id]}
+  - cast: {tables: [demo.events], columns: [{column: data, to: date}]}
+  - filter:
+      tables: [demo.customers]
+      where: |
+        op == "c" &&
+          after.balance > "10"
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, closeOps, err := buildTransforms(cfg, false, zap.NewNop())
+	defer closeOps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = checkTransforms(context.Background(), cfg, ops)
+	var errs *config.Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("check: %v", err)
+	}
+	// One problem per table: a table's later transforms are checked
+	// against the shape the earlier ones give it.
+	want := []string{
+		`pipe.yaml:17:25: transforms[4].filter.where: table demo.customers: invalid operation: > (mismatched types decimal and string)`,
+		`pipe.yaml:9:14: transforms[0].filter.where: table demo.orders: column "vip" of demo.orders does not exist; its columns: id,`,
+		`pipe.yaml:11:44: transforms[2].project.drop: table demo.events: column id is part of the primary key`,
+	}
+	var got []string
+	for _, e := range errs.List {
+		got = append(got, e.Error())
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d errors:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("error %d:\n got %s\nwant %s…", i, got[i], want[i])
+		}
+	}
+}
