@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: deps build test vet unit fuzz quickstart bench-postgres bench-sinks bench-kafka bench-mysql bench clean
+.PHONY: deps build test vet unit fuzz quickstart bench-postgres bench-sinks bench-kafka bench-mysql bench-transforms bench clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -49,6 +49,14 @@ bench-kafka:
 # rate in the same run.
 bench-mysql:
 	$(GO) run ./cmd/sluice-bench -scenario mariadb-binlog-bulk -runs 3
+
+# The record transforms: 1,000,000 records from memory through filter +
+# compute + mask and through no operator, alternately, into DuckDB and
+# into a sink that writes nothing; and each operator alone.
+bench-transforms:
+	$(GO) test -run '^$$' -bench Operator -benchtime 1000x ./transform/chainbench/
+	$(GO) test -run '^$$' -bench Pipeline -benchtime 1x -count 3 ./transform/chainbench/ -args -sink duckdb
+	$(GO) test -run '^$$' -bench Pipeline -benchtime 1x -count 3 ./transform/chainbench/ -args -sink discard
 
 # Every scenario of package bench, 3 runs each, into bench/results/;
 # PROFILE=1 also writes CPU and heap profiles to bench/results/profiles/.

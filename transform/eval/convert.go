@@ -105,8 +105,8 @@ func FromExpr(c *pipeline.Column, v any) (any, error) {
 	}
 	switch c.Type {
 	case pipeline.TypeBool:
-		if b, ok := v.(bool); ok {
-			return b, nil
+		if _, ok := v.(bool); ok {
+			return v, nil
 		}
 	case pipeline.TypeInt16, pipeline.TypeInt32, pipeline.TypeInt64:
 		if n, ok := toInt64(v); ok {
@@ -136,8 +136,8 @@ func FromExpr(c *pipeline.Column, v any) (any, error) {
 		}
 		return fitDecimal(c, d.(pipeline.Decimal))
 	case pipeline.TypeString:
-		if s, ok := v.(string); ok {
-			return s, nil
+		if _, ok := v.(string); ok {
+			return v, nil // as it is: boxing it again would allocate
 		}
 	case pipeline.TypeBytes:
 		switch x := v.(type) {

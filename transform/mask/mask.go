@@ -30,6 +30,7 @@ import (
 	"hash"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/textform"
@@ -116,11 +117,10 @@ func (o Options) way(c *pipeline.Column) (func(any) (any, error), pipeline.Colum
 		return func(any) (any, error) { return v, nil }, out, nil
 	case "sha256":
 		asString()
-		return digest(c, sha256.New), out, nil
+		return digest(c, nil), out, nil
 	case "hmac":
 		asString()
-		key := o.Secret
-		return digest(c, func() hash.Hash { return hmac.New(sha256.New, key) }), out, nil
+		return digest(c, o.Secret), out, nil
 	case "keep_last":
 		if !text {
 			return nil, out, fmt.Errorf("keep_last masks text; column %s is %s (cast it to string first)", c.Name, c.Type)
@@ -136,14 +136,22 @@ func (o Options) way(c *pipeline.Column) (func(any) (any, error), pipeline.Colum
 	return nil, out, fmt.Errorf("unknown masking %q", o.With)
 }
 
-func digest(c *pipeline.Column, h func() hash.Hash) func(any) (any, error) {
+// digest hashes a value: SHA-256, or HMAC-SHA256 under key when key is
+// set. The HMAC state is reused (an operator runs on one goroutine).
+func digest(c *pipeline.Column, key []byte) func(any) (any, error) {
+	var mac hash.Hash
+	if key != nil {
+		mac = hmac.New(sha256.New, key)
+	}
+	var sum [sha256.Size]byte
+	var text [2 * sha256.Size]byte
 	return func(v any) (any, error) {
 		var b []byte
 		switch x := v.(type) {
 		case []byte:
 			b = x
 		case string:
-			b = []byte(x)
+			b = unsafe.Slice(unsafe.StringData(x), len(x))
 		default:
 			s, err := textform.Encode(c, v)
 			if err != nil {
@@ -151,9 +159,15 @@ func digest(c *pipeline.Column, h func() hash.Hash) func(any) (any, error) {
 			}
 			b = []byte(s)
 		}
-		d := h()
-		d.Write(b)
-		return hex.EncodeToString(d.Sum(nil)), nil
+		if mac == nil {
+			sum = sha256.Sum256(b)
+		} else {
+			mac.Reset()
+			mac.Write(b)
+			mac.Sum(sum[:0])
+		}
+		hex.Encode(text[:], sum[:])
+		return string(text[:]), nil
 	}
 }
 

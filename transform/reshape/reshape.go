@@ -41,12 +41,13 @@ type Plan struct {
 // Identity reports whether the plan changes nothing.
 func (p *Plan) Identity(in *pipeline.Table) bool { return p.Out == in }
 
-// image maps one image of r (nil stays nil).
-func (p *Plan) image(r *pipeline.Record, img []any, after bool) ([]any, error) {
+// image maps one image of r (nil stays nil), taking the new image's
+// slots from blk.
+func (p *Plan) image(r *pipeline.Record, img []any, after bool, blk *block) ([]any, error) {
 	if img == nil {
 		return nil, nil
 	}
-	out := make([]any, len(p.Src))
+	out := blk.take(len(p.Src))
 	for i, s := range p.Src {
 		if s < 0 {
 			if after {
@@ -68,6 +69,21 @@ func (p *Plan) image(r *pipeline.Record, img []any, after bool) ([]any, error) {
 		out[i] = v
 	}
 	return out, nil
+}
+
+// block hands out image slices from shared arrays, one allocation for
+// many records (the records of a batch live and die together).
+type block struct{ free []any }
+
+const blockSlots = 4096
+
+func (b *block) take(n int) []any {
+	if len(b.free) < n {
+		b.free = make([]any, max(blockSlots, n))
+	}
+	out := b.free[:n:n]
+	b.free = b.free[n:]
+	return out
 }
 
 // Planner works out the plan of an input shape; an error means the
@@ -127,18 +143,20 @@ func (o *Op) Shape(t *pipeline.Table) (*pipeline.Table, error) {
 // Process maps in place: the output reuses in's array.
 func (o *Op) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
 	out := in[:0]
+	var blk block
 	for i := range in {
-		r := in[i]
-		if r.Table == nil || !r.Op.Shaped() || !o.tables.Match(r.Table.ID) {
-			out = append(out, r)
+		src := &in[i]
+		if src.Table == nil || !src.Op.Shaped() || !o.tables.Match(src.Table.ID) {
+			out = append(out, *src)
 			continue
 		}
+		r := *src
 		p, err := o.get(r.Table)
 		if err == nil && !p.Identity(r.Table) {
 			var before, after []any
-			before, err = p.image(&r, r.Before, false)
+			before, err = p.image(src, r.Before, false, &blk)
 			if err == nil {
-				after, err = p.image(&r, r.After, true)
+				after, err = p.image(src, r.After, true, &blk)
 			}
 			if err == nil {
 				r.Table, r.Before, r.After = p.Out, before, after
