@@ -18,7 +18,8 @@ const configsDir = "../configs"
 
 // testEnv is the environment the shipped configs are validated with.
 var testEnv = map[string]string{"PG_PASSWORD": "not-a-real-password", "KAFKA_PASSWORD": "not-a-real-password",
-	"SCHEMA_REGISTRY_PASSWORD": "not-a-real-password", "MYSQL_PASSWORD": "not-a-real-password"}
+	"SCHEMA_REGISTRY_PASSWORD": "not-a-real-password", "MYSQL_PASSWORD": "not-a-real-password",
+	"MASK_KEY": "not-a-real-key"}
 
 // schemaPaths lists every YAML key path of t ("sinks[].duckdb.path").
 func schemaPaths(prefix string, t reflect.Type, out map[string]bool) {
