@@ -75,6 +75,12 @@ func (d *decoder) validateRecordTransforms(c *Config) {
 				p := index(base+".rules", k)
 				d.checkExpr(p+".when", r.When)
 				d.checkSinks(p+".sinks", r.Sinks, sinks)
+				if len(r.Sinks) == 0 && r.Topic == "" && !d.failed(p) {
+					d.errAt(p, "a rule needs sinks, a topic or both", "e.g. sinks: [search_vip], or topic: \"{prefix}.vip.{table}\"")
+				}
+				if r.Topic != "" {
+					d.checkTopic(p+".topic", r.Topic, t.Route.Tables)
+				}
 			}
 			d.checkSinks(base+".otherwise", t.Route.Otherwise, sinks)
 		}
@@ -115,6 +121,25 @@ func (d *decoder) checkSinks(path string, names, sinks []string) {
 		if !slices.Contains(sinks, s) && !d.failed(index(path, k)) {
 			d.errAt(index(path, k), "no sink is named "+s, "the sinks: "+strings.Join(sinks, ", ")+" (a sink's name: field, or its kind)")
 		}
+	}
+}
+
+// checkTopic checks a route's topic template: known placeholders, and
+// {table} unless the route applies to one named table (tables sharing a
+// topic would share its schema subject).
+func (d *decoder) checkTopic(path, topic string, tables []string) {
+	if d.failed(path) {
+		return
+	}
+	rest := strings.NewReplacer("{prefix}", "", "{database}", "", "{schema}", "", "{table}", "").Replace(topic)
+	if strings.ContainsAny(rest, "{}") {
+		d.errAt(path, "unknown placeholder in "+topic, "use {prefix}, {database}, {schema} and {table}")
+		return
+	}
+	one := len(tables) == 1 && !strings.ContainsAny(tables[0], "*?[")
+	if !one && !strings.Contains(topic, "{table}") {
+		d.errAt(path, "must contain {table}: the route applies to several tables, and each needs its own topic",
+			"e.g. {prefix}.vip.{table}, or list one table in tables")
 	}
 }
 

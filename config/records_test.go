@@ -105,3 +105,28 @@ func TestExprErrorAt(t *testing.T) {
 		}
 	}
 }
+
+func TestRouteTopicRules(t *testing.T) {
+	_, errs := parseErrs(t, recordBase+`  - route:
+      rules:
+        - {when: after.vip}
+        - {when: after.vip, topic: "{prefix}.vip"}
+        - {when: after.vip, topic: "{prefix}.{tabel}"}
+  - route:
+      tables: [public.customers]
+      rules: [{when: after.vip, topic: "crm.vip_customers"}]
+`, nil)
+	want := []string{
+		`pipe.yaml:12:11: transforms[0].route.rules[0]: a rule needs sinks, a topic or both`,
+		`pipe.yaml:13:36: transforms[0].route.rules[1].topic: must contain {table}`,
+		`pipe.yaml:14:36: transforms[0].route.rules[2].topic: unknown placeholder`,
+	}
+	if len(errs) != len(want) {
+		t.Fatalf("got %d errors:\n%s", len(errs), strings.Join(errs, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(errs[i], want[i]) {
+			t.Errorf("error %d:\n got %s\nwant %s…", i, errs[i], want[i])
+		}
+	}
+}

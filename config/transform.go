@@ -121,10 +121,15 @@ type RouteTransform struct {
 	OnError   string   `yaml:"on_error" default:"dlq" enum:"dlq|fail"`
 }
 
-// RouteRule sends the records When holds for to Sinks.
+// RouteRule sends the records When holds for to Sinks (empty: every
+// sink) and Kafka sinks write them to Topic; at least one of the two is
+// set.
 type RouteRule struct {
 	When  string   `yaml:"when" required:"true" doc:"an expression, e.g. after.vip"`
-	Sinks []string `yaml:"sinks" required:"true" min:"1" doc:"sink names, e.g. [search_vip]"`
+	Sinks []string `yaml:"sinks"`
+	// Topic is a topic template ({prefix}, {database}, {schema},
+	// {table}) replacing the Kafka sinks' own for the rule's records.
+	Topic string `yaml:"topic"`
 }
 
 func (*Transform) exclusive() {}

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -220,6 +221,21 @@ func withPassword(dsn, password string) string {
 }
 
 // buildKafka makes a kafka sink and its schema registry client.
+// routeTopics lists the topic templates the route transforms name.
+func routeTopics(cfg *config.Config) []string {
+	var out []string
+	for _, t := range cfg.Transforms {
+		if r := t.Route; r != nil {
+			for _, rule := range r.Rules {
+				if rule.Topic != "" && !slices.Contains(out, rule.Topic) {
+					out = append(out, rule.Topic)
+				}
+			}
+		}
+	}
+	return out
+}
+
 func buildKafka(cfg *config.Config, k *config.KafkaSink, log *zap.Logger) (*kafka.Sink, error) {
 	regOpts := schema.SRClientOptions{Username: k.Registry.Username, Password: k.Registry.Password, Timeout: k.Registry.Timeout.Std()}
 	if t := k.Registry.TLS; t.Enabled {
@@ -237,7 +253,7 @@ func buildKafka(cfg *config.Config, k *config.KafkaSink, log *zap.Logger) (*kafk
 		Name: k.Name, Brokers: k.Brokers, ServerName: k.ServerName, TopicTemplate: k.TopicTemplate,
 		Envelope: k.Envelope, SubjectStrategy: k.SubjectStrategy, Compatibility: k.Compatibility,
 		IncompatiblePolicy: k.IncompatiblePolicy, Tombstones: k.Tombstones, Unchanged: k.UnchangedFields,
-		ConnectorName: connector, Version: buildVersion(), DLQTopic: k.DLQTopic,
+		ConnectorName: connector, Version: buildVersion(), DLQTopic: k.DLQTopic, RouteTopics: routeTopics(cfg),
 		ExactlyOnce: k.ExactlyOnce, OffsetsTopic: k.OffsetsTopic, Pipeline: cfg.Pipeline,
 		CreateTopics: kafka.TopicOptions{Enabled: k.CreateTopics.Enabled, Partitions: k.CreateTopics.Partitions,
 			ReplicationFactor: k.CreateTopics.ReplicationFactor, Compact: k.CreateTopics.Compact},

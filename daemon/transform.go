@@ -137,7 +137,7 @@ func recordTransform(cfg *config.Config, i int) (pipeline.Operator, error) {
 		}
 		o := route.Options{Otherwise: t.Route.Otherwise}
 		for _, r := range t.Route.Rules {
-			o.Rules = append(o.Rules, route.Rule{When: r.When, Sinks: r.Sinks})
+			o.Rules = append(o.Rules, route.Rule{When: r.When, Sinks: r.Sinks, Topic: r.Topic})
 		}
 		for _, s := range cfg.Sinks {
 			o.Sinks = append(o.Sinks, s.Name())

@@ -13,13 +13,26 @@ import (
 // the routing now sends elsewhere; Invariant 4 keeps a later change that
 // routes it back above the tombstone); other sinks take nothing. Dests are
 // shared between records and never modified once set.
+//
+// Topic and AwayTopics are for Kafka sinks, which write a table to the
+// topic their topic template names: Topic, when set, is the topic
+// template a Kafka sink in To writes the record to instead, and each of
+// AwayTopics ("" is the sink's own template) takes a delete of the key (a
+// truncate for a truncate), so a row that moves to another topic leaves
+// the one it was in.
 type Dest struct {
-	To   []string
-	Away []string
+	To         []string
+	Away       []string
+	Topic      string
+	AwayTopics []string
 }
 
 func (d *Dest) String() string {
-	return fmt.Sprintf("to [%s], away from [%s]", strings.Join(d.To, " "), strings.Join(d.Away, " "))
+	s := fmt.Sprintf("to [%s], away from [%s]", strings.Join(d.To, " "), strings.Join(d.Away, " "))
+	if d.Topic != "" || len(d.AwayTopics) > 0 {
+		s += fmt.Sprintf(", topic %q, away from topics %q", d.Topic, d.AwayTopics)
+	}
+	return s
 }
 
 // ForSink returns the records sink receives of recs: every record without
@@ -45,7 +58,8 @@ func ForSink(sink string, recs []Record) []Record {
 }
 
 // AsDelete returns r as a delete of its key at its version: Before is
-// r's newest image, After is nil.
+// r's newest image, After is nil. Its Dest is kept: a Kafka sink deletes
+// the key in the record's topic and in its AwayTopics.
 func (r Record) AsDelete() Record {
 	if r.Op == OpDelete {
 		return r

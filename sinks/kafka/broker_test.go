@@ -26,6 +26,7 @@ func TestKafkaSink(t *testing.T) {
 	t.Run("Unencodable", func(t *testing.T) { testUnencodable(t, k) })
 	t.Run("Refusals", func(t *testing.T) { testBrokerRefusals(t, k) })
 	t.Run("RowsExactlyOnce", func(t *testing.T) { testRows(t, k.Brokers(), rowsCase{EnvelopeDebezium, true}) })
+	t.Run("RouteTopics", func(t *testing.T) { testRouteTopics(t, k) })
 }
 
 // everyTypeLog is a change log of everyType: inserts, snapshot reads,
@@ -490,4 +491,66 @@ func TestKafkaSinkBrokerDown(t *testing.T) {
 		t.Errorf("a broker outage is fatal: %v", err)
 	}
 	t.Logf("write with the broker down: %v", err)
+}
+
+// A route that names a topic: a record goes to its Dest's topic, a row
+// that moves is deleted (event and tombstone) in the topic it leaves, and
+// a delete reaches every topic of the route. (The exactly-once sink
+// encodes through the same prepare.)
+func testRouteTopics(t *testing.T, k *harness.Kafka) {
+	reg, _ := registryFor(t)
+	name := "routed"
+	tbl := &pipeline.Table{ID: pipeline.TableID{Database: "shop", Schema: "public", Table: name}, KeyIdx: []int{0}, Generation: 1,
+		Columns: []pipeline.Column{{Name: "id", Type: pipeline.TypeInt64, Key: true}, {Name: "vip", Type: pipeline.TypeBool}}}
+	const vip = "{prefix}.vip.{table}"
+	s := txnSink(t, k.Brokers(), reg, func(o *Options) { o.ExactlyOnce, o.CreateTopics.Partitions, o.RouteTopics = false, 1, []string{vip} })
+	prefix := serverOf(t)
+	toVIP := &pipeline.Dest{To: []string{"kafka"}, Topic: vip}
+	fromVIP := &pipeline.Dest{To: []string{"kafka"}, AwayTopics: []string{vip}}
+	v := func(n uint64) pipeline.Version { return pipeline.Version{0, 7, 0, n} }
+	batch := []pipeline.Record{
+		{Op: pipeline.OpInsert, Table: tbl, After: []any{int64(1), true}, Version: v(1), Dest: toVIP},
+		{Op: pipeline.OpInsert, Table: tbl, After: []any{int64(2), false}, Version: v(2)},
+		{Op: pipeline.OpUpdate, Table: tbl, After: []any{int64(1), false}, Version: v(3), Dest: fromVIP},
+		{Op: pipeline.OpDelete, Table: tbl, Before: []any{int64(2), false}, Version: v(4), Dest: fromVIP},
+	}
+	if err := s.Write(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	ops := func(topic string) string {
+		var out []string
+		for _, m := range readTopic(t, k, topic) {
+			op := "tombstone"
+			for _, h := range m.Headers {
+				if h.Key == headerOp && m.Value != nil {
+					op = string(h.Value)
+				}
+			}
+			_, key, _ := schema.Unframe(m.Key)
+			out = append(out, fmt.Sprintf("%s:%x", op, key))
+		}
+		return strings.Join(out, " ")
+	}
+	// Keys are Avro longs (zig-zag): 1 is 02, 2 is 04.
+	if got := ops(prefix + ".vip." + name); got != "c:02 d:02 tombstone:02 d:04 tombstone:04" {
+		t.Errorf("vip topic: %s", got)
+	}
+	if got := ops(prefix + ".public." + name); got != "c:04 u:02 d:04 tombstone:04" {
+		t.Errorf("own topic: %s", got)
+	}
+	// Verify reads both topics: the moved row is live, the deleted one
+	// gone, whichever topic is read first.
+	rows, err := s.Rows(t.Context(), tbl)
+	if err != nil || len(rows) != 1 || !sinktest.Equal(rows[0], []any{int64(1), false}) {
+		t.Fatalf("rows %v, %v", rows, err)
+	}
+	batch = []pipeline.Record{{Op: pipeline.OpUpdate, Table: tbl, After: []any{int64(1), true}, Version: v(5),
+		Dest: &pipeline.Dest{To: []string{"kafka"}, Topic: vip, AwayTopics: []string{""}}}}
+	if err := s.Write(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = s.Rows(t.Context(), tbl)
+	if err != nil || len(rows) != 1 || !sinktest.Equal(rows[0], []any{int64(1), true}) {
+		t.Fatalf("rows after the move back %v, %v", rows, err)
+	}
 }

@@ -30,6 +30,9 @@ type Options struct {
 	// {database}, {schema} and {table}. Characters Kafka does not allow in
 	// topic names become '_'. Default "{prefix}.{schema}.{table}".
 	TopicTemplate string
+	// RouteTopics are the topic templates route transforms send records
+	// to besides TopicTemplate (pipeline.Dest): Rows reads them too.
+	RouteTopics []string
 	// Envelope is "debezium" (before/after/source/op/ts_ms change events;
 	// the default) or "row" (the after image, or the before image of a
 	// delete, plus __op, __version, __deleted and __source_ts_ms).

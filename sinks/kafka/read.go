@@ -24,7 +24,8 @@ var _ verify.Sink = (*Sink)(nil)
 // rows are the record model's values (exactly as the source produces
 // them), aligned with table.Columns, in no particular order.
 //
-// Reading: every partition of the topic (TopicName of table.ID) from its
+// Reading: every partition of the topic (TopicName of table.ID), and of
+// the topics route transforms send the table's rows to (RouteTopics), from its
 // log start offset up to the high watermark listed when Rows starts, so
 // the cost is a full read of the topic. A transaction still open then
 // holds the last stable offset back and is waited for (the broker aborts
@@ -68,9 +69,15 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 	if len(table.KeyIdx) == 0 {
 		return nil, fail(errors.New("the table has no key columns, so its events cannot be folded into rows"))
 	}
-	topic, err := TopicName(s.opts.TopicTemplate, s.opts.ServerName, table.ID)
-	if err != nil {
-		return nil, fail(err)
+	var topics []string
+	for _, tmpl := range append([]string{s.opts.TopicTemplate}, s.opts.RouteTopics...) {
+		topic, err := TopicName(tmpl, s.opts.ServerName, table.ID)
+		if err != nil {
+			return nil, fail(err)
+		}
+		if !slices.Contains(topics, topic) {
+			topics = append(topics, topic)
+		}
 	}
 	lookup := s.schemaLookup()
 	if lookup == nil {
@@ -90,19 +97,18 @@ func (s *Sink) Rows(ctx context.Context, table *pipeline.Table) ([][]any, error)
 	}
 	defer cl.Close()
 	f := fold{keys: map[string]*folded{}}
-	err = scanTopic(ctx, cl, topic, true, maxTxnTimeout, func(r *kgo.Record) error {
-		ev, err := dec.decode(ctx, r)
-		if err != nil {
-			return fmt.Errorf("partition %d offset %d: %w", r.Partition, r.Offset, err)
+	for _, topic := range topics {
+		err = scanTopic(ctx, cl, topic, true, maxTxnTimeout, func(r *kgo.Record) error {
+			ev, err := dec.decode(ctx, r)
+			if err != nil {
+				return fmt.Errorf("partition %d offset %d: %w", r.Partition, r.Offset, err)
+			}
+			f.apply(ev)
+			return nil
+		})
+		if err != nil && !errors.Is(err, errNoTopic) {
+			return nil, fail(fmt.Errorf("topic %s: %w", topic, err))
 		}
-		f.apply(ev)
-		return nil
-	})
-	switch {
-	case errors.Is(err, errNoTopic):
-		return nil, nil
-	case err != nil:
-		return nil, fail(fmt.Errorf("topic %s: %w", topic, err))
 	}
 	return f.rows(), nil
 }
@@ -142,7 +148,11 @@ func (f *fold) apply(ev event) {
 		return
 	}
 	old := f.keys[ev.key]
-	if old != nil && !old.version.Less(ev.version) {
+	// A row a route moved to another topic is a delete in the topic it
+	// left at the version it is written with in the other: at one
+	// version, the live row wins (one topic never holds both).
+	moved := old != nil && old.version == ev.version && old.row == nil && ev.row != nil
+	if old != nil && !old.version.Less(ev.version) && !moved {
 		return
 	}
 	for i, x := range ev.row {

@@ -34,7 +34,7 @@ type Sink struct {
 	// Per process: shapes ready to produce, the newest shape per table (to
 	// describe changes), registered (subject, schema) ids, subjects whose
 	// level was set, topics prepared.
-	shapes     map[*pipeline.Table]*shape
+	shapes     map[shapeKey]*shape
 	prev       map[pipeline.TableID]*pipeline.Table
 	registered map[[2]string]int
 	levelSet   map[string]bool
@@ -101,7 +101,7 @@ func (s *Sink) Open(ctx context.Context) error {
 		return err
 	}
 	s.client, s.admin = cl, kadm.NewClient(cl)
-	s.shapes = map[*pipeline.Table]*shape{}
+	s.shapes = map[shapeKey]*shape{}
 	s.prev = map[pipeline.TableID]*pipeline.Table{}
 	s.registered = map[[2]string]int{}
 	s.levelSet = map[string]bool{}
@@ -212,18 +212,21 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 	// for compatibility) before anything is produced, so a refused shape
 	// stops the pipeline with nothing of the batch sent.
 	var last *pipeline.Table
+	var lastDest *pipeline.Dest
 	for i := range records {
 		r := &records[i]
-		if !r.Op.Shaped() || r.Table == nil || r.Table == last {
+		if !r.Op.Shaped() || r.Table == nil || r.Table == last && r.Dest == lastDest {
 			continue
 		}
-		last = r.Table
-		var ue unencodable
-		if _, err := s.shapeOf(ctx, r.Table); err != nil && !errors.As(err, &ue) {
-			if cerr := ctx.Err(); cerr != nil {
-				return nil, cerr
+		last, lastDest = r.Table, r.Dest
+		for _, topic := range topicsOf(r) {
+			var ue unencodable
+			if _, err := s.shapeOf(ctx, r.Table, topic); err != nil && !errors.As(err, &ue) {
+				if cerr := ctx.Err(); cerr != nil {
+					return nil, cerr
+				}
+				return nil, err
 			}
-			return nil, err
 		}
 	}
 	// Then each record is produced as soon as it is encoded, so the
@@ -395,16 +398,53 @@ func (f *flight) result() map[int]error {
 	return f.errs
 }
 
-// prepare encodes one data record into its Kafka records: the event (a
-// truncate has no key, like Debezium's), then for a delete a tombstone with
-// the same key when Tombstones is on. Every record carries the headers
-// sluice.version (hex, ordered like versions) and sluice.op. The records
-// and their bytes come from mem.
+// topicsOf lists the topic templates record r goes to ("" is the sink's
+// own): the one it is written to, then those that take a delete of its
+// key (pipeline.Dest).
+func topicsOf(r *pipeline.Record) []string {
+	if r.Dest == nil || r.Dest.Topic == "" && len(r.Dest.AwayTopics) == 0 {
+		return ownTopic
+	}
+	return append([]string{r.Dest.Topic}, r.Dest.AwayTopics...)
+}
+
+var ownTopic = []string{""}
+
+// prepare encodes one data record into its Kafka records: those of its
+// topic (prepareTo), then, when its Dest sends it away from other topics
+// of a route, a delete of its key (or the truncate) in each of them.
 func (s *Sink) prepare(ctx context.Context, r *pipeline.Record, mem *slab) ([]*kgo.Record, error) {
 	if r.Table == nil {
 		return nil, unencodable{errors.New("data record without a table")}
 	}
-	sh, err := s.shapeOf(ctx, r.Table)
+	topics := topicsOf(r)
+	recs, err := s.prepareTo(ctx, r, topics[0], mem)
+	if err != nil || len(topics) == 1 {
+		return recs, err
+	}
+	all := append([]*kgo.Record(nil), recs...)
+	gone := *r
+	if gone.Op != pipeline.OpTruncate {
+		gone = r.AsDelete()
+	}
+	for _, topic := range topics[1:] {
+		more, err := s.prepareTo(ctx, &gone, topic, mem)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, more...)
+	}
+	return all, nil
+}
+
+// prepareTo encodes one data record into its Kafka records in the topic
+// of template topic ("": the sink's own): the event (a truncate has no
+// key, like Debezium's), then for a delete a tombstone with the same key
+// when Tombstones is on. Every record carries the headers sluice.version
+// (hex, ordered like versions) and sluice.op. The records and their bytes
+// come from mem.
+func (s *Sink) prepareTo(ctx context.Context, r *pipeline.Record, topic string, mem *slab) ([]*kgo.Record, error) {
+	sh, err := s.shapeOf(ctx, r.Table, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -486,7 +526,7 @@ func (s *Sink) prepare(ctx context.Context, r *pipeline.Record, mem *slab) ([]*k
 // is held (r's shape is resolved).
 func (s *Sink) pendingOf(i int, r *pipeline.Record, recs []*kgo.Record) pending {
 	p := pending{idx: i, recs: recs, table: r.Table}
-	if sh := s.shapes[r.Table]; sh != nil {
+	if sh := s.shapes[shapeKey{r.Table, topicsOf(r)[0]}]; sh != nil {
 		p.topic = sh.state
 	}
 	return p

@@ -15,6 +15,13 @@ import (
 
 // shape is a table shape ready to produce: its codec, topic and the
 // registry ids of its key (0 when the table has no key) and value schemas.
+// shapeKey is a table shape in a topic: the topic template a route gives
+// its records ("" is the sink's own).
+type shapeKey struct {
+	t     *pipeline.Table
+	topic string
+}
+
 type shape struct {
 	codec   *schema.Codec
 	topic   string
@@ -45,7 +52,8 @@ func (s *Sink) subject(topic string, isKey bool, sch avro.Schema) string {
 	return schema.TopicNameStrategy(topic, isKey, sch)
 }
 
-// shapeOf prepares t for producing, once per shape and process: it builds
+// shapeOf prepares t for producing into the topic of template ("": the
+// sink's own), once per shape, topic and process: it builds
 // the codec, creates the topic and registers the key and value schemas.
 //
 // Contract: compatibility is checked BEFORE anything is produced under a
@@ -59,15 +67,19 @@ func (s *Sink) subject(topic string, isKey bool, sch avro.Schema) string {
 // template, a *pipeline.TableError for a topic that does not exist and that
 // the sink does not create, plain errors for registry and broker trouble
 // (retried).
-func (s *Sink) shapeOf(ctx context.Context, t *pipeline.Table) (*shape, error) {
-	if sh, ok := s.shapes[t]; ok {
+func (s *Sink) shapeOf(ctx context.Context, t *pipeline.Table, template string) (*shape, error) {
+	key := shapeKey{t, template}
+	if sh, ok := s.shapes[key]; ok {
 		return sh, nil
 	}
 	codec, err := s.cache.Codec(t)
 	if err != nil {
 		return nil, unencodable{err}
 	}
-	topic, err := TopicName(s.opts.TopicTemplate, s.opts.ServerName, t.ID)
+	if template == "" {
+		template = s.opts.TopicTemplate
+	}
+	topic, err := TopicName(template, s.opts.ServerName, t.ID)
 	if err != nil {
 		return nil, pipeline.Fatal(fmt.Errorf("kafka sink %s: %w", s.opts.Name, err))
 	}
@@ -169,7 +181,7 @@ func (s *Sink) shapeOf(ctx context.Context, t *pipeline.Table) (*shape, error) {
 			zap.String("change", describeChange(prev, t)), zap.Int("key_id", sh.keyID), zap.Int("value_id", sh.valueID))
 	}
 	s.prev[t.ID] = t
-	s.shapes[t] = sh
+	s.shapes[key] = sh
 	return sh, nil
 }
 

@@ -1,7 +1,8 @@
 // Package route is the route transform: it sends each record of its
 // tables to the sinks of the first rule whose expression (package eval)
 // holds for the record's new image, and the records no rule takes to the
-// otherwise list (default: every sink).
+// otherwise list (default: every sink). A rule may also name the topic
+// Kafka sinks write its records to.
 //
 // A row must not stay in a sink it no longer goes to: an update or a
 // snapshot read routed to some sinks is a delete of its key, at its
@@ -12,6 +13,11 @@
 // and truncates, which go to every sink. Changing the rules and replaying
 // changes a sink already holds can leave such a row behind; re-snapshot
 // the tables after a change of the rules.
+//
+// Topics follow the same rule inside a Kafka sink: when rules name
+// topics, an update or read written to one topic is a delete of its key
+// in the route's other topics (the sink's own topic among them), and a
+// delete or truncate goes to every topic of the route.
 package route
 
 import (
@@ -24,10 +30,13 @@ import (
 	"github.com/sluice-cdc/sluice/transform/scope"
 )
 
-// Rule sends the records When holds for to Sinks.
+// Rule sends the records When holds for to Sinks (empty: every sink),
+// and Kafka sinks write them to Topic (a topic template with {prefix},
+// {database}, {schema}, {table}; empty: the sink's own).
 type Rule struct {
 	When  string
 	Sinks []string
+	Topic string
 }
 
 // Options define the routing.
@@ -48,35 +57,55 @@ type Route struct {
 	// Per rule, then otherwise (last): the Dest of an insert and of an
 	// update or read.
 	insert, other []*pipeline.Dest
+	// gone is the Dest of a delete or truncate: every sink, and when a
+	// rule names a topic, every topic of the route; nil otherwise.
+	gone *pipeline.Dest
 }
 
 // New makes the operator; every sink a rule names must be one of
 // o.Sinks.
 func New(name string, tables scope.Tables, policy scope.Policy, o Options) (*Route, error) {
 	r := &Route{tables: tables, opts: o, rejects: scope.Rejects{Op: name, Policy: policy}}
-	lists := make([][]string, 0, len(o.Rules)+1)
-	for _, rule := range o.Rules {
-		lists = append(lists, rule.Sinks)
+	targets := make([]Rule, 0, len(o.Rules)+1)
+	targets = append(targets, o.Rules...)
+	targets = append(targets, Rule{Sinks: o.Otherwise}) // the records no rule takes
+	// Every topic the route writes to ("" is a Kafka sink's own), when a
+	// rule names one.
+	var topics []string
+	for _, t := range targets {
+		if t.Topic != "" && !slices.Contains(topics, t.Topic) {
+			topics = append(topics, t.Topic)
+		}
 	}
-	otherwise := o.Otherwise
-	if len(otherwise) == 0 {
-		otherwise = o.Sinks
+	if len(topics) > 0 {
+		// A delete is written to the sinks' own topic and to every
+		// topic of a rule.
+		r.gone = &pipeline.Dest{To: o.Sinks, AwayTopics: slices.Clone(topics)}
+		topics = append(topics, "")
 	}
-	lists = append(lists, otherwise)
-	for _, to := range lists {
+	for _, t := range targets {
+		to := t.Sinks
+		if len(to) == 0 {
+			to = o.Sinks
+		}
 		for _, s := range to {
 			if !slices.Contains(o.Sinks, s) {
 				return nil, fmt.Errorf("no sink is named %s; the sinks: %v", s, o.Sinks)
 			}
 		}
-		var away []string
+		var away, awayTopics []string
 		for _, s := range o.Sinks {
 			if !slices.Contains(to, s) {
 				away = append(away, s)
 			}
 		}
-		r.insert = append(r.insert, &pipeline.Dest{To: to})
-		r.other = append(r.other, &pipeline.Dest{To: to, Away: away})
+		for _, tp := range topics {
+			if tp != t.Topic {
+				awayTopics = append(awayTopics, tp)
+			}
+		}
+		r.insert = append(r.insert, &pipeline.Dest{To: to, Topic: t.Topic})
+		r.other = append(r.other, &pipeline.Dest{To: to, Away: away, Topic: t.Topic, AwayTopics: awayTopics})
 	}
 	return r, nil
 }
@@ -132,8 +161,10 @@ func (r *Route) dest(rec *pipeline.Record) (*pipeline.Dest, error) {
 		dests = r.insert
 	case pipeline.OpUpdate, pipeline.OpRead:
 		dests = r.other
+	case pipeline.OpDelete, pipeline.OpTruncate:
+		return r.gone, nil // every sink, every topic
 	default:
-		return nil, nil // deletes, truncates and shapes go to every sink
+		return nil, nil // shapes go to every sink
 	}
 	ps, err := r.programs(rec.Table)
 	if err != nil {

@@ -63,3 +63,36 @@ func TestRouteSendsRowsAwayFromOtherSinks(t *testing.T) {
 		t.Error("an unknown sink was taken")
 	}
 }
+
+// Rules that name topics: a record goes to its rule's topic, an update or
+// read is a delete in the route's other topics (the sink's own among
+// them), and a delete goes to every topic.
+func TestRouteTopics(t *testing.T) {
+	r, err := New("r", scope.Tables{}, scope.DLQ, Options{
+		Rules: []Rule{{When: `after.vip`, Topic: "{prefix}.vip.{table}"}},
+		Sinks: []string{"kafka", "duck"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Process(context.Background(), []pipeline.Record{
+		{Op: pipeline.OpInsert, Table: customers, After: []any{int64(1), true}},
+		{Op: pipeline.OpUpdate, Table: customers, After: []any{int64(1), false}},
+		{Op: pipeline.OpRead, Table: customers, After: []any{int64(1), true}},
+		{Op: pipeline.OpDelete, Table: customers, Before: []any{int64(1), true}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []string{"kafka", "duck"}
+	for i, want := range []*pipeline.Dest{
+		{To: all, Topic: "{prefix}.vip.{table}"},
+		{To: all, AwayTopics: []string{"{prefix}.vip.{table}"}},
+		{To: all, Topic: "{prefix}.vip.{table}", AwayTopics: []string{""}},
+		{To: all, AwayTopics: []string{"{prefix}.vip.{table}"}},
+	} {
+		if !reflect.DeepEqual(out[i].Dest, want) {
+			t.Errorf("record %d: dest %v, want %v", i, out[i].Dest, want)
+		}
+	}
+}
