@@ -56,9 +56,10 @@ type FilterTransform struct {
 // ProjectTransform keeps (Keep) or drops (Drop) columns; exactly one is
 // set.
 type ProjectTransform struct {
-	Tables []string `yaml:"tables"`
-	Keep   []string `yaml:"keep"`
-	Drop   []string `yaml:"drop"`
+	Tables  []string `yaml:"tables"`
+	Keep    []string `yaml:"keep"`
+	Drop    []string `yaml:"drop"`
+	OnError string   `yaml:"on_error" default:"dlq" enum:"dlq|fail"`
 }
 
 // RenameTransform renames the table and columns.
@@ -68,6 +69,7 @@ type RenameTransform struct {
 	// replaced by the old names; empty keeps the name.
 	Table   string         `yaml:"table"`
 	Columns []ColumnRename `yaml:"columns"`
+	OnError string         `yaml:"on_error" default:"dlq" enum:"dlq|fail"`
 }
 
 // ColumnRename renames one column.

@@ -89,7 +89,7 @@ func recordTransform(cfg *config.Config, i int) (pipeline.Operator, error) {
 		if err != nil {
 			return nil, err
 		}
-		return reshape.New(name, tables, scope.DLQ, reshape.Project(t.Project.Keep, t.Project.Drop)), nil
+		return reshape.New(name, tables, policy(t.Project.OnError), reshape.Project(t.Project.Keep, t.Project.Drop)), nil
 	case t.Rename != nil:
 		tables, err := pats(t.Rename.Tables)
 		if err != nil {
@@ -99,7 +99,7 @@ func recordTransform(cfg *config.Config, i int) (pipeline.Operator, error) {
 		for _, c := range t.Rename.Columns {
 			cols = append(cols, reshape.ColumnRename{From: c.From, To: c.To})
 		}
-		return reshape.New(name, tables, scope.DLQ, reshape.Rename(t.Rename.Table, cols)), nil
+		return reshape.New(name, tables, policy(t.Rename.OnError), reshape.Rename(t.Rename.Table, cols)), nil
 	case t.Cast != nil:
 		tables, err := pats(t.Cast.Tables)
 		if err != nil {
