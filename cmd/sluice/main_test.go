@@ -20,6 +20,7 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 
 func TestValidateShippedConfigs(t *testing.T) {
 	t.Setenv("PG_PASSWORD", "example")
+	t.Setenv("MASK_KEY", "example")
 	files, _ := filepath.Glob("../../configs/*.yaml")
 	if len(files) < 2 {
 		t.Fatalf("found %d config files", len(files))
