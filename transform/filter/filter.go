@@ -73,7 +73,7 @@ func (f *Filter) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Re
 		}
 		switch keep {
 		case pass:
-			out = append(out, *r)
+			out = scope.Pass(out, in, i)
 		case remove:
 			out = append(out, r.AsDelete())
 		}

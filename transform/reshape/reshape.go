@@ -145,30 +145,29 @@ func (o *Op) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Record
 	out := in[:0]
 	var blk block
 	for i := range in {
-		src := &in[i]
-		if src.Table == nil || !src.Op.Shaped() || !o.tables.Match(src.Table.ID) {
-			out = append(out, *src)
+		r := &in[i]
+		if r.Table == nil || !r.Op.Shaped() || !o.tables.Match(r.Table.ID) {
+			out = scope.Pass(out, in, i)
 			continue
 		}
-		r := *src
 		p, err := o.get(r.Table)
 		if err == nil && !p.Identity(r.Table) {
 			var before, after []any
-			before, err = p.image(src, r.Before, false, &blk)
+			before, err = p.image(r, r.Before, false, &blk)
 			if err == nil {
-				after, err = p.image(src, r.After, true, &blk)
+				after, err = p.image(r, r.After, true, &blk)
 			}
 			if err == nil {
 				r.Table, r.Before, r.After = p.Out, before, after
 			}
 		}
 		if err != nil {
-			if err := o.rejects.Add(&in[i], err); err != nil {
+			if err := o.rejects.Add(r, err); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		out = append(out, r)
+		out = scope.Pass(out, in, i)
 	}
 	return o.rejects.Result(out)
 }

@@ -139,17 +139,18 @@ func (r *Route) Shape(t *pipeline.Table) (*pipeline.Table, error) {
 func (r *Route) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
 	out := in[:0]
 	for i := range in {
-		rec := in[i]
+		rec := &in[i]
 		if rec.Table != nil && r.tables.Match(rec.Table.ID) {
-			var err error
-			if rec.Dest, err = r.dest(&rec); err != nil {
-				if err := r.rejects.Add(&in[i], err); err != nil {
+			dest, err := r.dest(rec)
+			if err != nil {
+				if err := r.rejects.Add(rec, err); err != nil {
 					return nil, err
 				}
 				continue
 			}
+			rec.Dest = dest
 		}
-		out = append(out, rec)
+		out = scope.Pass(out, in, i)
 	}
 	return r.rejects.Result(out)
 }

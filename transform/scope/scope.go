@@ -150,3 +150,13 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return fmt.Sprintf("%s (table %s): %v", e.Field, e.Table, e.Err) }
 func (e *FieldError) Unwrap() error { return e.Err }
+
+// Pass appends in[i] to out, an output built in place over in's array
+// (out started as in[:0] and holds records of in[:i]): a record that
+// stays where it is is not copied.
+func Pass(out, in []pipeline.Record, i int) []pipeline.Record {
+	if len(out) == i {
+		return out[:i+1]
+	}
+	return append(out, in[i])
+}
