@@ -145,7 +145,7 @@ func arithmetic(name string, op arith, ctx *apd.Context, fop func(a, b float64) 
 			// integer's scale at least (100/1 is 100, not 1E+2).
 			r.Reduce(&r)
 			if r.Exponent > 0 {
-				if _, err := exact.Quantize(&r, &r, 0); err != nil {
+				if _, err := apd.BaseContext.WithPrecision(1000).Quantize(&r, &r, 0); err != nil {
 					return nil, err
 				}
 			}

@@ -1,0 +1,371 @@
+package window
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+
+	"github.com/cockroachdb/apd/v3"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/verify"
+)
+
+// Func is an aggregate function. Every one retracts exactly: a value
+// removed is taken out as if it had never been added.
+type Func uint8
+
+const (
+	CountRows     Func = iota // count(): rows
+	Count                     // count(col): non-NULL values
+	Sum                       // NULL when no value
+	Avg                       // kept as sum and count; NULL when no value
+	Min                       // the multiset of values, so the next extreme is known when the current one is retracted
+	Max                       //
+	CountDistinct             // distinct non-NULL values (their multiset)
+	First                     // the value of the earliest event time (ties: the lowest version)
+	Last                      // the value of the latest event time (ties: the highest version)
+)
+
+var funcNames = [...]string{"count", "count", "sum", "avg", "min", "max", "count_distinct", "first", "last"}
+
+func (f Func) String() string { return funcNames[f] }
+
+// Numeric says how a sum or average keeps and gives its numbers.
+type Numeric uint8
+
+const (
+	Integer Numeric = iota // int64 or uint64 inputs: an exact integer sum
+	Float                  // float64 inputs: summed exactly (each float is an exact decimal), given as the nearest float
+	Exact                  // decimals: exact
+)
+
+// acc is one aggregate's state in one window and group.
+type acc interface {
+	// add counts v (nil: NULL) of an event at time t with version ver.
+	add(v any, t int64, ver pipeline.Version)
+	// remove takes out what add(v, t, ver) counted.
+	remove(v any, t int64, ver pipeline.Version)
+	// result is the aggregate's value in the record model (nil: NULL).
+	result() any
+}
+
+func newAcc(f Func, num Numeric) acc {
+	switch f {
+	case CountRows:
+		return &count{rows: true}
+	case Count:
+		return &count{}
+	case Sum:
+		return &sum{num: num}
+	case Avg:
+		return &sum{num: num, avg: true}
+	case Min:
+		return &extreme{max: false}
+	case Max:
+		return &extreme{max: true}
+	case CountDistinct:
+		return &distinct{vals: map[string]int64{}}
+	case First:
+		return &ordered{last: false, vals: map[stamp]any{}}
+	case Last:
+		return &ordered{last: true, vals: map[stamp]any{}}
+	}
+	panic(fmt.Sprintf("window: aggregate %d", f))
+}
+
+type count struct {
+	rows bool
+	n    int64
+}
+
+func (c *count) add(v any, _ int64, _ pipeline.Version) {
+	if c.rows || v != nil {
+		c.n++
+	}
+}
+
+func (c *count) remove(v any, _ int64, _ pipeline.Version) {
+	if c.rows || v != nil {
+		c.n--
+	}
+}
+
+func (c *count) result() any { return c.n }
+
+// sum keeps an exact sum and the count of values summed.
+type sum struct {
+	num   Numeric
+	avg   bool
+	total apd.Decimal
+	n     int64
+}
+
+var (
+	exact = apd.BaseContext.WithPrecision(0) // add and subtract: exact
+	wide  = apd.BaseContext.WithPrecision(1000)
+)
+
+func (s *sum) add(v any, _ int64, _ pipeline.Version) {
+	if d, ok := toDecimal(v); ok {
+		_, _ = exact.Add(&s.total, &s.total, d)
+		s.n++
+	}
+}
+
+func (s *sum) remove(v any, _ int64, _ pipeline.Version) {
+	if d, ok := toDecimal(v); ok {
+		_, _ = exact.Sub(&s.total, &s.total, d)
+		s.n--
+	}
+}
+
+func (s *sum) result() any {
+	if s.n == 0 {
+		return nil
+	}
+	v := &s.total
+	if s.avg {
+		q := new(apd.Decimal)
+		ctx := apd.BaseContext.WithPrecision(34)
+		ctx.Rounding = apd.RoundHalfUp
+		_, _ = ctx.Quo(q, v, apd.New(s.n, 0))
+		// A quotient has no scale of its own: drop the zeros the
+		// precision padded it with, but keep at least the sum's scale.
+		q.Reduce(q)
+		if q.Exponent > v.Exponent {
+			_, _ = wide.Quantize(q, q, min(v.Exponent, 0))
+		}
+		if s.num != Float {
+			return decimalOf(q)
+		}
+		v = q
+	}
+	switch s.num {
+	case Integer:
+		if !s.avg {
+			var i apd.Decimal
+			_, _ = wide.Quantize(&i, v, 0)
+			if n, err := i.Int64(); err == nil {
+				return n
+			}
+		}
+		return decimalOf(v)
+	case Float:
+		f, _ := v.Float64()
+		return f
+	}
+	return decimalOf(v)
+}
+
+// toDecimal converts a numeric record value exactly; false for NULL and
+// non-numbers.
+func toDecimal(v any) (*apd.Decimal, bool) {
+	switch x := v.(type) {
+	case int64:
+		return apd.New(x, 0), true
+	case uint64:
+		d := new(apd.Decimal)
+		d.Coeff.SetMathBigInt(new(big.Int).SetUint64(x))
+		return d, true
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, false
+		}
+		d, _, err := apd.NewFromString(strconv.FormatFloat(x, 'g', -1, 64))
+		return d, err == nil
+	case pipeline.Decimal:
+		if !x.IsFinite() {
+			return nil, false
+		}
+		d := new(apd.Decimal)
+		if x.Unscaled != nil {
+			d.Coeff.SetMathBigInt(new(big.Int).Abs(x.Unscaled))
+			d.Negative = x.Unscaled.Sign() < 0
+		}
+		d.Exponent = -x.Scale
+		return d, true
+	}
+	return nil, false
+}
+
+func decimalOf(d *apd.Decimal) pipeline.Decimal {
+	u := d.Coeff.MathBigInt()
+	if d.Negative {
+		u.Neg(u)
+	}
+	return pipeline.Decimal{Unscaled: u, Scale: -d.Exponent}
+}
+
+// entry is one distinct value of a multiset and how many times it is in.
+type entry struct {
+	v any
+	n int64
+}
+
+// extreme keeps the multiset of values so that retracting the current
+// minimum (maximum) finds the next one.
+type extreme struct {
+	max  bool
+	vals map[string]*entry
+	best *entry // nil: recompute
+}
+
+func (e *extreme) add(v any, _ int64, _ pipeline.Version) {
+	if v == nil {
+		return
+	}
+	if e.vals == nil {
+		e.vals = map[string]*entry{}
+	}
+	k := verify.Canon(v)
+	en := e.vals[k]
+	if en == nil {
+		en = &entry{v: v}
+		e.vals[k] = en
+	}
+	en.n++
+	if e.best != nil && e.better(v, e.best.v) {
+		e.best = en
+	}
+	if len(e.vals) == 1 {
+		e.best = en
+	}
+}
+
+func (e *extreme) remove(v any, _ int64, _ pipeline.Version) {
+	if v == nil {
+		return
+	}
+	k := verify.Canon(v)
+	en := e.vals[k]
+	if en == nil {
+		return
+	}
+	if en.n--; en.n == 0 {
+		delete(e.vals, k)
+		if e.best == en {
+			e.best = nil
+		}
+	}
+}
+
+func (e *extreme) better(a, b any) bool {
+	c := compare(a, b)
+	if e.max {
+		return c > 0
+	}
+	return c < 0
+}
+
+func (e *extreme) result() any {
+	if e.best == nil {
+		for _, en := range e.vals {
+			if e.best == nil || e.better(en.v, e.best.v) {
+				e.best = en
+			}
+		}
+	}
+	if e.best == nil {
+		return nil
+	}
+	return e.best.v
+}
+
+// distinct keeps the multiset of non-NULL values.
+type distinct struct{ vals map[string]int64 }
+
+func (d *distinct) add(v any, _ int64, _ pipeline.Version) {
+	if v != nil {
+		d.vals[verify.Canon(v)]++
+	}
+}
+
+func (d *distinct) remove(v any, _ int64, _ pipeline.Version) {
+	if v == nil {
+		return
+	}
+	k := verify.Canon(v)
+	if d.vals[k]--; d.vals[k] <= 0 {
+		delete(d.vals, k)
+	}
+}
+
+func (d *distinct) result() any { return int64(len(d.vals)) }
+
+// stamp orders events: event time, then version.
+type stamp struct {
+	t   int64
+	ver pipeline.Version
+}
+
+func (a stamp) less(b stamp) bool { return a.t < b.t || a.t == b.t && a.ver.Less(b.ver) }
+
+// ordered keeps every contribution by its stamp, for first and last.
+type ordered struct {
+	last bool
+	vals map[stamp]any
+}
+
+func (o *ordered) add(v any, t int64, ver pipeline.Version) { o.vals[stamp{t, ver}] = v }
+
+func (o *ordered) remove(_ any, t int64, ver pipeline.Version) { delete(o.vals, stamp{t, ver}) }
+
+func (o *ordered) result() any {
+	var best stamp
+	var v any
+	found := false
+	for s, x := range o.vals {
+		if !found || (o.last && best.less(s)) || (!o.last && s.less(best)) {
+			best, v, found = s, x, true
+		}
+	}
+	return v
+}
+
+// compare orders two non-NULL values of one column: numbers numerically,
+// times and dates by instant, strings and bytes by bytes, false before
+// true.
+func compare(a, b any) int {
+	if da, ok := toDecimal(a); ok {
+		if db, ok := toDecimal(b); ok {
+			return da.Cmp(db)
+		}
+	}
+	switch x := a.(type) {
+	case string:
+		if y, ok := b.(string); ok {
+			return cmpOrdered(x, y)
+		}
+	case pipeline.Timestamp:
+		if y, ok := b.(pipeline.Timestamp); ok {
+			return cmpOrdered(x.Micros, y.Micros)
+		}
+	case pipeline.Date:
+		if y, ok := b.(pipeline.Date); ok {
+			return cmpOrdered(x.Days, y.Days)
+		}
+	case bool:
+		if y, ok := b.(bool); ok {
+			switch {
+			case x == y:
+				return 0
+			case !x:
+				return -1
+			}
+			return 1
+		}
+	}
+	return cmpOrdered(verify.Canon(a), verify.Canon(b))
+}
+
+func cmpOrdered[T int64 | int32 | string](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

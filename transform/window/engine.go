@@ -1,0 +1,297 @@
+package window
+
+import (
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/verify"
+)
+
+// Agg is one aggregate of a window: its function and, for sum and avg,
+// how its numbers are kept.
+type Agg struct {
+	Func    Func
+	Numeric Numeric
+}
+
+// Options define an Engine.
+type Options struct {
+	Spec Spec
+	Aggs []Agg
+	// Lateness is how long, in microseconds of event time, a window's
+	// state outlives its end: until the watermark passes End + Lateness a
+	// late change still corrects it.
+	Lateness int64
+}
+
+// Input is one row's contribution: its key, event time (Unix
+// microseconds), group values, one argument per aggregate (nil: NULL;
+// ignored by count()), and the version of the change that set it.
+type Input struct {
+	Row     string
+	Time    int64
+	Group   []any
+	Args    []any
+	Version pipeline.Version
+}
+
+// Emission is a window result to write: the group's aggregates, or a
+// delete of the group's row when every row it had was retracted.
+//
+// Version orders the emissions of one window and group: {generation, n,
+// 0, 0}, n the number of changes applied to the group so far and the
+// generation the highest of theirs. It grows with every change that can
+// alter the result, whatever the changes' own versions (a snapshot row
+// arriving after stream changes has a lower one), and it is a function of
+// the changes applied, not of when results were emitted: after a crash,
+// state restored from the checkpoint and the same changes replayed give
+// each result the version it had, however the replay is batched, so a
+// version-guarded sink never takes a result that misses changes in place
+// of one that has them. Origin is the newest change's own version, the
+// order in which emissions leave the operator.
+type Emission struct {
+	Window  Bounds
+	Group   []any
+	Values  []any
+	Version pipeline.Version
+	Origin  pipeline.Version
+	Delete  bool
+}
+
+// Late says a change met windows whose state is gone (their end plus the
+// allowed lateness is at or below the watermark): the change did not
+// count in them.
+type Late struct {
+	Windows []Bounds
+	// By is how far the watermark is past the latest of those windows'
+	// ends, in microseconds.
+	By int64
+}
+
+// Engine holds the open windows, their groups and the rows contributing
+// to them. Not safe for concurrent use.
+type Engine struct {
+	opts      Options
+	windows   map[Bounds]*window
+	rows      map[string]*contribution
+	watermark int64
+}
+
+type window struct {
+	b      Bounds
+	groups map[string]*group
+	rows   map[string]bool // the rows contributing to it
+	closed bool            // the watermark passed its end
+}
+
+type group struct {
+	key     []any
+	accs    []acc
+	rows    int64
+	changes uint64           // changes applied since the group was made
+	gen     uint64           // the highest generation (version[0]) among them
+	origin  pipeline.Version // the newest change's version
+	dirty   bool             // changed since its last emission
+	emitted bool             // its row is in the sinks
+}
+
+// contribution is what a row added: the input and the windows it went to.
+type contribution struct {
+	in      Input
+	group   string
+	windows []Bounds
+}
+
+// NoWatermark is the watermark before any: every window is open.
+const NoWatermark int64 = math.MinInt64
+
+// NewEngine makes an empty engine.
+func NewEngine(o Options) *Engine {
+	return &Engine{opts: o, windows: map[Bounds]*window{}, rows: map[string]*contribution{}, watermark: NoWatermark}
+}
+
+// Watermark is the engine's watermark (NoWatermark before any).
+func (e *Engine) Watermark() int64 { return e.watermark }
+
+// expired reports whether window b's state is gone at the watermark.
+func (e *Engine) expired(b Bounds) bool {
+	return e.watermark != NoWatermark && b.End+e.opts.Lateness <= e.watermark
+}
+
+// Upsert sets row in.Row's contribution to in: what the row contributed
+// before is retracted (at in.Version), then in is added to its windows.
+// Windows whose state is gone do not take it: they are reported in Late
+// (nil when every window took it).
+func (e *Engine) Upsert(in Input) *Late {
+	e.retract(in.Row, in.Version)
+	var late *Late
+	c := &contribution{in: in, group: groupKey(in.Group)}
+	for _, b := range e.opts.Spec.Assign(in.Time, nil) {
+		if e.expired(b) {
+			if late == nil {
+				late = &Late{}
+			}
+			late.Windows = append(late.Windows, b)
+			late.By = max(late.By, e.watermark-b.End)
+			continue
+		}
+		w := e.window(b)
+		g := w.groups[c.group]
+		if g == nil {
+			g = &group{key: in.Group, accs: make([]acc, len(e.opts.Aggs))}
+			for i, a := range e.opts.Aggs {
+				g.accs[i] = newAcc(a.Func, a.Numeric)
+			}
+			w.groups[c.group] = g
+		}
+		for i, a := range g.accs {
+			a.add(in.Args[i], in.Time, in.Version)
+		}
+		g.rows++
+		g.touch(in.Version)
+		w.rows[in.Row] = true
+		c.windows = append(c.windows, b)
+	}
+	if len(c.windows) > 0 {
+		e.rows[in.Row] = c
+	}
+	return late
+}
+
+// Delete retracts what row contributed, at version.
+func (e *Engine) Delete(row string, version pipeline.Version) {
+	e.retract(row, version)
+}
+
+func (e *Engine) retract(row string, version pipeline.Version) {
+	c := e.rows[row]
+	if c == nil {
+		return
+	}
+	delete(e.rows, row)
+	for _, b := range c.windows {
+		w := e.windows[b]
+		if w == nil {
+			continue // expired meanwhile
+		}
+		g := w.groups[c.group]
+		for i, a := range g.accs {
+			a.remove(c.in.Args[i], c.in.Time, c.in.Version)
+		}
+		g.rows--
+		g.touch(version)
+		delete(w.rows, row)
+	}
+}
+
+func (g *group) touch(v pipeline.Version) {
+	if g.origin.Less(v) {
+		g.origin = v
+	}
+	g.gen = max(g.gen, v[0])
+	g.changes++
+	g.dirty = true
+}
+
+func (g *group) version() pipeline.Version { return pipeline.Version{g.gen, g.changes} }
+
+func (e *Engine) window(b Bounds) *window {
+	w := e.windows[b]
+	if w == nil {
+		w = &window{b: b, groups: map[string]*group{}, rows: map[string]bool{}}
+		e.windows[b] = w
+	}
+	return w
+}
+
+// Advance moves the watermark to wm (it never moves back) and returns
+// the results to write: every changed group of a window whose end is at
+// or below the watermark — on its close, and again after each late
+// change within the allowed lateness — in window then group order. A
+// group that lost all its rows is a delete when its row was written, and
+// nothing when it never was. Windows whose end plus the lateness is at
+// or below the watermark are then dropped, with the rows that only they
+// held.
+func (e *Engine) Advance(wm int64) []Emission {
+	if wm > e.watermark {
+		e.watermark = wm
+	}
+	var out []Emission
+	var closing []*window
+	for _, w := range e.windows {
+		if w.b.End <= e.watermark {
+			closing = append(closing, w)
+		}
+	}
+	slices.SortFunc(closing, func(a, b *window) int { return cmpOrdered(a.b.Start, b.b.Start) })
+	for _, w := range closing {
+		w.closed = true
+		keys := make([]string, 0, len(w.groups))
+		for k, g := range w.groups {
+			if g.dirty {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			g := w.groups[k]
+			g.dirty = false
+			if g.rows == 0 {
+				// The group stays (empty) until the window expires, so a
+				// row that comes back continues its versions.
+				if g.emitted {
+					out = append(out, Emission{Window: w.b, Group: g.key, Version: g.version(), Origin: g.origin, Delete: true})
+					g.emitted = false
+				}
+				continue
+			}
+			vals := make([]any, len(g.accs))
+			for i, a := range g.accs {
+				vals[i] = a.result()
+			}
+			g.emitted = true
+			out = append(out, Emission{Window: w.b, Group: g.key, Values: vals, Version: g.version(), Origin: g.origin})
+		}
+		if e.expired(w.b) {
+			e.drop(w)
+		}
+	}
+	return out
+}
+
+// drop forgets window w and the contributions only it held.
+func (e *Engine) drop(w *window) {
+	delete(e.windows, w.b)
+	for row := range w.rows {
+		c := e.rows[row]
+		if c == nil {
+			continue
+		}
+		c.windows = slices.DeleteFunc(c.windows, func(b Bounds) bool { return b == w.b })
+		if len(c.windows) == 0 {
+			delete(e.rows, row)
+		}
+	}
+}
+
+// Open reports the open windows and groups, and the rows they hold.
+func (e *Engine) Open() (windows, groups, rows int) {
+	for _, w := range e.windows {
+		groups += len(w.groups)
+	}
+	return len(e.windows), groups, len(e.rows)
+}
+
+// groupKey is the canonical text of a group's values.
+func groupKey(vals []any) string {
+	var b strings.Builder
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteByte(0)
+		}
+		b.WriteString(verify.Canon(v))
+	}
+	return b.String()
+}
