@@ -36,7 +36,7 @@ var (
 func operand(v any) (*apd.Decimal, error) {
 	switch x := v.(type) {
 	case pipeline.Decimal:
-		return toAPD(x)
+		return ToAPD(x)
 	case int:
 		return apd.New(int64(x), 0), nil
 	case int64:
@@ -51,7 +51,17 @@ func operand(v any) (*apd.Decimal, error) {
 	return nil, fmt.Errorf("%T is not a decimal operand", v)
 }
 
-func toAPD(x pipeline.Decimal) (*apd.Decimal, error) {
+// operands converts both operands of a decimal operator.
+func operands(p []any) (a, b *apd.Decimal, err error) {
+	if a, err = operand(p[0]); err == nil {
+		b, err = operand(p[1])
+	}
+	return a, b, err
+}
+
+// ToAPD converts a decimal to apd's form, exactly (NaN and the infinities
+// to apd's).
+func ToAPD(x pipeline.Decimal) (*apd.Decimal, error) {
 	d := new(apd.Decimal)
 	switch x.Special {
 	case pipeline.NaN:
@@ -72,7 +82,8 @@ func toAPD(x pipeline.Decimal) (*apd.Decimal, error) {
 	return d, nil
 }
 
-func fromAPD(d *apd.Decimal) pipeline.Decimal {
+// FromAPD converts apd's form back, exactly.
+func FromAPD(d *apd.Decimal) pipeline.Decimal {
 	switch d.Form {
 	case apd.NaN, apd.NaNSignaling:
 		return pipeline.Decimal{Special: pipeline.NaN}
@@ -123,11 +134,7 @@ func arithmetic(name string, op arith, ctx *apd.Context, fop func(a, b float64) 
 		if _, isF := p[1].(float64); isF {
 			return floatArith(p, fop)
 		}
-		a, err := operand(p[0])
-		if err != nil {
-			return nil, err
-		}
-		b, err := operand(p[1])
+		a, b, err := operands(p)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +157,7 @@ func arithmetic(name string, op arith, ctx *apd.Context, fop func(a, b float64) 
 				}
 			}
 		}
-		return fromAPD(&r), nil
+		return FromAPD(&r), nil
 	}
 }
 
@@ -186,11 +193,7 @@ func compare(test func(int) bool, null *bool) func(...any) (any, error) {
 			}
 			return test(0), nil
 		}
-		a, err := operand(p[0])
-		if err != nil {
-			return nil, err
-		}
-		b, err := operand(p[1])
+		a, b, err := operands(p)
 		if err != nil {
 			return nil, err
 		}
@@ -292,7 +295,7 @@ func makeDecimal(p ...any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fromAPD(d), nil
+	return FromAPD(d), nil
 }
 
 func roundDecimal(p ...any) (any, error) {
@@ -301,7 +304,7 @@ func roundDecimal(p ...any) (any, error) {
 		return nil, fmt.Errorf("decimal_round: %v is not a decimal", p[0])
 	}
 	places, _ := p[1].(int)
-	d, err := toAPD(x)
+	d, err := ToAPD(x)
 	if err != nil || d.Form != apd.Finite {
 		return x, err
 	}
@@ -311,5 +314,5 @@ func roundDecimal(p ...any) (any, error) {
 	if _, err := c.Quantize(&r, d, int32(-places)); err != nil {
 		return nil, fmt.Errorf("decimal_round: %w", err)
 	}
-	return fromAPD(&r), nil
+	return FromAPD(&r), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/apd/v3"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/transform/eval"
 	"github.com/sluice-cdc/sluice/verify"
 )
 
@@ -138,7 +139,7 @@ func (s *sum) result() any {
 			_, _ = wide.Quantize(q, q, min(v.Exponent, 0))
 		}
 		if s.num != Float {
-			return decimalOf(q)
+			return eval.FromAPD(q)
 		}
 		v = q
 	}
@@ -151,12 +152,12 @@ func (s *sum) result() any {
 				return n
 			}
 		}
-		return decimalOf(v)
+		return eval.FromAPD(v)
 	case Float:
 		f, _ := v.Float64()
 		return f
 	}
-	return decimalOf(v)
+	return eval.FromAPD(v)
 }
 
 // toDecimal converts a numeric record value exactly; false for NULL and
@@ -179,23 +180,10 @@ func toDecimal(v any) (*apd.Decimal, bool) {
 		if !x.IsFinite() {
 			return nil, false
 		}
-		d := new(apd.Decimal)
-		if x.Unscaled != nil {
-			d.Coeff.SetMathBigInt(new(big.Int).Abs(x.Unscaled))
-			d.Negative = x.Unscaled.Sign() < 0
-		}
-		d.Exponent = -x.Scale
-		return d, true
+		d, err := eval.ToAPD(x)
+		return d, err == nil
 	}
 	return nil, false
-}
-
-func decimalOf(d *apd.Decimal) pipeline.Decimal {
-	u := d.Coeff.MathBigInt()
-	if d.Negative {
-		u.Neg(u)
-	}
-	return pipeline.Decimal{Unscaled: u, Scale: -d.Exponent}
 }
 
 // entry is one distinct value of a multiset and how many times it is in.
