@@ -97,11 +97,15 @@ type group struct {
 	emitted bool             // its row is in the sinks
 }
 
-// contribution is what a row added: the input and the windows it went to.
+// contribution is what a row added: the input and the windows it went
+// to. A retracted one stays, as a tombstone at the retraction's version,
+// until its windows expire, so a replayed older change of the row is
+// recognised and ignored.
 type contribution struct {
 	in      Input
 	group   string
 	windows []Bounds
+	deleted bool
 }
 
 // NoWatermark is the watermark before any: every window is open.
@@ -123,8 +127,13 @@ func (e *Engine) expired(b Bounds) bool {
 // Upsert sets row in.Row's contribution to in: what the row contributed
 // before is retracted (at in.Version), then in is added to its windows.
 // Windows whose state is gone do not take it: they are reported in Late
-// (nil when every window took it).
+// (nil when every window took it). A change whose version is not above
+// the row's last one (a replay after a restart, or a snapshot row older
+// than a change already applied) changes nothing (Invariant 4).
 func (e *Engine) Upsert(in Input) *Late {
+	if c := e.rows[in.Row]; c != nil && !c.in.Version.Less(in.Version) {
+		return nil
+	}
 	e.retract(in.Row, in.Version)
 	var late *Late
 	c := &contribution{in: in, group: groupKey(in.Group)}
@@ -156,21 +165,29 @@ func (e *Engine) Upsert(in Input) *Late {
 	}
 	if len(c.windows) > 0 {
 		e.rows[in.Row] = c
+	} else if old := e.rows[in.Row]; old != nil {
+		old.in.Version = in.Version // the tombstone moves up: the change was seen
 	}
 	return late
 }
 
-// Delete retracts what row contributed, at version.
+// Delete retracts what row contributed, at version; a version not above
+// the row's last one changes nothing.
 func (e *Engine) Delete(row string, version pipeline.Version) {
-	e.retract(row, version)
+	if c := e.rows[row]; c != nil && c.in.Version.Less(version) {
+		e.retract(row, version)
+	}
 }
 
+// retract takes out what row contributed, leaving its tombstone at
+// version.
 func (e *Engine) retract(row string, version pipeline.Version) {
 	c := e.rows[row]
-	if c == nil {
+	if c == nil || c.deleted {
 		return
 	}
-	delete(e.rows, row)
+	added := c.in.Version
+	c.deleted, c.in.Version = true, version
 	for _, b := range c.windows {
 		w := e.windows[b]
 		if w == nil {
@@ -178,11 +195,10 @@ func (e *Engine) retract(row string, version pipeline.Version) {
 		}
 		g := w.groups[c.group]
 		for i, a := range g.accs {
-			a.remove(c.in.Args[i], c.in.Time, c.in.Version)
+			a.remove(c.in.Args[i], c.in.Time, added)
 		}
 		g.rows--
 		g.touch(version)
-		delete(w.rows, row)
 	}
 }
 
@@ -276,7 +292,8 @@ func (e *Engine) drop(w *window) {
 	}
 }
 
-// Open reports the open windows and groups, and the rows they hold.
+// Open reports the open windows and groups, and the rows they hold
+// (tombstones included).
 func (e *Engine) Open() (windows, groups, rows int) {
 	for _, w := range e.windows {
 		groups += len(w.groups)
