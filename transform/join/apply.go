@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
 )
 
 // How an input changes the state and what it emits.
@@ -265,12 +266,13 @@ func (j *Join) emitAll(st state, r *pipeline.Record, ns []int, seen *emitted, ou
 
 // fromKeyOf returns the from-table key of an index key.
 func fromKeyOf(k []byte) []byte {
-	r := &reader{b: k}
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) {
+	r := binform.NewReader(k)
+	n := r.Uvarint()
+	if r.Err() != nil || n > uint64(r.Len()) {
 		return nil
 	}
-	return append([]byte{}, r.b[n:]...)
+	r.Fixed(int(n))
+	return append([]byte{}, r.Rest()...)
 }
 
 // emitReferrers emits the joined rows that refer to the looked-up rows

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
 )
 
 // Lookup is one table joined to the from table.
@@ -436,8 +437,8 @@ func sameMembers(a, b []pipeline.Column) bool {
 		if x.Name != y.Name || x.Type != y.Type || x.Elem != y.Elem {
 			return false
 		}
-		mx, errX := appendValue(nil, x.Missing)
-		my, errY := appendValue(nil, y.Missing)
+		mx, errX := binform.Append(nil, x.Missing)
+		my, errY := binform.Append(nil, y.Missing)
 		return errX == nil && errY == nil && bytes.Equal(mx, my)
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
 )
 
 // The state store (bbolt, one file per join):
@@ -59,9 +60,9 @@ func appendVersion(b []byte, v pipeline.Version) []byte {
 	return b
 }
 
-func readVersion(r *reader) pipeline.Version {
+func readVersion(r *binform.Reader) pipeline.Version {
 	var v pipeline.Version
-	b := r.fixed(32)
+	b := r.Fixed(32)
 	if b == nil {
 		return v
 	}
@@ -79,9 +80,9 @@ func (e *entry) encode() ([]byte, error) {
 	}
 	b = binary.AppendUvarint(append(b, flag), uint64(len(e.names)))
 	for i, n := range e.names {
-		b = appendBytes(b, n)
+		b = binform.AppendString(b, n)
 		var err error
-		if b, err = appendValue(b, e.values[i]); err != nil {
+		if b, err = binform.Append(b, e.values[i]); err != nil {
 			return nil, fmt.Errorf("column %s: %w", n, err)
 		}
 	}
@@ -89,22 +90,19 @@ func (e *entry) encode() ([]byte, error) {
 }
 
 func decodeEntry(b []byte) (*entry, error) {
-	r := &reader{b: b}
-	e := &entry{version: readVersion(r), emitted: readVersion(r), deleted: r.byte() == 1}
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.fail()
-	}
-	if r.err != nil {
-		return nil, r.err
+	r := binform.NewReader(b)
+	e := &entry{version: readVersion(r), emitted: readVersion(r), deleted: r.Byte() == 1}
+	n := r.Uvarint()
+	if r.Err() != nil || n > uint64(r.Len()) {
+		return nil, binform.ErrCorrupt
 	}
 	e.names = make([]string, n)
 	e.values = make([]any, n)
 	for i := range e.names {
-		e.names[i] = string(r.bytes())
-		e.values[i] = r.value()
+		e.names[i] = string(r.Bytes())
+		e.values[i] = r.Value()
 	}
-	return e, r.err
+	return e, r.Err()
 }
 
 // state is the store seen through one write transaction, with the rows
@@ -188,7 +186,7 @@ func (s state) barrier(table string) pipeline.Version {
 	if v == nil {
 		return pipeline.Version{}
 	}
-	return readVersion(&reader{b: v})
+	return readVersion(binform.NewReader(v))
 }
 
 func (s state) setBarrier(table string, v pipeline.Version) error {
@@ -233,20 +231,20 @@ func (s state) referrers(n int, lk []byte) ([][]byte, error) {
 // putShape stores a table's columns, so a restarted join knows the shapes
 // before the source sends a row of every table again.
 func (s state) putShape(t *pipeline.Table) error {
-	b := appendBytes(nil, t.ID.Database)
+	b := binform.AppendString(nil, t.ID.Database)
 	b = binary.AppendUvarint(b, uint64(len(t.Columns)))
 	for i := range t.Columns {
 		c := &t.Columns[i]
-		b = appendBytes(b, c.Name)
+		b = binform.AppendString(b, c.Name)
 		b = append(b, byte(c.Type), byte(c.Elem), boolByte(c.Nullable), boolByte(c.Key))
 		b = binary.AppendVarint(binary.AppendVarint(b, int64(c.Precision)), int64(c.Scale))
 		b = binary.AppendUvarint(b, uint64(len(c.Enum)))
 		for _, l := range c.Enum {
-			b = appendBytes(b, l)
+			b = binform.AppendString(b, l)
 		}
-		b = appendBytes(appendBytes(b, c.SourceType), c.Comment)
+		b = binform.AppendString(binform.AppendString(b, c.SourceType), c.Comment)
 		var err error
-		if b, err = appendValue(b, c.Missing); err != nil {
+		if b, err = binform.Append(b, c.Missing); err != nil {
 			return fmt.Errorf("shape of %s, column %s: %w", t.ID, c.Name, err)
 		}
 	}
@@ -262,41 +260,41 @@ func (s state) shape(id pipeline.TableID) (*pipeline.Table, error) {
 	if v == nil {
 		return nil, nil
 	}
-	r := &reader{b: v}
-	id.Database = string(r.bytes())
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) {
-		return nil, errCorrupt
+	r := binform.NewReader(v)
+	id.Database = string(r.Bytes())
+	n := r.Uvarint()
+	if r.Err() != nil || n > uint64(r.Len()) {
+		return nil, binform.ErrCorrupt
 	}
 	t := &pipeline.Table{ID: id, Columns: make([]pipeline.Column, n)}
 	for i := range t.Columns {
 		c := &t.Columns[i]
-		c.Name = string(r.bytes())
-		c.Type, c.Elem, c.Nullable, c.Key = pipeline.Type(r.byte()), pipeline.Type(r.byte()), r.byte() == 1, r.byte() == 1
-		c.Precision, c.Scale = int(r.varint()), int(r.varint())
-		ne := r.uvarint()
-		if ne > uint64(len(r.b)) {
-			return nil, errCorrupt
+		c.Name = string(r.Bytes())
+		c.Type, c.Elem, c.Nullable, c.Key = pipeline.Type(r.Byte()), pipeline.Type(r.Byte()), r.Byte() == 1, r.Byte() == 1
+		c.Precision, c.Scale = int(r.Varint()), int(r.Varint())
+		ne := r.Uvarint()
+		if ne > uint64(r.Len()) {
+			return nil, binform.ErrCorrupt
 		}
 		for range ne {
-			c.Enum = append(c.Enum, string(r.bytes()))
+			c.Enum = append(c.Enum, string(r.Bytes()))
 		}
-		c.SourceType = string(r.bytes())
-		c.Comment = string(r.bytes())
-		c.Missing = r.value()
+		c.SourceType = string(r.Bytes())
+		c.Comment = string(r.Bytes())
+		c.Missing = r.Value()
 	}
-	nk := r.uvarint()
+	nk := r.Uvarint()
 	if nk > n {
-		return nil, errCorrupt
+		return nil, binform.ErrCorrupt
 	}
 	for range nk {
-		k := r.uvarint()
+		k := r.Uvarint()
 		if k >= n {
-			return nil, errCorrupt
+			return nil, binform.ErrCorrupt
 		}
 		t.KeyIdx = append(t.KeyIdx, int(k))
 	}
-	return t, r.err
+	return t, r.Err()
 }
 
 func boolByte(b bool) byte {
