@@ -16,7 +16,6 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
-
 const (
 	tagNull byte = iota
 	tagFalse

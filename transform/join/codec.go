@@ -62,4 +62,3 @@ func canonicalDecimal(d pipeline.Decimal) any {
 	}
 	return pipeline.Decimal{Unscaled: u, Scale: scale}
 }
-
