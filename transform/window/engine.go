@@ -77,6 +77,16 @@ type Engine struct {
 	windows   map[Bounds]*window
 	rows      map[string]*contribution
 	watermark int64
+	// What changed since the last Flush (store.go): rows and groups to
+	// write (or delete, when gone from the maps).
+	dirtyRows   map[string]bool
+	dirtyGroups map[groupRef]bool
+}
+
+// groupRef names one group of one window.
+type groupRef struct {
+	b   Bounds
+	key string
 }
 
 type window struct {
@@ -113,7 +123,8 @@ const NoWatermark int64 = math.MinInt64
 
 // NewEngine makes an empty engine.
 func NewEngine(o Options) *Engine {
-	return &Engine{opts: o, windows: map[Bounds]*window{}, rows: map[string]*contribution{}, watermark: NoWatermark}
+	return &Engine{opts: o, windows: map[Bounds]*window{}, rows: map[string]*contribution{}, watermark: NoWatermark,
+		dirtyRows: map[string]bool{}, dirtyGroups: map[groupRef]bool{}}
 }
 
 // Watermark is the engine's watermark (NoWatermark before any).
@@ -147,26 +158,22 @@ func (e *Engine) Upsert(in Input) *Late {
 			continue
 		}
 		w := e.window(b)
-		g := w.groups[c.group]
-		if g == nil {
-			g = &group{key: in.Group, accs: make([]acc, len(e.opts.Aggs))}
-			for i, a := range e.opts.Aggs {
-				g.accs[i] = newAcc(a.Func, a.Numeric)
-			}
-			w.groups[c.group] = g
-		}
+		g := e.group(w, c.group, in.Group)
 		for i, a := range g.accs {
 			a.add(in.Args[i], in.Time, in.Version)
 		}
 		g.rows++
 		g.touch(in.Version)
+		e.dirtyGroups[groupRef{b, c.group}] = true
 		w.rows[in.Row] = true
 		c.windows = append(c.windows, b)
 	}
 	if len(c.windows) > 0 {
 		e.rows[in.Row] = c
+		e.dirtyRows[in.Row] = true
 	} else if old := e.rows[in.Row]; old != nil {
 		old.in.Version = in.Version // the tombstone moves up: the change was seen
+		e.dirtyRows[in.Row] = true
 	}
 	return late
 }
@@ -188,6 +195,7 @@ func (e *Engine) retract(row string, version pipeline.Version) {
 	}
 	added := c.in.Version
 	c.deleted, c.in.Version = true, version
+	e.dirtyRows[row] = true
 	for _, b := range c.windows {
 		w := e.windows[b]
 		if w == nil {
@@ -199,6 +207,7 @@ func (e *Engine) retract(row string, version pipeline.Version) {
 		}
 		g.rows--
 		g.touch(version)
+		e.dirtyGroups[groupRef{b, c.group}] = true
 	}
 }
 
@@ -254,6 +263,7 @@ func (e *Engine) Advance(wm int64) []Emission {
 		for _, k := range keys {
 			g := w.groups[k]
 			g.dirty = false
+			e.dirtyGroups[groupRef{w.b, k}] = true // its emitted flag
 			if g.rows == 0 {
 				// The group stays (empty) until the window expires, so a
 				// row that comes back continues its versions.
@@ -280,6 +290,9 @@ func (e *Engine) Advance(wm int64) []Emission {
 // drop forgets window w and the contributions only it held.
 func (e *Engine) drop(w *window) {
 	delete(e.windows, w.b)
+	for k := range w.groups {
+		e.dirtyGroups[groupRef{w.b, k}] = true // gone: deleted by Flush
+	}
 	for row := range w.rows {
 		c := e.rows[row]
 		if c == nil {
@@ -289,6 +302,7 @@ func (e *Engine) drop(w *window) {
 		if len(c.windows) == 0 {
 			delete(e.rows, row)
 		}
+		e.dirtyRows[row] = true
 	}
 }
 

@@ -1,0 +1,292 @@
+package window
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
+)
+
+// The engine's state in a bbolt file, written through after every batch
+// (Flush) and read back whole on start (Load):
+//
+//	rows/<row key>                 the row's contribution: tombstone flag,
+//	                               version, event time, group values, one
+//	                               argument per aggregate, and its windows
+//	groups/<start><end><group key> a group's emission state: changes
+//	                               applied, generation, origin, whether its
+//	                               result is written and whether it changed
+//	                               since, and its group values
+//	meta/watermark                 the watermark
+//
+// The accumulators are not stored: Load adds every live contribution
+// again, so a write costs what the batch changed, never the state's size.
+// Rows carry their versions, so the state may run ahead of the checkpoint
+// (a replay changes nothing; Invariant 5 as the join keeps it).
+
+var (
+	bucketRows   = []byte("rows")
+	bucketGroups = []byte("groups")
+	bucketMeta   = []byte("meta")
+	keyWatermark = []byte("watermark")
+)
+
+// Flush writes what changed since the last Flush (or Load) into tx.
+func (e *Engine) Flush(tx *bbolt.Tx) error {
+	rows, groups, meta, err := buckets(tx)
+	if err != nil {
+		return err
+	}
+	for row := range e.dirtyRows {
+		c := e.rows[row]
+		if c == nil {
+			if err := rows.Delete([]byte(row)); err != nil {
+				return err
+			}
+			continue
+		}
+		b, err := c.encode()
+		if err != nil {
+			return err
+		}
+		if err := rows.Put([]byte(row), b); err != nil {
+			return err
+		}
+	}
+	for ref := range e.dirtyGroups {
+		var g *group
+		if w := e.windows[ref.b]; w != nil {
+			g = w.groups[ref.key]
+		}
+		k := groupStoreKey(ref)
+		if g == nil {
+			if err := groups.Delete(k); err != nil {
+				return err
+			}
+			continue
+		}
+		b, err := g.encode()
+		if err != nil {
+			return err
+		}
+		if err := groups.Put(k, b); err != nil {
+			return err
+		}
+	}
+	clear(e.dirtyRows)
+	clear(e.dirtyGroups)
+	return meta.Put(keyWatermark, binary.AppendVarint(nil, e.watermark))
+}
+
+// Load rebuilds an engine from what Flush wrote into tx (an empty file
+// gives an empty engine).
+func Load(tx *bbolt.Tx, o Options) (*Engine, error) {
+	e := NewEngine(o)
+	rows, groups, meta, err := buckets(tx)
+	if err != nil {
+		return nil, err
+	}
+	if v := meta.Get(keyWatermark); v != nil {
+		wm, n := binary.Varint(v)
+		if n <= 0 {
+			return nil, fmt.Errorf("window state: corrupt watermark")
+		}
+		e.watermark = wm
+	}
+	err = rows.ForEach(func(k, v []byte) error {
+		c, err := decodeContribution(v)
+		if err != nil {
+			return fmt.Errorf("window state: row %q: %w", k, err)
+		}
+		row := string(k)
+		c.in.Row = row
+		e.rows[row] = c
+		for _, b := range c.windows {
+			w := e.window(b)
+			w.rows[row] = true
+			if c.deleted {
+				continue
+			}
+			g := e.group(w, c.group, c.in.Group)
+			for i, a := range g.accs {
+				a.add(c.in.Args[i], c.in.Time, c.in.Version)
+			}
+			g.rows++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = groups.ForEach(func(k, v []byte) error {
+		ref, ok := parseGroupStoreKey(k)
+		if !ok {
+			return fmt.Errorf("window state: corrupt group key %q", k)
+		}
+		r := binform.NewReader(v)
+		changes, gen := r.Uvarint(), r.Uvarint()
+		origin := readVersion(r)
+		flags := r.Byte()
+		vals := readValues(r)
+		if r.Err() != nil {
+			return fmt.Errorf("window state: group %q: %w", k, r.Err())
+		}
+		g := e.group(e.window(ref.b), ref.key, vals)
+		g.changes, g.gen, g.origin = changes, gen, origin
+		g.emitted, g.dirty = flags&1 != 0, flags&2 != 0
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range e.windows {
+		w.closed = e.watermark != NoWatermark && w.b.End <= e.watermark
+	}
+	clear(e.dirtyRows)
+	clear(e.dirtyGroups)
+	return e, nil
+}
+
+// group returns window w's group of key, made with its accumulators when
+// new.
+func (e *Engine) group(w *window, key string, vals []any) *group {
+	g := w.groups[key]
+	if g == nil {
+		g = &group{key: vals, accs: make([]acc, len(e.opts.Aggs))}
+		for i, a := range e.opts.Aggs {
+			g.accs[i] = newAcc(a.Func, a.Numeric)
+		}
+		w.groups[key] = g
+	}
+	return g
+}
+
+func buckets(tx *bbolt.Tx) (rows, groups, meta *bbolt.Bucket, err error) {
+	get := func(name []byte) *bbolt.Bucket {
+		if b := tx.Bucket(name); b != nil || !tx.Writable() {
+			return b
+		}
+		b, e := tx.CreateBucket(name)
+		if e != nil && err == nil {
+			err = e
+		}
+		return b
+	}
+	rows, groups, meta = get(bucketRows), get(bucketGroups), get(bucketMeta)
+	if err == nil && (rows == nil || groups == nil || meta == nil) {
+		err = fmt.Errorf("window state: the file has no state (an empty file must be opened for writing first)")
+	}
+	return rows, groups, meta, err
+}
+
+// groupStoreKey orders groups by window start, end, then group key: the
+// times with their sign bit flipped, big-endian.
+func groupStoreKey(r groupRef) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(r.b.Start)^(1<<63))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.b.End)^(1<<63))
+	return append(b, r.key...)
+}
+
+func parseGroupStoreKey(k []byte) (groupRef, bool) {
+	if len(k) < 16 {
+		return groupRef{}, false
+	}
+	return groupRef{b: Bounds{int64(binary.BigEndian.Uint64(k) ^ (1 << 63)), int64(binary.BigEndian.Uint64(k[8:]) ^ (1 << 63))},
+		key: string(k[16:])}, true
+}
+
+func (c *contribution) encode() ([]byte, error) {
+	flag := byte(0)
+	if c.deleted {
+		flag = 1
+	}
+	b := appendVersion(append(make([]byte, 0, 96), flag), c.in.Version)
+	b = binary.AppendVarint(b, c.in.Time)
+	var err error
+	if b, err = appendValues(b, c.in.Group); err != nil {
+		return nil, err
+	}
+	if b, err = appendValues(b, c.in.Args); err != nil {
+		return nil, err
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.windows)))
+	for _, w := range c.windows {
+		b = binary.AppendVarint(binary.AppendVarint(b, w.Start), w.End)
+	}
+	return b, nil
+}
+
+func decodeContribution(v []byte) (*contribution, error) {
+	r := binform.NewReader(v)
+	c := &contribution{deleted: r.Byte() == 1}
+	c.in.Version = readVersion(r)
+	c.in.Time = r.Varint()
+	c.in.Group = readValues(r)
+	c.in.Args = readValues(r)
+	n := r.Uvarint()
+	if r.Err() != nil || n > uint64(r.Len()) {
+		return nil, binform.ErrCorrupt
+	}
+	for range n {
+		c.windows = append(c.windows, Bounds{r.Varint(), r.Varint()})
+	}
+	c.group = groupKey(c.in.Group)
+	return c, r.Err()
+}
+
+func (g *group) encode() ([]byte, error) {
+	b := binary.AppendUvarint(binary.AppendUvarint(nil, g.changes), g.gen)
+	b = appendVersion(b, g.origin)
+	flags := byte(0)
+	if g.emitted {
+		flags |= 1
+	}
+	if g.dirty {
+		flags |= 2
+	}
+	return appendValues(append(b, flags), g.key)
+}
+
+func appendValues(b []byte, vals []any) ([]byte, error) {
+	b = binary.AppendUvarint(b, uint64(len(vals)))
+	for _, v := range vals {
+		var err error
+		if b, err = binform.Append(b, v); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func readValues(r *binform.Reader) []any {
+	n := r.Uvarint()
+	if n > uint64(r.Len()) {
+		r.Fixed(-1) // fails the reader
+		return nil
+	}
+	out := make([]any, n)
+	for i := range out {
+		out[i] = r.Value()
+	}
+	return out
+}
+
+func appendVersion(b []byte, v pipeline.Version) []byte {
+	for _, c := range v {
+		b = binary.BigEndian.AppendUint64(b, c)
+	}
+	return b
+}
+
+func readVersion(r *binform.Reader) pipeline.Version {
+	var v pipeline.Version
+	if b := r.Fixed(32); b != nil {
+		for i := range v {
+			v[i] = binary.BigEndian.Uint64(b[i*8:])
+		}
+	}
+	return v
+}
