@@ -264,3 +264,76 @@ func (r *Reader) Value() any {
 		return nil
 	}
 }
+
+// AppendShape appends a table shape: its database, columns and key (the
+// schema and table names are the caller's to keep).
+func AppendShape(b []byte, t *pipeline.Table) ([]byte, error) {
+	b = AppendString(b, t.ID.Database)
+	b = binary.AppendUvarint(b, uint64(len(t.Columns)))
+	for i := range t.Columns {
+		c := &t.Columns[i]
+		b = AppendString(b, c.Name)
+		b = append(b, byte(c.Type), byte(c.Elem), boolByte(c.Nullable), boolByte(c.Key))
+		b = binary.AppendVarint(binary.AppendVarint(b, int64(c.Precision)), int64(c.Scale))
+		b = binary.AppendUvarint(b, uint64(len(c.Enum)))
+		for _, l := range c.Enum {
+			b = AppendString(b, l)
+		}
+		b = AppendString(AppendString(b, c.SourceType), c.Comment)
+		var err error
+		if b, err = Append(b, c.Missing); err != nil {
+			return nil, fmt.Errorf("shape of %s, column %s: %w", t.ID, c.Name, err)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(t.KeyIdx)))
+	for _, k := range t.KeyIdx {
+		b = binary.AppendUvarint(b, uint64(k))
+	}
+	return b, nil
+}
+
+// ReadShape reads what AppendShape wrote, as table id (its database from
+// the bytes).
+func ReadShape(r *Reader, id pipeline.TableID) (*pipeline.Table, error) {
+	id.Database = string(r.Bytes())
+	n := r.Uvarint()
+	if r.Err() != nil || n > uint64(r.Len()) {
+		return nil, ErrCorrupt
+	}
+	t := &pipeline.Table{ID: id, Columns: make([]pipeline.Column, n)}
+	for i := range t.Columns {
+		c := &t.Columns[i]
+		c.Name = string(r.Bytes())
+		c.Type, c.Elem, c.Nullable, c.Key = pipeline.Type(r.Byte()), pipeline.Type(r.Byte()), r.Byte() == 1, r.Byte() == 1
+		c.Precision, c.Scale = int(r.Varint()), int(r.Varint())
+		ne := r.Uvarint()
+		if ne > uint64(r.Len()) {
+			return nil, ErrCorrupt
+		}
+		for range ne {
+			c.Enum = append(c.Enum, string(r.Bytes()))
+		}
+		c.SourceType = string(r.Bytes())
+		c.Comment = string(r.Bytes())
+		c.Missing = r.Value()
+	}
+	nk := r.Uvarint()
+	if nk > n {
+		return nil, ErrCorrupt
+	}
+	for range nk {
+		k := r.Uvarint()
+		if k >= n {
+			return nil, ErrCorrupt
+		}
+		t.KeyIdx = append(t.KeyIdx, int(k))
+	}
+	return t, r.Err()
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}

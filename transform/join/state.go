@@ -231,26 +231,9 @@ func (s state) referrers(n int, lk []byte) ([][]byte, error) {
 // putShape stores a table's columns, so a restarted join knows the shapes
 // before the source sends a row of every table again.
 func (s state) putShape(t *pipeline.Table) error {
-	b := binform.AppendString(nil, t.ID.Database)
-	b = binary.AppendUvarint(b, uint64(len(t.Columns)))
-	for i := range t.Columns {
-		c := &t.Columns[i]
-		b = binform.AppendString(b, c.Name)
-		b = append(b, byte(c.Type), byte(c.Elem), boolByte(c.Nullable), boolByte(c.Key))
-		b = binary.AppendVarint(binary.AppendVarint(b, int64(c.Precision)), int64(c.Scale))
-		b = binary.AppendUvarint(b, uint64(len(c.Enum)))
-		for _, l := range c.Enum {
-			b = binform.AppendString(b, l)
-		}
-		b = binform.AppendString(binform.AppendString(b, c.SourceType), c.Comment)
-		var err error
-		if b, err = binform.Append(b, c.Missing); err != nil {
-			return fmt.Errorf("shape of %s, column %s: %w", t.ID, c.Name, err)
-		}
-	}
-	b = binary.AppendUvarint(b, uint64(len(t.KeyIdx)))
-	for _, k := range t.KeyIdx {
-		b = binary.AppendUvarint(b, uint64(k))
+	b, err := binform.AppendShape(nil, t)
+	if err != nil {
+		return err
 	}
 	return s.tx.Bucket(bucketMeta).Put([]byte("shape:"+t.ID.String()), b)
 }
@@ -260,46 +243,5 @@ func (s state) shape(id pipeline.TableID) (*pipeline.Table, error) {
 	if v == nil {
 		return nil, nil
 	}
-	r := binform.NewReader(v)
-	id.Database = string(r.Bytes())
-	n := r.Uvarint()
-	if r.Err() != nil || n > uint64(r.Len()) {
-		return nil, binform.ErrCorrupt
-	}
-	t := &pipeline.Table{ID: id, Columns: make([]pipeline.Column, n)}
-	for i := range t.Columns {
-		c := &t.Columns[i]
-		c.Name = string(r.Bytes())
-		c.Type, c.Elem, c.Nullable, c.Key = pipeline.Type(r.Byte()), pipeline.Type(r.Byte()), r.Byte() == 1, r.Byte() == 1
-		c.Precision, c.Scale = int(r.Varint()), int(r.Varint())
-		ne := r.Uvarint()
-		if ne > uint64(r.Len()) {
-			return nil, binform.ErrCorrupt
-		}
-		for range ne {
-			c.Enum = append(c.Enum, string(r.Bytes()))
-		}
-		c.SourceType = string(r.Bytes())
-		c.Comment = string(r.Bytes())
-		c.Missing = r.Value()
-	}
-	nk := r.Uvarint()
-	if nk > n {
-		return nil, binform.ErrCorrupt
-	}
-	for range nk {
-		k := r.Uvarint()
-		if k >= n {
-			return nil, binform.ErrCorrupt
-		}
-		t.KeyIdx = append(t.KeyIdx, int(k))
-	}
-	return t, r.Err()
-}
-
-func boolByte(b bool) byte {
-	if b {
-		return 1
-	}
-	return 0
+	return binform.ReadShape(binform.NewReader(v), id)
 }
