@@ -33,14 +33,26 @@ var funcNames = [...]string{"count", "count", "sum", "avg", "min", "max", "count
 
 func (f Func) String() string { return funcNames[f] }
 
-// Numeric says how a sum or average keeps and gives its numbers.
+// Numeric says how a sum or average gives its numbers, by the kind of
+// values it sums (all of a column's values are of one kind).
 type Numeric uint8
 
 const (
-	Integer Numeric = iota // int64 or uint64 inputs: an exact integer sum
-	Float                  // float64 inputs: summed exactly (each float is an exact decimal), given as the nearest float
+	Integer Numeric = iota // int64 or uint64 values: an exact decimal of scale 0
+	Float                  // float64 values: summed exactly (each float is an exact decimal), given as the nearest float
 	Exact                  // decimals: exact
 )
+
+// numericOf is the kind of a numeric value.
+func numericOf(v any) Numeric {
+	switch v.(type) {
+	case float64:
+		return Float
+	case pipeline.Decimal:
+		return Exact
+	}
+	return Integer
+}
 
 // acc is one aggregate's state in one window and group.
 type acc interface {
@@ -52,16 +64,16 @@ type acc interface {
 	result() any
 }
 
-func newAcc(f Func, num Numeric) acc {
+func newAcc(f Func) acc {
 	switch f {
 	case CountRows:
 		return &count{rows: true}
 	case Count:
 		return &count{}
 	case Sum:
-		return &sum{num: num}
+		return &sum{}
 	case Avg:
-		return &sum{num: num, avg: true}
+		return &sum{avg: true}
 	case Min:
 		return &extreme{max: false}
 	case Max:
@@ -110,6 +122,9 @@ var (
 
 func (s *sum) add(v any, _ int64, _ pipeline.Version) {
 	if d, ok := toDecimal(v); ok {
+		if s.n == 0 {
+			s.num = numericOf(v)
+		}
 		_, _ = exact.Add(&s.total, &s.total, d)
 		s.n++
 	}
@@ -145,14 +160,9 @@ func (s *sum) result() any {
 	}
 	switch s.num {
 	case Integer:
-		if !s.avg {
-			var i apd.Decimal
-			_, _ = wide.Quantize(&i, v, 0)
-			if n, err := i.Int64(); err == nil {
-				return n
-			}
-		}
-		return eval.FromAPD(v)
+		var i apd.Decimal
+		_, _ = wide.Quantize(&i, v, 0)
+		return eval.FromAPD(&i)
 	case Float:
 		f, _ := v.Float64()
 		return f

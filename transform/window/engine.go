@@ -9,15 +9,13 @@ import (
 	"github.com/sluice-cdc/sluice/verify"
 )
 
-// Agg is one aggregate of a window: its function and, for sum and avg,
-// how its numbers are kept.
+// Agg is one aggregate of a window.
 type Agg struct {
-	Func    Func
-	Numeric Numeric
+	Func Func
 }
 
-// Options define an Engine.
-type Options struct {
+// EngineOptions define an Engine.
+type EngineOptions struct {
 	Spec Spec
 	Aggs []Agg
 	// Lateness is how long, in microseconds of event time, a window's
@@ -58,6 +56,8 @@ type Emission struct {
 	Version pipeline.Version
 	Origin  pipeline.Version
 	Delete  bool
+	// Update: an earlier result of the group is in the sinks.
+	Update bool
 }
 
 // Late says a change met windows whose state is gone (their end plus the
@@ -73,7 +73,7 @@ type Late struct {
 // Engine holds the open windows, their groups and the rows contributing
 // to them. Not safe for concurrent use.
 type Engine struct {
-	opts      Options
+	opts      EngineOptions
 	windows   map[Bounds]*window
 	rows      map[string]*contribution
 	watermark int64
@@ -122,7 +122,7 @@ type contribution struct {
 const NoWatermark int64 = math.MinInt64
 
 // NewEngine makes an empty engine.
-func NewEngine(o Options) *Engine {
+func NewEngine(o EngineOptions) *Engine {
 	return &Engine{opts: o, windows: map[Bounds]*window{}, rows: map[string]*contribution{}, watermark: NoWatermark,
 		dirtyRows: map[string]bool{}, dirtyGroups: map[groupRef]bool{}}
 }
@@ -277,8 +277,8 @@ func (e *Engine) Advance(wm int64) []Emission {
 			for i, a := range g.accs {
 				vals[i] = a.result()
 			}
+			out = append(out, Emission{Window: w.b, Group: g.key, Values: vals, Version: g.version(), Origin: g.origin, Update: g.emitted})
 			g.emitted = true
-			out = append(out, Emission{Window: w.b, Group: g.key, Values: vals, Version: g.version(), Origin: g.origin})
 		}
 		if e.expired(w.b) {
 			e.drop(w)
@@ -303,6 +303,32 @@ func (e *Engine) drop(w *window) {
 			delete(e.rows, row)
 		}
 		e.dirtyRows[row] = true
+	}
+}
+
+// Contribution returns what row contributes now; false for a row the
+// engine does not hold or holds as a tombstone.
+func (e *Engine) Contribution(row string) (*Input, bool) {
+	c := e.rows[row]
+	if c == nil || c.deleted {
+		return nil, false
+	}
+	in := c.in
+	return &in, true
+}
+
+// Truncate retracts every row whose change is older than version (a
+// truncate of the input table at version).
+func (e *Engine) Truncate(version pipeline.Version) {
+	rows := make([]string, 0, len(e.rows))
+	for row, c := range e.rows {
+		if !c.deleted && c.in.Version.Less(version) {
+			rows = append(rows, row)
+		}
+	}
+	slices.Sort(rows) // a deterministic order of the groups' changes
+	for _, row := range rows {
+		e.retract(row, version)
 	}
 }
 

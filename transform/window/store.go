@@ -83,7 +83,7 @@ func (e *Engine) Flush(tx *bbolt.Tx) error {
 
 // Load rebuilds an engine from what Flush wrote into tx (an empty file
 // gives an empty engine).
-func Load(tx *bbolt.Tx, o Options) (*Engine, error) {
+func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 	e := NewEngine(o)
 	rows, groups, meta, err := buckets(tx)
 	if err != nil {
@@ -157,7 +157,7 @@ func (e *Engine) group(w *window, key string, vals []any) *group {
 	if g == nil {
 		g = &group{key: vals, accs: make([]acc, len(e.opts.Aggs))}
 		for i, a := range e.opts.Aggs {
-			g.accs[i] = newAcc(a.Func, a.Numeric)
+			g.accs[i] = newAcc(a.Func)
 		}
 		w.groups[key] = g
 	}

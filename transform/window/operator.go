@@ -1,0 +1,391 @@
+package window
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/bbolt"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/transform/scope"
+	"github.com/sluice-cdc/sluice/verify"
+)
+
+// AggDef is one output column of a window: As = Func(Column). Column is
+// empty for count().
+type AggDef struct {
+	As     string
+	Func   Func
+	Column string
+}
+
+// LatePolicy is what happens to a change too late for its window (its
+// state is gone: the watermark passed the window's end plus the allowed
+// lateness).
+type LatePolicy string
+
+const (
+	LateDrop       LatePolicy = "drop"        // counted, not applied
+	LateSideOutput LatePolicy = "side_output" // to the dead-letter queue with its window and lateness
+)
+
+// Options define a window operator.
+type Options struct {
+	// Name names the operator in errors and the dead-letter queue.
+	Name string
+	// Output is the results' table; Input the captured table windowed.
+	Output, Input pipeline.TableID
+	// EventTime is the column holding the event time (timestamp,
+	// timestamptz, date or a number of seconds since the epoch); empty:
+	// the source commit time.
+	EventTime string
+	Spec      Spec
+	// OutOfOrder is how far behind the newest event time seen the
+	// watermark stays; Lateness how long after a window's end its state
+	// stays to take late changes; IdleTimeout how long (in source time,
+	// by the heartbeats) without a change of the input before the
+	// watermark follows the heartbeats' time.
+	OutOfOrder, Lateness, IdleTimeout time.Duration
+	GroupBy                           []string
+	Aggregates                        []AggDef
+	Late                              LatePolicy
+	// Dir holds the state file.
+	Dir string
+	// Backfilling lists the tables whose existing rows are being read
+	// for the first time (pipeline.Backfiller); nil: none. The watermark
+	// holds while the input is among them: historical rows arrive in key
+	// order, not time order.
+	Backfilling func() []pipeline.TableID
+	Log         *zap.Logger
+}
+
+// Operator is the window transform: a stateful pipeline.Operator and
+// pipeline.StateOwner. Records of other tables, and the input's own,
+// pass through; the window's results are added as records of Output.
+//
+// State: the engine's (store.go), in Dir, written through in one bbolt
+// transaction per batch before the batch's results leave Process, so the
+// results never get ahead of the state they come from; rows carry their
+// versions, so the state may be ahead of the checkpoint (a replay
+// changes nothing) as the join's is (Invariant 5).
+type Operator struct {
+	opts Options
+	log  *zap.Logger
+	db   *bbolt.DB
+	eng  *Engine
+	// out is the results' shape; outDirty: not yet stored.
+	out      *pipeline.Table
+	outDirty bool
+	plans    scope.Shapes[*plan]
+	rejects  scope.Rejects
+	// maxSeen is the newest event time of a stream change of the input;
+	// lastInput the source time of the last one, for idleness.
+	maxSeen, lastInput int64
+	stored             []byte // the definition the state was built for; nil: none
+	begun              bool
+	late               int64 // changes too late, by policy, since the start
+}
+
+// plan is where an input shape keeps what the window reads.
+type plan struct {
+	time   int   // the event time column; -1: commit time
+	groups []int // the group columns
+	args   []int // per aggregate, its column; -1: count()
+}
+
+// Open opens (or creates) the state; Begin must be called before the
+// first Process.
+func Open(o Options) (*Operator, error) {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if err := o.Spec.Check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.Name, err)
+	}
+	if len(o.Aggregates) == 0 {
+		return nil, fmt.Errorf("%s: no aggregates", o.Name)
+	}
+	if err := os.MkdirAll(o.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("%s: state directory: %w", o.Name, err)
+	}
+	path := filepath.Join(o.Dir, "window.db")
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("%s: state %s is locked by another process (is a second sluice running this pipeline?)", o.Name, path)
+		}
+		return nil, fmt.Errorf("%s: open state %s: %w", o.Name, path, err)
+	}
+	op := &Operator{opts: o, log: o.Log, db: db, rejects: scope.Rejects{Op: o.Name, Policy: scope.DLQ},
+		maxSeen: NoWatermark, lastInput: NoWatermark}
+	err = db.View(func(tx *bbolt.Tx) error {
+		if m := tx.Bucket(bucketMeta); m != nil {
+			op.stored = slices.Clone(m.Get(keyDefinition))
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return op, nil
+}
+
+var keyDefinition = []byte("definition")
+
+// definition is what the state and the results already written were
+// built for; Begin refuses to resume with state built for another.
+func (o *Operator) definition() []byte {
+	type agg struct {
+		As, Func, Column string
+	}
+	def := struct {
+		Input, EventTime        string
+		Size, Advance, Lateness time.Duration
+		GroupBy                 []string
+		Aggregates              []agg
+	}{Input: o.opts.Input.String(), EventTime: o.opts.EventTime, Size: o.opts.Spec.Size, Advance: o.opts.Spec.Advance,
+		Lateness: o.opts.Lateness, GroupBy: o.opts.GroupBy}
+	for _, a := range o.opts.Aggregates {
+		def.Aggregates = append(def.Aggregates, agg{a.As, a.Func.String(), a.Column})
+	}
+	b, _ := json.Marshal(def) // strings and numbers always marshal
+	return b
+}
+
+// Begin implements pipeline.StateOwner: without a checkpoint the state
+// starts over (every row is read again); with one, the state must exist
+// and be built for this definition.
+func (o *Operator) Begin(_ context.Context, resumed bool) error {
+	def := o.definition()
+	if resumed {
+		switch {
+		case o.stored == nil:
+			return fmt.Errorf("%s: no window state in %s, but the pipeline resumes from a checkpoint (the window was added to a running pipeline, or its state_dir moved or was removed): its results need every row of %s; rebuild them with `sluice run --reset-offsets`",
+				o.opts.Name, o.opts.Dir, o.opts.Input)
+		case !bytes.Equal(o.stored, def):
+			return fmt.Errorf("%s: the window's definition changed since its state and results were built (was %s, now %s); rebuild them with `sluice run --reset-offsets`",
+				o.opts.Name, o.stored, def)
+		}
+	} else {
+		err := o.db.Update(func(tx *bbolt.Tx) error {
+			for _, name := range [][]byte{bucketRows, bucketGroups, bucketMeta} {
+				if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
+					return err
+				}
+				if _, err := tx.CreateBucket(name); err != nil {
+					return err
+				}
+			}
+			return tx.Bucket(bucketMeta).Put(keyDefinition, def)
+		})
+		if err != nil {
+			return fmt.Errorf("%s: start the state over: %w", o.opts.Name, err)
+		}
+	}
+	err := o.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		if o.eng, err = Load(tx, EngineOptions{Spec: o.opts.Spec, Aggs: o.aggs(), Lateness: o.opts.Lateness.Microseconds()}); err != nil {
+			return err
+		}
+		return o.loadShape(tx)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: load the state: %w", o.opts.Name, err)
+	}
+	o.begun = true
+	return nil
+}
+
+func (o *Operator) aggs() []Agg {
+	out := make([]Agg, len(o.opts.Aggregates))
+	for i, a := range o.opts.Aggregates {
+		out[i] = Agg{Func: a.Func}
+	}
+	return out
+}
+
+// Close releases the state file.
+func (o *Operator) Close() error { return o.db.Close() }
+
+// Snapshot: the operator keeps its own durable state (StateOwner).
+func (*Operator) Snapshot() ([]byte, error) { return nil, nil }
+
+// Restore: the operator keeps its own durable state (StateOwner).
+func (*Operator) Restore([]byte) error { return nil }
+
+// Process applies the batch's changes of the input table to the windows,
+// moves the watermark, writes the state, and returns the batch with the
+// results of the windows that closed (or were corrected) added.
+func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
+	if !o.begun {
+		return nil, fmt.Errorf("%s: Process before Begin", o.opts.Name)
+	}
+	for i := range in {
+		r := &in[i]
+		if r.Op == pipeline.OpHeartbeat {
+			o.heartbeat(r)
+			continue
+		}
+		if r.Table == nil || r.Table.ID.Schema != o.opts.Input.Schema || r.Table.ID.Table != o.opts.Input.Table {
+			continue
+		}
+		if err := o.apply(r); err != nil {
+			if err := o.rejects.Add(r, err); err != nil {
+				return nil, err
+			}
+		}
+	}
+	emissions := o.eng.Advance(o.watermark())
+	err := o.db.Update(func(tx *bbolt.Tx) error {
+		if err := o.eng.Flush(tx); err != nil {
+			return err
+		}
+		return o.putShape(tx)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: write the state: %w", o.opts.Name, err)
+	}
+	out := in
+	if len(emissions) > 0 && o.out == nil {
+		return nil, fmt.Errorf("%s: results to write but no shape of %s known", o.opts.Name, o.opts.Input)
+	}
+	for _, e := range emissions {
+		out = append(out, o.record(e))
+	}
+	return o.rejects.Result(out)
+}
+
+// apply applies one change of the input table.
+func (o *Operator) apply(r *pipeline.Record) error {
+	p, err := o.plans.Get(r.Table, o.plan)
+	if err != nil {
+		return err
+	}
+	img := r.After
+	if img == nil {
+		img = r.Before
+	}
+	key := verify.RowKey(r.Table, img)
+	switch r.Op {
+	case pipeline.OpDelete:
+		o.eng.Delete(key, r.Version)
+		return nil
+	case pipeline.OpTruncate:
+		o.eng.Truncate(r.Version)
+		return nil
+	case pipeline.OpInsert, pipeline.OpUpdate, pipeline.OpRead:
+	default:
+		return nil
+	}
+	prev, _ := o.eng.Contribution(key)
+	in := Input{Row: key, Version: r.Version, Group: make([]any, len(p.groups)), Args: make([]any, len(p.args))}
+	value := func(col int, prior func(Input) any) (any, error) {
+		v := img[col]
+		if v != pipeline.UnchangedValue {
+			return v, nil
+		}
+		if prev == nil {
+			return nil, fmt.Errorf("column %s: the change does not carry its value (an unchanged TOAST value) and the window holds no earlier one; ALTER TABLE %s REPLICA IDENTITY FULL makes every change carry it",
+				r.Table.Columns[col].Name, r.Table.ID)
+		}
+		return prior(*prev), nil
+	}
+	if p.time < 0 {
+		in.Time = r.EventTime.UnixMicro()
+	} else {
+		v, err := value(p.time, func(c Input) any { return nil })
+		if err != nil {
+			return err
+		}
+		if v == nil && prev != nil {
+			in.Time = prev.Time
+		} else if in.Time, err = eventTime(v); err != nil {
+			return fmt.Errorf("column %s: %w", o.opts.EventTime, err)
+		}
+	}
+	for i, col := range p.groups {
+		if in.Group[i], err = value(col, func(c Input) any { return c.Group[i] }); err != nil {
+			return err
+		}
+	}
+	for i, col := range p.args {
+		if col < 0 {
+			in.Args[i] = true // count(): every row
+			continue
+		}
+		if in.Args[i], err = value(col, func(c Input) any { return c.Args[i] }); err != nil {
+			return err
+		}
+	}
+	if r.Op != pipeline.OpRead && !r.Snapshot {
+		// Snapshot rows arrive in key order, not time order: only stream
+		// changes move the watermark.
+		o.maxSeen = max(o.maxSeen, in.Time)
+		o.lastInput = max(o.lastInput, r.EventTime.UnixMicro())
+	}
+	late := o.eng.Upsert(in)
+	if late == nil {
+		return nil
+	}
+	o.late++
+	if o.opts.Late == LateSideOutput {
+		return &lateError{late: late}
+	}
+	o.log.Debug("late change dropped", zap.String("window", o.opts.Name), zap.Stringer("version", r.Version))
+	return nil
+}
+
+// lateError is a change too late for its windows, side-output to the
+// dead-letter queue.
+type lateError struct{ late *Late }
+
+func (e *lateError) Error() string {
+	var ws []string
+	for _, w := range e.late.Windows {
+		ws = append(ws, fmt.Sprintf("[%s, %s)", time.UnixMicro(w.Start).UTC().Format(time.RFC3339Nano), time.UnixMicro(w.End).UTC().Format(time.RFC3339Nano)))
+	}
+	return fmt.Sprintf("late: the change belongs to window %s, whose state is gone; the watermark is %s past its end (beyond the allowed lateness)",
+		strings.Join(ws, ", "), time.Duration(e.late.By)*time.Microsecond)
+}
+
+// heartbeat advances an idle input's clock: after IdleTimeout of source
+// time without a change of the input, the watermark may follow the
+// heartbeats.
+func (o *Operator) heartbeat(r *pipeline.Record) {
+	if o.opts.IdleTimeout <= 0 || r.EventTime.IsZero() {
+		return
+	}
+	now := r.EventTime.UnixMicro()
+	if o.lastInput == NoWatermark || now-o.lastInput >= o.opts.IdleTimeout.Microseconds() {
+		o.maxSeen = max(o.maxSeen, now)
+	}
+}
+
+// watermark is the newest event time seen minus the out-of-orderness,
+// held while the input is being backfilled.
+func (o *Operator) watermark() int64 {
+	if o.maxSeen == NoWatermark {
+		return NoWatermark
+	}
+	if o.opts.Backfilling != nil {
+		for _, t := range o.opts.Backfilling() {
+			if t.Schema == o.opts.Input.Schema && t.Table == o.opts.Input.Table {
+				return o.eng.Watermark()
+			}
+		}
+	}
+	return o.maxSeen - o.opts.OutOfOrder.Microseconds()
+}
+
+// Late reports how many changes came too late since the start.
+func (o *Operator) Late() int64 { return o.late }

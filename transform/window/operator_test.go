@@ -1,0 +1,161 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+var ordersTable = &pipeline.Table{
+	ID: pipeline.TableID{Schema: "public", Table: "orders"},
+	Columns: []pipeline.Column{
+		{Name: "id", Type: pipeline.TypeInt64, Key: true},
+		{Name: "region", Type: pipeline.TypeString},
+		{Name: "amount", Type: pipeline.TypeDecimal, Precision: 10, Scale: 2, Nullable: true},
+		{Name: "created_at", Type: pipeline.TypeTimestampTZ},
+	},
+	KeyIdx: []int{0},
+}
+
+func revenue(dir string) Options {
+	return Options{
+		Name: "transforms[0].window", Output: pipeline.TableID{Schema: "analytics", Table: "revenue"},
+		Input: ordersTable.ID, EventTime: "created_at", Spec: Tumbling(time.Minute),
+		OutOfOrder: 5 * time.Second, Lateness: 30 * time.Second, IdleTimeout: 10 * time.Second,
+		GroupBy: []string{"region"}, Late: LateSideOutput, Dir: dir,
+		Aggregates: []AggDef{{As: "orders", Func: CountRows}, {As: "revenue", Func: Sum, Column: "amount"}, {As: "biggest", Func: Max, Column: "amount"}},
+	}
+}
+
+func openOp(t *testing.T, o Options, resumed bool) *Operator {
+	t.Helper()
+	op, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Begin(context.Background(), resumed); err != nil {
+		op.Close()
+		t.Fatal(err)
+	}
+	return op
+}
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func ord(op pipeline.Op, id int64, region, amount string, at time.Duration, ver uint64) pipeline.Record {
+	row := []any{id, region, d(amount), pipeline.TimestampOf(t0.Add(at))}
+	r := pipeline.Record{Op: op, Table: ordersTable, Version: v(ver), EventTime: t0.Add(at)}
+	if op == pipeline.OpDelete {
+		r.Before = row
+	} else {
+		r.After = row
+	}
+	return r
+}
+
+// results renders the window's records of a batch.
+func results(t *testing.T, recs []pipeline.Record) []string {
+	t.Helper()
+	var out []string
+	for _, r := range recs {
+		if r.Table == nil || r.Table.ID.Table != "revenue" {
+			continue
+		}
+		img := r.After
+		if img == nil {
+			img = r.Before
+		}
+		start := img[0].(pipeline.Timestamp).Time().Sub(t0)
+		out = append(out, fmt.Sprintf("%s %v %s %v v%d", r.Op, start, img[2], img[3:], r.Version[1]))
+	}
+	return out
+}
+
+func process(t *testing.T, op *Operator, recs ...pipeline.Record) ([]pipeline.Record, *pipeline.Rejects) {
+	t.Helper()
+	out, err := op.Process(context.Background(), recs)
+	var rj *pipeline.Rejects
+	if err != nil && !errors.As(err, &rj) {
+		t.Fatal(err)
+	}
+	return out, rj
+}
+
+func TestOperatorEmitsCorrectsAndSurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	op := openOp(t, revenue(dir), false)
+	out, _ := process(t, op,
+		ord(pipeline.OpInsert, 1, "EU", "10.00", 10*time.Second, 1),
+		ord(pipeline.OpInsert, 2, "EU", "5.50", 20*time.Second, 2),
+		ord(pipeline.OpInsert, 3, "US", "1.00", 61*time.Second, 3))
+	if len(out) != 3 || len(results(t, out)) != 0 {
+		t.Fatalf("before the watermark passes 1m: %v", results(t, out))
+	}
+	if out[0].Table != ordersTable {
+		t.Fatal("the input records do not pass through")
+	}
+	// 66 s - 5 s out of orderness: the first minute closes.
+	out, _ = process(t, op, ord(pipeline.OpInsert, 4, "US", "2.00", 66*time.Second, 4))
+	if got := strings.Join(results(t, out), "; "); got != "c 0s EU [2 15.50 10.00] v2" {
+		t.Fatalf("on close: %s", got)
+	}
+	sh := out[1].Table
+	if sh.ID.String() != "analytics.revenue" || len(sh.KeyIdx) != 3 || sh.Columns[4].Type != pipeline.TypeDecimal || sh.Columns[4].Scale != 2 {
+		t.Fatalf("results' shape: %+v", sh)
+	}
+	// Kill: the state is on disk; a new operator resumes from it.
+	op.Close()
+	op = openOp(t, revenue(dir), true)
+	// Order 1 grows late (within the lateness): a correction (a retraction
+	// and an addition: two changes of the group).
+	out, _ = process(t, op, ord(pipeline.OpUpdate, 1, "EU", "20.00", 10*time.Second, 5))
+	if got := strings.Join(results(t, out), "; "); got != "u 0s EU [2 25.50 20.00] v4" {
+		t.Fatalf("correction: %s", got)
+	}
+	// The watermark passes 1m30s: the first window's state is gone, and a
+	// change for it goes to the dead-letter queue, still reaching its
+	// sinks.
+	process(t, op, ord(pipeline.OpInsert, 5, "US", "3.00", 100*time.Second, 6))
+	late := ord(pipeline.OpInsert, 6, "EU", "7.00", 30*time.Second, 7)
+	out, rj := process(t, op, late)
+	if rj == nil || len(rj.Records) != 1 || !strings.Contains(rj.Records[0].Err.Error(), "late: the change belongs to window [2026-01-01T12:00:00Z, 2026-01-01T12:01:00Z)") {
+		t.Fatalf("late: %v", rj)
+	}
+	if len(out) != 1 || out[0].Version != late.Version {
+		t.Fatalf("the late record does not reach its sinks: %+v", out)
+	}
+	// Heartbeats after 10 s of source time without orders move the
+	// watermark: the second minute closes.
+	out, _ = process(t, op, pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: t0.Add(200 * time.Second)})
+	if got := strings.Join(results(t, out), "; "); got != "c 1m0s US [3 6.00 3.00] v3" {
+		t.Fatalf("idle: %s", got)
+	}
+	op.Close()
+}
+
+func TestOperatorRefusesStateItCannotUse(t *testing.T) {
+	dir := t.TempDir()
+	op, err := Open(revenue(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Begin(context.Background(), true); err == nil || !strings.Contains(err.Error(), "--reset-offsets") {
+		t.Fatalf("resuming without state: %v", err)
+	}
+	if err := op.Begin(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	op.Close()
+	o := revenue(dir)
+	o.GroupBy = nil
+	op, _ = Open(o)
+	defer op.Close()
+	if err := op.Begin(context.Background(), true); err == nil || !strings.Contains(err.Error(), "definition changed") {
+		t.Fatalf("resuming with another definition: %v", err)
+	}
+}
