@@ -24,7 +24,7 @@ func (d *decoder) validateRecordTransforms(c *Config) {
 		t := &c.Transforms[i]
 		kind := t.Kind()
 		base := index("transforms", i) + "." + kind
-		if kind == "" || kind == "join" || d.failed(base) {
+		if kind == "" || kind == "join" || kind == "window" || d.failed(base) {
 			continue
 		}
 		d.checkTables(base, transformTables(t))

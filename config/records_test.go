@@ -130,3 +130,29 @@ func TestRouteTopicRules(t *testing.T) {
 		}
 	}
 }
+
+func TestWindowProblems(t *testing.T) {
+	_, errs := parseErrs(t, recordBase+`  - window:
+      output: public.customers
+      table: public.orders
+      tumbling: 1m
+      hopping: {size: 5m, advance: 1m}
+      aggregates: ["n = count()", "n = sum(x)", "m = median(x)", "s = sum()"]
+`, nil)
+	want := []string{
+		`pipe.yaml:11:7: transforms[0].window: set exactly one of tumbling and hopping`,
+		`pipe.yaml:11:15: transforms[0].window.output: output public.customers is a captured table`,
+		`pipe.yaml:12:14: transforms[0].window.table: table public.orders is not captured by the source`,
+		`pipe.yaml:15:35: transforms[0].window.aggregates[1]: output column n is used twice`,
+		`pipe.yaml:15:49: transforms[0].window.aggregates[2]: unknown aggregate function median`,
+		`pipe.yaml:15:66: transforms[0].window.aggregates[3]: sum needs a column`,
+	}
+	if len(errs) != len(want) {
+		t.Fatalf("got %d errors:\n%s", len(errs), strings.Join(errs, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(errs[i], want[i]) {
+			t.Errorf("error %d:\n got %s\nwant %s…", i, errs[i], want[i])
+		}
+	}
+}

@@ -17,6 +17,7 @@ type Transform struct {
 	Compute *ComputeTransform `yaml:"compute"`
 	Mask    *MaskTransform    `yaml:"mask"`
 	Route   *RouteTransform   `yaml:"route"`
+	Window  *WindowTransform  `yaml:"window"`
 }
 
 // Kind returns the transform's kind ("filter", "join", ...).
@@ -38,6 +39,8 @@ func (t *Transform) Kind() string {
 		return "mask"
 	case t.Route != nil:
 		return "route"
+	case t.Window != nil:
+		return "window"
 	}
 	return ""
 }
@@ -185,6 +188,14 @@ func (d *decoder) validateTransforms(c *Config) {
 	outputs := map[string]int{}
 	d.validateRecordTransforms(c)
 	for i, t := range c.Transforms {
+		if w := t.Window; w != nil && !d.failed(index("transforms", i)+".window") {
+			base := index("transforms", i) + ".window"
+			d.validateWindow(c, base, w)
+			if k, dup := outputs[w.Output]; dup {
+				d.errAt(base+".output", "output "+w.Output+" is also the output of "+index("transforms", k), "give every join and window its own output")
+			}
+			outputs[w.Output] = i
+		}
 		j := t.Join
 		base := index("transforms", i) + ".join"
 		if j == nil || d.failed(base) {
@@ -219,8 +230,10 @@ func (d *decoder) validateTransforms(c *Config) {
 	}
 }
 
-// resolveTransformPaths fills and resolves the joins' state directories.
+// resolveTransformPaths fills and resolves the joins' and windows' state
+// directories.
 func resolveTransformPaths(c *Config, abs func(string) string) {
+	resolveWindowPaths(c, abs)
 	for _, t := range c.Transforms {
 		if j := t.Join; j != nil {
 			if j.StateDir == "" {

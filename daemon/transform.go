@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/sluice-cdc/sluice/transform/reshape"
 	"github.com/sluice-cdc/sluice/transform/route"
 	"github.com/sluice-cdc/sluice/transform/scope"
+	"github.com/sluice-cdc/sluice/transform/window"
 	"github.com/sluice-cdc/sluice/verify"
 )
 
@@ -27,16 +29,30 @@ import (
 // resetState, their state is removed first: a pipeline starting over
 // with a fresh snapshot rebuilds it. The returned func closes them; call
 // it even on error.
-func buildTransforms(cfg *config.Config, resetState bool, log *zap.Logger) ([]pipeline.NamedOperator, func(), error) {
+func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, log *zap.Logger) ([]pipeline.NamedOperator, func(), error) {
 	var ops []pipeline.NamedOperator
-	var joins []*join.Join
+	var closers []func() error
 	closeAll := func() {
-		for _, j := range joins {
-			_ = j.Close()
+		for _, c := range closers {
+			_ = c()
 		}
 	}
 	for i := range cfg.Transforms {
 		t := &cfg.Transforms[i]
+		if w := t.Window; w != nil {
+			if resetState {
+				if err := os.RemoveAll(w.StateDir); err != nil {
+					return nil, closeAll, fmt.Errorf("reset window %s: %w", w.Output, err)
+				}
+			}
+			op, err := openWindow(cfg, i, src, log)
+			if err != nil {
+				return nil, closeAll, &pipeline.OpenError{What: "transform " + transformName(cfg, i), Err: err}
+			}
+			closers = append(closers, op.Close)
+			ops = append(ops, pipeline.NamedOperator{Name: transformName(cfg, i), Operator: op})
+			continue
+		}
 		j := t.Join
 		if j == nil {
 			op, err := recordTransform(cfg, i)
@@ -59,7 +75,7 @@ func buildTransforms(cfg *config.Config, resetState bool, log *zap.Logger) ([]pi
 		if err != nil {
 			return nil, closeAll, &pipeline.OpenError{What: "transform join " + j.Output, Err: err}
 		}
-		joins = append(joins, op)
+		closers = append(closers, op.Close)
 		ops = append(ops, pipeline.NamedOperator{Name: "join:" + j.Output, Operator: op})
 	}
 	return ops, closeAll, nil
@@ -230,8 +246,8 @@ func sourceShapes(ctx context.Context, cfg *config.Config) ([]*pipeline.Table, e
 
 // chain is the record transforms of a config as a verify.Transform: a
 // set of their own, so verification never shares an operator with the
-// running pipeline. Joins are left out (they add tables of their own and
-// pass the captured ones through).
+// running pipeline. Joins and windows are left out (they add tables of
+// their own and pass the captured ones through).
 type chain []pipeline.NamedOperator
 
 // recordChain builds the config's record transforms; nil when there are
@@ -239,7 +255,7 @@ type chain []pipeline.NamedOperator
 func recordChain(cfg *config.Config) (verify.Transform, error) {
 	var c chain
 	for i := range cfg.Transforms {
-		if cfg.Transforms[i].Join != nil {
+		if cfg.Transforms[i].Join != nil || cfg.Transforms[i].Window != nil {
 			continue
 		}
 		op, err := recordTransform(cfg, i)
@@ -274,4 +290,41 @@ func (c chain) Records(recs []pipeline.Record) []pipeline.Record {
 		recs = out
 	}
 	return recs
+}
+
+// openWindow opens window transform i; its watermark holds while the
+// source backfills the windowed table.
+func openWindow(cfg *config.Config, i int, src pipeline.Source, log *zap.Logger) (*window.Operator, error) {
+	w := cfg.Transforms[i].Window
+	o := window.Options{
+		Name: transformName(cfg, i), Output: tableID(w.Output), Input: tableID(w.Table), EventTime: w.EventTime,
+		OutOfOrder: w.MaxOutOfOrderness.Std(), Lateness: w.AllowedLateness.Std(), IdleTimeout: w.IdleTimeout.Std(),
+		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), Dir: w.StateDir, Log: log.Named("window"),
+	}
+	if w.Hopping != nil {
+		o.Spec = window.Spec{Size: w.Hopping.Size.Std(), Advance: w.Hopping.Advance.Std()}
+	} else {
+		o.Spec = window.Tumbling(w.Tumbling.Std())
+	}
+	for _, a := range w.Aggregates {
+		name, fn, col, err := config.ParseAggregate(a)
+		if err != nil {
+			return nil, err
+		}
+		f, err := window.ParseFunc(fn, col)
+		if err != nil {
+			return nil, err
+		}
+		o.Aggregates = append(o.Aggregates, window.AggDef{As: name, Func: f, Column: col})
+	}
+	if b, ok := src.(pipeline.Backfiller); ok {
+		o.Backfilling = b.Backfilling
+	}
+	return window.Open(o)
+}
+
+// tableID reads "schema.table".
+func tableID(s string) pipeline.TableID {
+	schema, table, _ := strings.Cut(s, ".")
+	return pipeline.TableID{Schema: schema, Table: table}
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -35,7 +36,7 @@ transforms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, closeOps, err := buildTransforms(cfg, false, zap.NewNop())
+	ops, closeOps, err := buildTransforms(cfg, nil, false, zap.NewNop())
 	defer closeOps()
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +63,52 @@ transforms:
 	for i := range want {
 		if !strings.HasPrefix(got[i], want[i]) {
 			t.Errorf("error %d:\n got %s\nwant %s…", i, got[i], want[i])
+		}
+	}
+}
+
+// A window's columns are checked against the table's shape at start too.
+func TestWindowCheckedAgainstShapes(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse(filepath.Join(dir, "pipe.yaml"), []byte(`pipeline: shop
+source:
+  generate: {changes: 10}
+sinks:
+  - duckdb: {path: ./db}
+transforms:
+  - window:
+      output: analytics.per_day
+      table: demo.orders
+      event_time: placed_onn
+      tumbling: 24h
+      aggregates: ["n = count()"]
+  - window:
+      output: analytics.by_status
+      table: demo.customers
+      tumbling: 1h
+      group_by: [vip]
+      aggregates: ["total = sum(name)"]
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, closeOps, err := buildTransforms(cfg, nil, false, zap.NewNop())
+	defer closeOps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = checkTransforms(context.Background(), cfg, ops)
+	var errs *config.Errors
+	if !errors.As(err, &errs) || len(errs.List) != 2 {
+		t.Fatalf("check: %v", err)
+	}
+	got := errs.Error()
+	for _, want := range []string{
+		`pipe.yaml:10:19: transforms[0].window.event_time: table demo.orders: column "placed_onn" of demo.orders does not exist`,
+		`pipe.yaml:18:19: transforms[1].window.aggregates: table demo.customers: sum(name): column name is string, not a number`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %s in\n%s", want, got)
 		}
 	}
 }

@@ -33,6 +33,20 @@ var funcNames = [...]string{"count", "count", "sum", "avg", "min", "max", "count
 
 func (f Func) String() string { return funcNames[f] }
 
+// ParseFunc reads a function's config name; count without a column is
+// count().
+func ParseFunc(name, column string) (Func, error) {
+	if name == "count" && column == "" {
+		return CountRows, nil
+	}
+	for f, n := range funcNames {
+		if n == name && Func(f) != CountRows {
+			return Func(f), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown aggregate function %s", name)
+}
+
 // Numeric says how a sum or average gives its numbers, by the kind of
 // values it sums (all of a column's values are of one kind).
 type Numeric uint8

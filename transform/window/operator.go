@@ -389,3 +389,16 @@ func (o *Operator) watermark() int64 {
 
 // Late reports how many changes came too late since the start.
 func (o *Operator) Late() int64 { return o.late }
+
+// Shape checks an input shape against the window (the event time, group
+// and aggregate columns and their types) and returns t: every record
+// passes through.
+func (o *Operator) Shape(t *pipeline.Table) (*pipeline.Table, error) {
+	if t.ID.Schema != o.opts.Input.Schema || t.ID.Table != o.opts.Input.Table {
+		return t, nil
+	}
+	if _, err := o.plans.Get(t, o.plan); err != nil {
+		return nil, err
+	}
+	return t, nil
+}

@@ -1,0 +1,116 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// WindowTransform computes event-time windowed aggregates of a captured
+// table into Output (transform/window).
+type WindowTransform struct {
+	// Output names the results' table, "schema.table"; sinks route it
+	// like a captured table.
+	Output string `yaml:"output" required:"true" pattern:"^[^.\\s]+\\.[^.\\s]+$" doc:"schema.table, e.g. analytics.revenue_per_minute"`
+	// Table is the captured table windowed.
+	Table string `yaml:"table" required:"true" pattern:"^[^.\\s]+\\.[^.\\s]+$" doc:"a captured table, e.g. public.orders"`
+	// EventTime is the column holding each row's event time; empty: the
+	// source commit time.
+	EventTime string `yaml:"event_time"`
+	// Tumbling is the size of back-to-back windows; Hopping, instead,
+	// windows of a size starting every advance.
+	Tumbling Duration       `yaml:"tumbling" min:"0s"`
+	Hopping  *HoppingWindow `yaml:"hopping"`
+	// MaxOutOfOrderness is how far behind the newest event time the
+	// watermark stays.
+	MaxOutOfOrderness Duration `yaml:"max_out_of_orderness" default:"0s" min:"0s"`
+	// AllowedLateness keeps a window's state that long after its end,
+	// so a late change still corrects its result.
+	AllowedLateness Duration `yaml:"allowed_lateness" default:"0s" min:"0s"`
+	// IdleTimeout: after this long (source time) without a change of the
+	// table, the watermark follows the source's heartbeats; 0: never.
+	IdleTimeout Duration `yaml:"idle_timeout" default:"30s" min:"0s"`
+	// Late is what a change too late for its window does.
+	Late    string   `yaml:"late" default:"drop" enum:"drop|side_output"`
+	GroupBy []string `yaml:"group_by"`
+	// Aggregates are "name = function(column)" lines.
+	Aggregates []string `yaml:"aggregates" required:"true" min:"1" doc:"a list such as [orders = count(), revenue = sum(amount)]"`
+	// StateDir holds the window's state; default <offsets.dir>/window/<output>.
+	StateDir string `yaml:"state_dir"`
+}
+
+// HoppingWindow is windows of Size starting every Advance.
+type HoppingWindow struct {
+	Size    Duration `yaml:"size" required:"true" min:"1us"`
+	Advance Duration `yaml:"advance" required:"true" min:"1us"`
+}
+
+var aggregateLine = regexp.MustCompile(`^\s*([A-Za-z_][A-Za-z0-9_]{0,62})\s*=\s*([a-z_]+)\(\s*([A-Za-z_][A-Za-z0-9_]*)?\s*\)\s*$`)
+
+// WindowFunctions are the aggregate functions of a window.
+var WindowFunctions = []string{"count", "sum", "avg", "min", "max", "count_distinct", "first", "last"}
+
+// ParseAggregate reads "name = function(column)"; column is empty for
+// count().
+func ParseAggregate(s string) (name, fn, column string, err error) {
+	m := aggregateLine.FindStringSubmatch(s)
+	if m == nil {
+		return "", "", "", fmt.Errorf("%q is not name = function(column)", s)
+	}
+	name, fn, column = m[1], m[2], m[3]
+	switch {
+	case !slices.Contains(WindowFunctions, fn):
+		return "", "", "", fmt.Errorf("unknown aggregate function %s; the functions: %s", fn, strings.Join(WindowFunctions, ", "))
+	case column == "" && fn != "count":
+		return "", "", "", fmt.Errorf("%s needs a column, e.g. %s = %s(amount)", fn, name, fn)
+	}
+	return name, fn, column, nil
+}
+
+func (d *decoder) validateWindow(c *Config, base string, w *WindowTransform) {
+	captured := capturedTables(c)
+	if captured != nil && !slices.Contains(captured, w.Table) && !d.failed(base+".table") {
+		d.errAt(base+".table", "table "+w.Table+" is not captured by the source", "capture it: add it to the source's tables")
+	}
+	if slices.Contains(captured, w.Output) && !d.failed(base+".output") {
+		d.errAt(base+".output", "output "+w.Output+" is a captured table", "name the results' table differently, e.g. analytics.orders_per_minute")
+	}
+	switch {
+	case (w.Tumbling == 0) == (w.Hopping == nil) && !d.failed(base+".tumbling", base+".hopping"):
+		d.errAt(base, "set exactly one of tumbling and hopping", "tumbling: 1m, or hopping: {size: 5m, advance: 1m}")
+	case w.Hopping != nil && w.Hopping.Advance > w.Hopping.Size && !d.failed(base+".hopping"):
+		d.errAt(base+".hopping.advance", "the advance is longer than the size (events between windows would belong to none)", "make advance at most size")
+	}
+	names := map[string]bool{"window_start": true, "window_end": true}
+	for _, g := range w.GroupBy {
+		names[g] = true
+	}
+	for k, a := range w.Aggregates {
+		p := index(base+".aggregates", k)
+		name, _, _, err := ParseAggregate(a)
+		switch {
+		case d.failed(p):
+		case err != nil:
+			d.errAt(p, err.Error(), "e.g. revenue = sum(amount); count() counts rows")
+		case names[name]:
+			d.errAt(p, "output column "+name+" is used twice (window_start, window_end, the group columns and the aggregates share one row)", "give it another name")
+		default:
+			names[name] = true
+		}
+	}
+}
+
+// resolveWindowPaths fills and resolves the windows' state directories.
+func resolveWindowPaths(c *Config, abs func(string) string) {
+	for _, t := range c.Transforms {
+		if w := t.Window; w != nil {
+			if w.StateDir == "" {
+				w.StateDir = filepath.Join(c.Offsets.Dir, "window", w.Output)
+			} else {
+				w.StateDir = abs(w.StateDir)
+			}
+		}
+	}
+}
