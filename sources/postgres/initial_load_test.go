@@ -110,7 +110,10 @@ func TestInitialLoadWithConcurrentWrites(t *testing.T) {
 	}
 	st := src.Status()
 	if len(st.Tables) != 2 || !st.Tables[0].Done || !st.Tables[1].Done || st.Tables[1].RowsDone != 3000 {
-		t.Fatalf("table progress %+v", st.Tables)
+		// Reported, and the comparison below still runs: it tells a
+		// miscount from rows missing in the sink (seen once in CI, with
+		// 2,992 rows of c counted, not reproduced in 65 runs since).
+		t.Errorf("table progress %+v", st.Tables)
 	}
 
 	// Keep writing into the stream phase, then stop and catch up.
