@@ -366,7 +366,12 @@ func (o *Operator) heartbeat(r *pipeline.Record) {
 		return
 	}
 	now := r.EventTime.UnixMicro()
-	if o.lastInput == NoWatermark || now-o.lastInput >= o.opts.IdleTimeout.Microseconds() {
+	if o.lastInput == NoWatermark {
+		// No change seen since the start: idleness counts from here.
+		o.lastInput = now
+		return
+	}
+	if now-o.lastInput >= o.opts.IdleTimeout.Microseconds() {
 		o.maxSeen = max(o.maxSeen, now)
 	}
 }
