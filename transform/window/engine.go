@@ -81,6 +81,7 @@ type Engine struct {
 	// write (or delete, when gone from the maps).
 	dirtyRows   map[string]bool
 	dirtyGroups map[groupRef]bool
+	maxOrigin   pipeline.Version
 }
 
 // groupRef names one group of one window.
@@ -164,6 +165,7 @@ func (e *Engine) Upsert(in Input) *Late {
 		}
 		g.rows++
 		g.touch(in.Version)
+		e.seen(in.Version)
 		e.dirtyGroups[groupRef{b, c.group}] = true
 		w.rows[in.Row] = true
 		c.windows = append(c.windows, b)
@@ -207,9 +209,13 @@ func (e *Engine) retract(row string, version pipeline.Version) {
 		}
 		g.rows--
 		g.touch(version)
+		e.seen(version)
 		e.dirtyGroups[groupRef{b, c.group}] = true
 	}
 }
+
+// MaxOrigin is the newest version among the changes the engine applied.
+func (e *Engine) MaxOrigin() pipeline.Version { return e.maxOrigin }
 
 func (g *group) touch(v pipeline.Version) {
 	if g.origin.Less(v) {
@@ -221,6 +227,12 @@ func (g *group) touch(v pipeline.Version) {
 }
 
 func (g *group) version() pipeline.Version { return pipeline.Version{g.gen, g.changes} }
+
+func (e *Engine) seen(v pipeline.Version) {
+	if e.maxOrigin.Less(v) {
+		e.maxOrigin = v
+	}
+}
 
 func (e *Engine) window(b Bounds) *window {
 	w := e.windows[b]

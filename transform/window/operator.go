@@ -259,7 +259,18 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	if len(emissions) > 0 && o.out == nil {
 		return nil, fmt.Errorf("%s: results to write but no shape of %s known", o.opts.Name, o.opts.Input)
 	}
+	// The results leave after the batch's records: their Origin is the
+	// newest version so far, so Origins never go down in the order records
+	// leave the operator (the exactly-once Kafka sink's high-water mark
+	// skips a record whose Origin is below one it wrote).
+	origin := o.eng.MaxOrigin()
+	for i := range in {
+		if ov := in[i].OrderVersion(); origin.Less(ov) {
+			origin = ov
+		}
+	}
 	for _, e := range emissions {
+		e.Origin = origin
 		out = append(out, o.record(e))
 	}
 	return o.rejects.Result(out)

@@ -122,6 +122,10 @@ func TestOperatorEmitsCorrectsAndSurvivesARestart(t *testing.T) {
 	if got := strings.Join(results(t, out), "; "); got != "u 0s EU [2 25.50 20.00] v4" {
 		t.Fatalf("correction: %s", got)
 	}
+	// Results leave after the batch's records, never with a lower Origin.
+	if last := out[len(out)-1]; last.Origin != v(5) || !last.Derived() {
+		t.Fatalf("the correction's origin %v", last.Origin)
+	}
 	// The watermark passes 1m30s: the first window's state is gone, and a
 	// change for it goes to the dead-letter queue, still reaching its
 	// sinks.

@@ -136,6 +136,7 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 		}
 		g := e.group(e.window(ref.b), ref.key, vals)
 		g.changes, g.gen, g.origin = changes, gen, origin
+		e.seen(origin)
 		g.emitted, g.dirty = flags&1 != 0, flags&2 != 0
 		return nil
 	})
