@@ -171,6 +171,16 @@ type StateOwner interface {
 	Begin(ctx context.Context, resumed bool) error
 }
 
+// Settler is implemented by operators that keep what they emitted until
+// it is durable (a window's final results: transform/window).
+type Settler interface {
+	// Settled tells the operator that the outputs of the first n batches
+	// its Process returned in this run (counted from 1) are durable in
+	// every sink. It is called from the checkpoint goroutine, concurrently
+	// with Process, and must not block.
+	Settled(n uint64)
+}
+
 // Checkpoint is what the offset store keeps for a pipeline.
 type Checkpoint struct {
 	Pipeline  string                     `json:"pipeline"`

@@ -211,6 +211,14 @@ func (l *ledger) lowWater() Position {
 	return pos
 }
 
+// settled is how many batches, counted from the first of the run, are
+// durable (lowWater moves it).
+func (l *ledger) settled() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.firstSeq - 1
+}
+
 // inFlight returns the records and bytes not yet durable.
 func (l *ledger) inFlight() (int, int64) {
 	l.mu.Lock()

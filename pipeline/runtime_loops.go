@@ -211,6 +211,13 @@ func (r *Runtime) commit(ctx context.Context) error {
 	if pos := r.ledger.lowWater(); pos != nil {
 		r.pendingPos = pos
 	}
+	if n := r.ledger.settled(); n > 0 {
+		for _, op := range r.ops {
+			if s, ok := op.Operator.(Settler); ok {
+				s.Settled(n)
+			}
+		}
+	}
 	if r.pendingPos == nil {
 		return nil
 	}

@@ -95,6 +95,9 @@ type window struct {
 	groups map[string]*group
 	rows   map[string]bool // the rows contributing to it
 	closed bool            // the watermark passed its end
+	// expiredAt is the tag of the Advance that found the window expired
+	// (its results final); 0: not yet. Release drops it.
+	expiredAt uint64
 }
 
 type group struct {
@@ -200,8 +203,8 @@ func (e *Engine) retract(row string, version pipeline.Version) {
 	e.dirtyRows[row] = true
 	for _, b := range c.windows {
 		w := e.windows[b]
-		if w == nil {
-			continue // expired meanwhile
+		if w == nil || e.expired(b) {
+			continue // its results are final
 		}
 		g := w.groups[c.group]
 		for i, a := range g.accs {
@@ -243,15 +246,24 @@ func (e *Engine) window(b Bounds) *window {
 	return w
 }
 
-// Advance moves the watermark to wm (it never moves back) and returns
-// the results to write: every changed group of a window whose end is at
-// or below the watermark — on its close, and again after each late
+// Advance is AdvanceTagged with tag 1 and the windows that expire
+// dropped at once.
+func (e *Engine) Advance(wm int64) []Emission {
+	out := e.AdvanceTagged(wm, 1)
+	e.Release(1)
+	return out
+}
+
+// AdvanceTagged moves the watermark to wm (it never moves back) and
+// returns the results to write: every changed group of a window whose end
+// is at or below the watermark — on its close, and again after each late
 // change within the allowed lateness — in window then group order. A
 // group that lost all its rows is a delete when its row was written, and
-// nothing when it never was. Windows whose end plus the lateness is at
-// or below the watermark are then dropped, with the rows that only they
-// held.
-func (e *Engine) Advance(wm int64) []Emission {
+// nothing when it never was. Windows whose end plus the lateness is at or
+// below the watermark are final: they take no change any more and are
+// tagged with tag (> 0), and Release drops them, with the rows that only
+// they held, once the results of that Advance are durable.
+func (e *Engine) AdvanceTagged(wm int64, tag uint64) []Emission {
 	if wm > e.watermark {
 		e.watermark = wm
 	}
@@ -292,11 +304,40 @@ func (e *Engine) Advance(wm int64) []Emission {
 			out = append(out, Emission{Window: w.b, Group: g.key, Values: vals, Version: g.version(), Origin: g.origin, Update: g.emitted})
 			g.emitted = true
 		}
-		if e.expired(w.b) {
-			e.drop(w)
+		if e.expired(w.b) && w.expiredAt == 0 {
+			w.expiredAt = tag
 		}
 	}
 	return out
+}
+
+// Release drops the windows tagged expired by an Advance with a tag at
+// or below upTo.
+func (e *Engine) Release(upTo uint64) {
+	for _, w := range e.windows {
+		if w.expiredAt != 0 && w.expiredAt <= upTo {
+			e.drop(w)
+		}
+	}
+}
+
+// Reemit marks every group of every closed window to be written again by
+// the next Advance, a group emptied of rows as a delete: after a restart
+// the results written last may not have reached the sinks, and the same
+// results under the same versions change nothing where they did.
+func (e *Engine) Reemit() {
+	for _, w := range e.windows {
+		if !w.closed {
+			continue
+		}
+		for k, g := range w.groups {
+			g.dirty = true
+			if g.rows == 0 {
+				g.emitted = true
+			}
+			e.dirtyGroups[groupRef{w.b, k}] = true
+		}
+	}
 }
 
 // drop forgets window w and the contributions only it held.

@@ -10,12 +10,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"github.com/sluice-cdc/sluice/transform/scope"
 	"github.com/sluice-cdc/sluice/verify"
 )
@@ -92,6 +94,15 @@ type Operator struct {
 	maxSeen, lastInput int64
 	stored             []byte // the definition the state was built for; nil: none
 	begun              bool
+	// batches counts Process calls in this run; settled how many of their
+	// outputs are durable (Settled).
+	batches uint64
+	settled atomic.Uint64
+	// applied is the newest version of a stream change (not a snapshot
+	// row) the window processed, stored with the state: stream changes
+	// arrive in version order, so one at or below it is a replay after a
+	// restart, even when the window it went to has expired since.
+	applied pipeline.Version
 	late               int64 // changes too late, by policy, since the start
 }
 
@@ -140,7 +151,10 @@ func Open(o Options) (*Operator, error) {
 	return op, nil
 }
 
-var keyDefinition = []byte("definition")
+var (
+	keyDefinition = []byte("definition")
+	keyApplied    = []byte("applied")
+)
 
 // definition is what the state and the results already written were
 // built for; Begin refuses to resume with state built for another.
@@ -197,14 +211,25 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 		if o.eng, err = Load(tx, EngineOptions{Spec: o.opts.Spec, Aggs: o.aggs(), Lateness: o.opts.Lateness.Microseconds()}); err != nil {
 			return err
 		}
+		if v := tx.Bucket(bucketMeta).Get(keyApplied); len(v) == 32 {
+			o.applied = readVersion(binform.NewReader(v))
+		}
 		return o.loadShape(tx)
 	})
 	if err != nil {
 		return fmt.Errorf("%s: load the state: %w", o.opts.Name, err)
 	}
+	// The results written last before the stop may not be durable, and
+	// the changes they came from are not replayed into them (the state
+	// holds them): write every closed window's results again.
+	o.eng.Reemit()
 	o.begun = true
 	return nil
 }
+
+// Settled implements pipeline.Settler: windows whose final results went
+// out in the first n batches can be forgotten.
+func (o *Operator) Settled(n uint64) { o.settled.Store(n) }
 
 func (o *Operator) aggs() []Agg {
 	out := make([]Agg, len(o.opts.Aggregates))
@@ -230,6 +255,8 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	if !o.begun {
 		return nil, fmt.Errorf("%s: Process before Begin", o.opts.Name)
 	}
+	o.batches++
+	o.eng.Release(o.settled.Load())
 	for i := range in {
 		r := &in[i]
 		if r.Op == pipeline.OpHeartbeat {
@@ -245,9 +272,12 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 			}
 		}
 	}
-	emissions := o.eng.Advance(o.watermark())
+	emissions := o.eng.AdvanceTagged(o.watermark(), o.batches)
 	err := o.db.Update(func(tx *bbolt.Tx) error {
 		if err := o.eng.Flush(tx); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketMeta).Put(keyApplied, appendVersion(nil, o.applied)); err != nil {
 			return err
 		}
 		return o.putShape(tx)
@@ -278,26 +308,34 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 
 // apply applies one change of the input table.
 func (o *Operator) apply(r *pipeline.Record) error {
+	if stream := r.Op != pipeline.OpRead && !r.Snapshot; stream {
+		if !o.applied.Less(r.Version) {
+			return nil // a replay: the state holds it already
+		}
+		defer func() { o.applied = r.Version }()
+	}
 	p, err := o.plans.Get(r.Table, o.plan)
 	if err != nil {
 		return err
 	}
 	img := r.After
-	if img == nil {
-		img = r.Before
-	}
-	key := verify.RowKey(r.Table, img)
 	switch r.Op {
-	case pipeline.OpDelete:
-		o.eng.Delete(key, r.Version)
-		return nil
 	case pipeline.OpTruncate:
 		o.eng.Truncate(r.Version)
 		return nil
-	case pipeline.OpInsert, pipeline.OpUpdate, pipeline.OpRead:
-	default:
+	case pipeline.OpDelete:
+		if r.Before != nil {
+			o.eng.Delete(verify.RowKey(r.Table, r.Before), r.Version)
+		}
 		return nil
+	case pipeline.OpInsert, pipeline.OpUpdate, pipeline.OpRead:
+		if img == nil {
+			return nil
+		}
+	default:
+		return nil // a shape: the plan follows it when its rows come
 	}
+	key := verify.RowKey(r.Table, img)
 	prev, _ := o.eng.Contribution(key)
 	in := Input{Row: key, Version: r.Version, Group: make([]any, len(p.groups)), Args: make([]any, len(p.args))}
 	value := func(col int, prior func(Input) any) (any, error) {

@@ -1,0 +1,280 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+)
+
+// Revenue per region per minute, from Postgres into DuckDB, under a
+// workload whose event times run on a fast clock over many windows:
+// inserts a little out of order (within the bound), updates that move
+// orders across window boundaries and change amounts, deletes, and
+// inserts stamped minutes in the past (too late for their windows), with
+// kill -9 at random moments. In the end every closed window's row in
+// DuckDB equals a SQL GROUP BY over the source without the late rows, and
+// the dead-letter queue holds exactly the late rows.
+func TestWindowRevenuePerMinute(t *testing.T) {
+	pg := harness.PostgresT(t)
+	ctx := context.Background()
+	if err := pg.CreateDatabase(ctx, "sales"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Exec(ctx, "sales",
+		`CREATE TABLE orders (id bigint PRIMARY KEY, region text NOT NULL, amount numeric(12,2) NOT NULL, created_at timestamptz NOT NULL)`,
+	); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: windows
+source:
+  postgres:
+    dsn: %s
+    tables: [public.orders]
+transforms:
+  - window:
+      output: analytics.revenue
+      table: public.orders
+      event_time: created_at
+      tumbling: 1m
+      max_out_of_orderness: 10s
+      allowed_lateness: 30s
+      late: side_output
+      idle_timeout: 0s  # the event times run on the test's clock, not the commit time
+      group_by: [region]
+      aggregates: ["orders = count()", "revenue = sum(amount)", "smallest = min(amount)", "biggest = max(amount)"]
+sinks:
+  - duckdb: {path: ./sales.duckdb}
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: 50ms}
+`, pg.DSN("sales")))
+
+	d := startDaemon(t, cfg)
+	d.waitAddr(t, time.Minute)
+
+	// The writer's clock starts on a minute and runs about a simulated
+	// second per transaction. Orders stay open to updates and deletes
+	// only while their event time is within 20 s of the clock, so no
+	// change ever touches a window whose state is gone; late inserts are
+	// stamped three minutes back and never changed.
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	var stop atomic.Bool
+	var clock atomic.Int64 // seconds after start
+	var writes atomic.Int64
+	var mu sync.Mutex
+	var late []int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn, err := pgx.Connect(ctx, pg.DSN("sales"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(ctx)
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 30))
+		type open struct {
+			id int64
+			at int64 // seconds after start
+		}
+		var recent []open
+		next := int64(0)
+		regions := []string{"EU", "US", "APAC"}
+		at := func(s int64) time.Time { return start.Add(time.Duration(s) * time.Second) }
+		pace := time.NewTicker(3 * time.Millisecond)
+		defer pace.Stop()
+		for !stop.Load() {
+			<-pace.C
+			now := clock.Add(int64(rng.IntN(3)))
+			recent = slices.DeleteFunc(recent, func(o open) bool { return o.at < now-20 })
+			var q string
+			var args []any
+			switch k := rng.IntN(10); {
+			case k < 5 || len(recent) == 0:
+				next++
+				s := now - int64(rng.IntN(8)) // out of order within the bound
+				q, args = `INSERT INTO orders VALUES ($1, $2, $3, $4)`, []any{next, regions[rng.IntN(3)], fmt.Sprintf("%d.%02d", rng.IntN(500), rng.IntN(100)), at(s)}
+				recent = append(recent, open{next, s})
+			case k < 7:
+				i := rng.IntN(len(recent))
+				s := max(recent[i].at+int64(rng.IntN(31))-15, now-20) // may cross a minute
+				q, args = `UPDATE orders SET amount = amount + 1.25, created_at = $2 WHERE id = $1`, []any{recent[i].id, at(s)}
+				recent[i].at = s
+			case k < 8:
+				i := rng.IntN(len(recent))
+				q, args = `DELETE FROM orders WHERE id = $1`, []any{recent[i].id}
+				recent = slices.Delete(recent, i, i+1)
+			case k < 9:
+				i := rng.IntN(len(recent))
+				q, args = `UPDATE orders SET region = $2 WHERE id = $1`, []any{recent[i].id, regions[rng.IntN(3)]}
+			default:
+				if now < 240 {
+					continue // the watermark first has to pass a window's end and lateness
+				}
+				next++
+				q, args = `INSERT INTO orders VALUES ($1, 'EU', 1.00, $2)`, []any{next, at(now - 180)}
+				mu.Lock()
+				late = append(late, next)
+				mu.Unlock()
+			}
+			if _, err := conn.Exec(ctx, q, args...); err != nil {
+				t.Error(err)
+				return
+			}
+			writes.Add(1)
+		}
+	}()
+	defer func() { stop.Store(true); wg.Wait() }()
+
+	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 31))
+	kills := harness.Trials(4)
+	for i := range kills {
+		before := fileStamp(checkpoint)
+		waitUntil(t, d, 2*time.Minute, "checkpoint progress", func() bool { return fileStamp(checkpoint) != before })
+		time.Sleep(time.Duration(200+rng.IntN(1000)) * time.Millisecond) // a random moment after it
+		d.kill()
+		t.Logf("kill %d of %d after %d writes, clock %ds", i+1, kills, writes.Load(), clock.Load())
+		d = startDaemon(t, cfg)
+		d.waitAddr(t, time.Minute)
+	}
+	for range 2 {
+		before := fileStamp(checkpoint)
+		waitUntil(t, d, 2*time.Minute, "checkpoint progress", func() bool { return fileStamp(checkpoint) != before })
+	}
+	stop.Store(true)
+	wg.Wait()
+	// An order far ahead moves the watermark past every window written.
+	end := start.Add(time.Duration(clock.Load()+600) * time.Second)
+	mark := commitMarkOn(t, ctx, pg.DSN("sales"), fmt.Sprintf(`INSERT INTO orders VALUES (-1, 'ZZ', 0, '%s')`, end.Format(time.RFC3339)))
+	waitSlotConfirmed(t, ctx, pg.DSN("sales"), "sluice_windows", mark, d)
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, d.logs())
+	}
+
+	// The dead-letter queue holds exactly the late inserts (a change
+	// judged late again after a kill may be there twice).
+	got := lateIDs(t, filepath.Join(dir, "offsets", "dlq"))
+	slices.Sort(late)
+	if !slices.Equal(got, late) || len(late) == 0 {
+		t.Fatalf("dead letters %v, late inserts %v", got, late)
+	}
+	// Every window equals SQL over the source without the late rows.
+	conn, err := pgx.Connect(ctx, pg.DSN("sales"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT (floor(extract(epoch FROM created_at) / 60) * 60)::bigint, region, count(*), sum(amount)::text, min(amount)::text, max(amount)::text
+		FROM orders WHERE region <> 'ZZ' AND NOT (id = ANY($1)) GROUP BY 1, 2`, late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for rows.Next() {
+		var ws, n int64
+		var region, sum, lo, hi string
+		if err := rows.Scan(&ws, &region, &n, &sum, &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		want[fmt.Sprintf("%d %s", ws, region)] = fmt.Sprintf("%d %s %s %s", n, sum, lo, hi)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("duckdb", filepath.Join(dir, "sales.duckdb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.Query(`SELECT epoch(window_start)::BIGINT, region, orders, revenue::VARCHAR, smallest::VARCHAR, biggest::VARCHAR
+		FROM main.analytics_revenue WHERE NOT _sluice_deleted AND region <> 'ZZ'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	have := map[string]string{}
+	for res.Next() {
+		var ws, n int64
+		var region, sum, lo, hi string
+		if err := res.Scan(&ws, &region, &n, &sum, &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		have[fmt.Sprintf("%d %s", ws, region)] = fmt.Sprintf("%d %s %s %s", n, sum, lo, hi)
+	}
+	var diffs []string
+	for k, w := range want {
+		if have[k] != w {
+			diffs = append(diffs, fmt.Sprintf("%s: source %q, window %q", k, w, have[k]))
+		}
+	}
+	for k, h := range have {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: no source rows, window %q", k, h))
+		}
+	}
+	slices.Sort(diffs)
+	if len(diffs) > 0 {
+		t.Fatalf("%d of %d windows differ:\n%s", len(diffs), len(want), strings.Join(diffs[:min(20, len(diffs))], "\n"))
+	}
+	t.Logf("%d writes, %d kills, %d window rows, %d late inserts, clock %ds", writes.Load(), kills, len(want), len(late), clock.Load())
+}
+
+// lateIDs reads the ids of the orders in the dead-letter files under dir,
+// each once.
+func lateIDs(t *testing.T, dir string) []int64 {
+	t.Helper()
+	seen := map[int64]bool{}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var dl struct {
+				Stage string `json:"stage"`
+				Error string `json:"error"`
+				Raw   []byte `json:"raw"` // the record's JSON, base64 in the file
+			}
+			if json.Unmarshal(sc.Bytes(), &dl) != nil || !strings.Contains(dl.Error, "late:") {
+				continue
+			}
+			var rec struct {
+				After map[string]any `json:"after"`
+			}
+			if err := json.Unmarshal(dl.Raw, &rec); err != nil {
+				t.Fatalf("dead letter %s: %v", sc.Bytes(), err)
+			}
+			id, _ := rec.After["id"].(float64)
+			seen[int64(id)] = true
+		}
+		fh.Close()
+	}
+	var out []int64
+	for id := range seen {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
