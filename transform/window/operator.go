@@ -103,7 +103,7 @@ type Operator struct {
 	// arrive in version order, so one at or below it is a replay after a
 	// restart, even when the window it went to has expired since.
 	applied pipeline.Version
-	late               int64 // changes too late, by policy, since the start
+	late    int64 // changes too late, by policy, since the start
 }
 
 // plan is where an input shape keeps what the window reads.
