@@ -3,8 +3,11 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // rejectingOp rejects the records whose value is 7 modulo 50 and sends
@@ -79,5 +82,48 @@ func TestOperatorRejectsAndDests(t *testing.T) {
 				t.Fatalf("record %d: in a %v, in b %v", n, inA, inB)
 			}
 		}
+	}
+}
+
+// settleOp records what Settled reports and how many batches it saw.
+type settleOp struct {
+	mu      sync.Mutex
+	batches uint64
+	settled []uint64
+}
+
+func (s *settleOp) Process(_ context.Context, in []Record) ([]Record, error) {
+	s.mu.Lock()
+	s.batches++
+	s.mu.Unlock()
+	return in, nil
+}
+func (*settleOp) Snapshot() ([]byte, error) { return nil, nil }
+func (*settleOp) Restore([]byte) error      { return nil }
+func (s *settleOp) Settled(n uint64) {
+	s.mu.Lock()
+	s.settled = append(s.settled, n)
+	s.mu.Unlock()
+}
+
+// Settled reports, never going back, how many of the batches Process was
+// given are durable, and ends at all of them.
+func TestSettlerLearnsWhatIsDurable(t *testing.T) {
+	src := &feedSource{total: 300, size: 10, keys: 50}
+	sink := newMemSink("a", nil)
+	sink.delay = func() time.Duration { return time.Millisecond }
+	op := &settleOp{}
+	rt, err := New(fastConfig(), src, []NamedSink{{Name: "a", Sink: sink}}, &memStore{},
+		Options{Operators: []NamedOperator{{Name: "settle", Operator: op}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if len(op.settled) == 0 || !slices.IsSorted(op.settled) || op.settled[len(op.settled)-1] != op.batches || op.batches != 30 {
+		t.Fatalf("settled %v over %d batches", op.settled, op.batches)
 	}
 }
