@@ -4,19 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
+	"github.com/sluice-cdc/sluice/transform/statestore"
 )
 
 // Lookup is one table joined to the from table.
@@ -49,6 +46,7 @@ type Options struct {
 type Join struct {
 	opts    Options
 	log     *zap.Logger
+	st      *statestore.Store
 	db      *bbolt.DB
 	outName [2]string // schema, table
 
@@ -57,8 +55,7 @@ type Join struct {
 	out     *pipeline.Table            // the output shape, rebuilt when an input shape changes
 	gen     int
 
-	storedDef []byte // the definition the state was built for; nil: none
-	begun     bool   // Begin was called
+	begun bool // Begin was called
 	// inputs holds the joined tables' (schema, table), so Process tells
 	// joined records apart without building names.
 	inputs map[[2]string]bool
@@ -84,18 +81,13 @@ func Open(opts Options) (*Join, error) {
 	if len(opts.With) > maxLookups {
 		return nil, fmt.Errorf("join %s: %d lookups; at most %d", opts.Output, len(opts.With), maxLookups)
 	}
-	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
-		return nil, fmt.Errorf("join %s: state directory: %w", opts.Output, err)
-	}
-	path := filepath.Join(opts.Dir, "join.db")
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 2 * time.Second})
+	st, err := statestore.Open(statestore.Spec{What: "join " + opts.Output, Dir: opts.Dir, File: "join.db",
+		Buckets: [][]byte{bucketRows, bucketIndex, bucketMeta}, Meta: bucketMeta, Needs: "every row of " + strings.Join(append([]string{opts.From}, lookupTables(opts.With)...), ", ")})
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("join %s: state %s is locked by another process (is a second sluice running this pipeline?)", opts.Output, path)
-		}
-		return nil, fmt.Errorf("join %s: open state %s: %w", opts.Output, path, err)
+		return nil, err
 	}
-	j := &Join{opts: opts, log: opts.Log, db: db, outName: [2]string{schema, table}, lookups: map[string]*pipeline.Table{},
+	db := st.DB
+	j := &Join{opts: opts, log: opts.Log, st: st, db: db, outName: [2]string{schema, table}, lookups: map[string]*pipeline.Table{},
 		inputs: map[[2]string]bool{}}
 	for _, name := range append([]string{opts.From}, lookupTables(opts.With)...) {
 		id := tableID(name)
@@ -137,7 +129,6 @@ func (j *Join) load(tx *bbolt.Tx) error {
 			return err
 		}
 	}
-	j.storedDef = bytes.Clone(tx.Bucket(bucketMeta).Get(keyDef))
 	st := newState(tx)
 	var err error
 	if j.from, err = st.shape(j.fromID()); err != nil {
@@ -166,38 +157,18 @@ func (j *Join) load(tx *bbolt.Tx) error {
 // produce (or correct) the outputs of rows that do not change again, so
 // it refuses to run and says how to rebuild.
 func (j *Join) Begin(_ context.Context, resumed bool) error {
-	def := j.definition()
+	startedOver, err := j.st.Begin(resumed, j.definition())
+	if err != nil {
+		return err
+	}
 	if resumed {
-		switch {
-		case j.storedDef == nil:
-			return fmt.Errorf("join %s: no join state in %s, but the pipeline resumes from a checkpoint (the join was added to a running pipeline, or its state_dir moved or was removed): its rows need every row of %s; rebuild them with `sluice run --reset-offsets`, which loads every table again",
-				j.opts.Output, j.opts.Dir, j.tableList())
-		case !bytes.Equal(j.storedDef, def):
-			return fmt.Errorf("join %s: the join's definition changed since its state and outputs were built (was %s, now %s); rows already written keep the old form: rebuild them with `sluice run --reset-offsets`, which loads every table again",
-				j.opts.Output, j.storedDef, def)
-		}
 		j.begun = true
 		return nil
 	}
-	err := j.db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketRows, bucketIndex, bucketMeta} {
-			if err := tx.DeleteBucket(name); err != nil {
-				return err
-			}
-			if _, err := tx.CreateBucket(name); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bucketMeta).Put(keyDef, def)
-	})
-	if err != nil {
-		return fmt.Errorf("join %s: start the state over: %w", j.opts.Output, err)
-	}
-	if j.storedDef != nil {
+	if startedOver {
 		j.log.Info("join state started over: the pipeline has no checkpoint, so every table is read again",
 			zap.String("join", j.opts.Output))
 	}
-	j.storedDef = def
 	j.from, j.out = nil, nil
 	clear(j.lookups)
 	j.begun = true
@@ -223,7 +194,7 @@ func tableID(name string) pipeline.TableID {
 func (j *Join) fromID() pipeline.TableID { return tableID(j.opts.From) }
 
 // Close releases the state store.
-func (j *Join) Close() error { return j.db.Close() }
+func (j *Join) Close() error { return j.st.Close() }
 
 // Snapshot returns nil: the join's state is its own durable store, written
 // before its outputs leave Process and guarded by row versions (Invariant 5).

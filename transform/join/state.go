@@ -30,7 +30,6 @@ var (
 	bucketRows  = []byte("rows")
 	bucketIndex = []byte("index")
 	bucketMeta  = []byte("meta")
-	keyDef      = []byte("definition")
 )
 
 // entry is one row in the state.

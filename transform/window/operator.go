@@ -1,14 +1,9 @@
 package window
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,6 +14,7 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"github.com/sluice-cdc/sluice/transform/scope"
+	"github.com/sluice-cdc/sluice/transform/statestore"
 	"github.com/sluice-cdc/sluice/verify"
 )
 
@@ -82,6 +78,7 @@ type Options struct {
 type Operator struct {
 	opts Options
 	log  *zap.Logger
+	st   *statestore.Store
 	db   *bbolt.DB
 	eng  *Engine
 	// out is the results' shape; outDirty: not yet stored.
@@ -92,7 +89,6 @@ type Operator struct {
 	// maxSeen is the newest event time of a stream change of the input;
 	// lastInput the source time of the last one, for idleness.
 	maxSeen, lastInput int64
-	stored             []byte // the definition the state was built for; nil: none
 	begun              bool
 	// batches counts Process calls in this run; settled how many of their
 	// outputs are durable (Settled).
@@ -125,36 +121,16 @@ func Open(o Options) (*Operator, error) {
 	if len(o.Aggregates) == 0 {
 		return nil, fmt.Errorf("%s: no aggregates", o.Name)
 	}
-	if err := os.MkdirAll(o.Dir, 0o750); err != nil {
-		return nil, fmt.Errorf("%s: state directory: %w", o.Name, err)
-	}
-	path := filepath.Join(o.Dir, "window.db")
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 2 * time.Second})
+	st, err := statestore.Open(statestore.Spec{What: o.Name, Dir: o.Dir, File: "window.db",
+		Buckets: [][]byte{bucketRows, bucketGroups, bucketMeta}, Meta: bucketMeta, Needs: "every row of " + o.Input.String()})
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("%s: state %s is locked by another process (is a second sluice running this pipeline?)", o.Name, path)
-		}
-		return nil, fmt.Errorf("%s: open state %s: %w", o.Name, path, err)
-	}
-	op := &Operator{opts: o, log: o.Log, db: db, rejects: scope.Rejects{Op: o.Name, Policy: scope.DLQ},
-		maxSeen: NoWatermark, lastInput: NoWatermark}
-	err = db.View(func(tx *bbolt.Tx) error {
-		if m := tx.Bucket(bucketMeta); m != nil {
-			op.stored = slices.Clone(m.Get(keyDefinition))
-		}
-		return nil
-	})
-	if err != nil {
-		_ = db.Close()
 		return nil, err
 	}
-	return op, nil
+	return &Operator{opts: o, log: o.Log, st: st, db: st.DB, rejects: scope.Rejects{Op: o.Name, Policy: scope.DLQ},
+		maxSeen: NoWatermark, lastInput: NoWatermark}, nil
 }
 
-var (
-	keyDefinition = []byte("definition")
-	keyApplied    = []byte("applied")
-)
+var keyApplied = []byte("applied")
 
 // definition is what the state and the results already written were
 // built for; Begin refuses to resume with state built for another.
@@ -180,33 +156,14 @@ func (o *Operator) definition() []byte {
 // starts over (every row is read again); with one, the state must exist
 // and be built for this definition.
 func (o *Operator) Begin(_ context.Context, resumed bool) error {
-	def := o.definition()
-	if resumed {
-		switch {
-		case o.stored == nil:
-			return fmt.Errorf("%s: no window state in %s, but the pipeline resumes from a checkpoint (the window was added to a running pipeline, or its state_dir moved or was removed): its results need every row of %s; rebuild them with `sluice run --reset-offsets`",
-				o.opts.Name, o.opts.Dir, o.opts.Input)
-		case !bytes.Equal(o.stored, def):
-			return fmt.Errorf("%s: the window's definition changed since its state and results were built (was %s, now %s); rebuild them with `sluice run --reset-offsets`",
-				o.opts.Name, o.stored, def)
-		}
-	} else {
-		err := o.db.Update(func(tx *bbolt.Tx) error {
-			for _, name := range [][]byte{bucketRows, bucketGroups, bucketMeta} {
-				if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
-					return err
-				}
-				if _, err := tx.CreateBucket(name); err != nil {
-					return err
-				}
-			}
-			return tx.Bucket(bucketMeta).Put(keyDefinition, def)
-		})
-		if err != nil {
-			return fmt.Errorf("%s: start the state over: %w", o.opts.Name, err)
-		}
+	startedOver, err := o.st.Begin(resumed, o.definition())
+	if err != nil {
+		return err
 	}
-	err := o.db.View(func(tx *bbolt.Tx) error {
+	if startedOver {
+		o.log.Info("window state started over: the pipeline has no checkpoint, so every table is read again", zap.String("window", o.opts.Name))
+	}
+	err = o.db.View(func(tx *bbolt.Tx) error {
 		var err error
 		if o.eng, err = Load(tx, EngineOptions{Spec: o.opts.Spec, Aggs: o.aggs(), Lateness: o.opts.Lateness.Microseconds()}); err != nil {
 			return err
@@ -240,7 +197,7 @@ func (o *Operator) aggs() []Agg {
 }
 
 // Close releases the state file.
-func (o *Operator) Close() error { return o.db.Close() }
+func (o *Operator) Close() error { return o.st.Close() }
 
 // Snapshot: the operator keeps its own durable state (StateOwner).
 func (*Operator) Snapshot() ([]byte, error) { return nil, nil }

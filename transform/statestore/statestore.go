@@ -1,0 +1,109 @@
+// Package statestore is the durable state of the stateful transforms (the
+// join, the windows): one bbolt file per operator, whose writes are
+// guarded by row versions so the state may run ahead of the checkpoint
+// (Invariant 5), started over when the pipeline has no checkpoint and
+// refused when the pipeline resumes with no state, or with state built
+// for another definition (pipeline.StateOwner).
+package statestore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/bbolt"
+)
+
+// Store is an operator's state file.
+type Store struct {
+	DB *bbolt.DB
+	// Stored is the definition the state was built for; nil: none.
+	Stored []byte
+	spec   Spec
+}
+
+// Spec describes an operator's state.
+type Spec struct {
+	// What names the operator in messages ("join public.order_docs").
+	What string
+	// Dir and File locate the state.
+	Dir, File string
+	// Buckets are the top-level buckets; Meta, one of them, holds the
+	// definition under the key "definition".
+	Buckets [][]byte
+	Meta    []byte
+	// Needs says what rebuilding the state reads ("every row of
+	// public.orders").
+	Needs string
+}
+
+var keyDefinition = []byte("definition")
+
+// Open opens (or creates) the state file; a file another process holds
+// is refused after 2 s with what to check.
+func Open(s Spec) (*Store, error) {
+	if err := os.MkdirAll(s.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("%s: state directory: %w", s.What, err)
+	}
+	path := filepath.Join(s.Dir, s.File)
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("%s: state %s is locked by another process (is a second sluice running this pipeline?)", s.What, path)
+		}
+		return nil, fmt.Errorf("%s: open state %s: %w", s.What, path, err)
+	}
+	st := &Store{DB: db, spec: s}
+	err = db.View(func(tx *bbolt.Tx) error {
+		if m := tx.Bucket(s.Meta); m != nil {
+			st.Stored = bytes.Clone(m.Get(keyDefinition))
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Begin is the start of pipeline.StateOwner.Begin: resumed from a
+// checkpoint, the state must exist and be built for def; without one the
+// state starts over (every input is read again) and records def.
+// startedOver reports that state built before was removed.
+func (s *Store) Begin(resumed bool, def []byte) (startedOver bool, err error) {
+	if resumed {
+		switch {
+		case s.Stored == nil:
+			return false, fmt.Errorf("%s: no state in %s, but the pipeline resumes from a checkpoint (it was added to a running pipeline, or its state_dir moved or was removed): its output needs %s; rebuild it with `sluice run --reset-offsets`, which loads every table again",
+				s.spec.What, s.spec.Dir, s.spec.Needs)
+		case !bytes.Equal(s.Stored, def):
+			return false, fmt.Errorf("%s: the definition changed since its state and output were built (was %s, now %s); rows already written keep the old form: rebuild them with `sluice run --reset-offsets`, which loads every table again",
+				s.spec.What, s.Stored, def)
+		}
+		return false, nil
+	}
+	err = s.DB.Update(func(tx *bbolt.Tx) error {
+		for _, name := range s.spec.Buckets {
+			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
+				return err
+			}
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(s.spec.Meta).Put(keyDefinition, def)
+	})
+	if err != nil {
+		return false, fmt.Errorf("%s: start the state over: %w", s.spec.What, err)
+	}
+	startedOver = s.Stored != nil
+	s.Stored = bytes.Clone(def)
+	return startedOver, nil
+}
+
+// Close releases the state file.
+func (s *Store) Close() error { return s.DB.Close() }
