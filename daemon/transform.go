@@ -29,7 +29,7 @@ import (
 // resetState, their state is removed first: a pipeline starting over
 // with a fresh snapshot rebuilds it. The returned func closes them; call
 // it even on error.
-func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, log *zap.Logger) ([]pipeline.NamedOperator, func(), error) {
+func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, windows window.Observer, log *zap.Logger) ([]pipeline.NamedOperator, func(), error) {
 	var ops []pipeline.NamedOperator
 	var closers []func() error
 	closeAll := func() {
@@ -45,7 +45,7 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, l
 					return nil, closeAll, fmt.Errorf("reset window %s: %w", w.Output, err)
 				}
 			}
-			op, err := openWindow(cfg, i, src, log)
+			op, err := openWindow(cfg, i, src, windows, log)
 			if err != nil {
 				return nil, closeAll, &pipeline.OpenError{What: "transform " + transformName(cfg, i), Err: err}
 			}
@@ -294,12 +294,12 @@ func (c chain) Records(recs []pipeline.Record) []pipeline.Record {
 
 // openWindow opens window transform i; its watermark holds while the
 // source backfills the windowed table.
-func openWindow(cfg *config.Config, i int, src pipeline.Source, log *zap.Logger) (*window.Operator, error) {
+func openWindow(cfg *config.Config, i int, src pipeline.Source, obs window.Observer, log *zap.Logger) (*window.Operator, error) {
 	w := cfg.Transforms[i].Window
 	o := window.Options{
 		Name: transformName(cfg, i), Output: tableID(w.Output), Input: tableID(w.Table), EventTime: w.EventTime,
 		OutOfOrder: w.MaxOutOfOrderness.Std(), Lateness: w.AllowedLateness.Std(), IdleTimeout: w.IdleTimeout.Std(),
-		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), Dir: w.StateDir, Log: log.Named("window"),
+		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), Dir: w.StateDir, Observer: obs, Log: log.Named("window"),
 	}
 	if w.Hopping != nil {
 		o.Spec = window.Spec{Size: w.Hopping.Size.Std(), Advance: w.Hopping.Advance.Std()}

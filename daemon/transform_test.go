@@ -36,7 +36,7 @@ transforms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, closeOps, err := buildTransforms(cfg, nil, false, zap.NewNop())
+	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, zap.NewNop())
 	defer closeOps()
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ transforms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, closeOps, err := buildTransforms(cfg, nil, false, zap.NewNop())
+	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, zap.NewNop())
 	defer closeOps()
 	if err != nil {
 		t.Fatal(err)

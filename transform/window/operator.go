@@ -63,7 +63,20 @@ type Options struct {
 	// holds while the input is among them: historical rows arrive in key
 	// order, not time order.
 	Backfilling func() []pipeline.TableID
-	Log         *zap.Logger
+	// Observer receives the window's measurements; nil: none.
+	Observer Observer
+	Log      *zap.Logger
+}
+
+// Observer receives a window's measurements (obs.WindowMetrics).
+type Observer interface {
+	// Late counts n changes of window too late for their windows, handled
+	// under policy.
+	Late(window, policy string, n int)
+	// Progress reports after each batch: the watermark's lag behind the
+	// wall clock (0 before the first watermark), the windows, groups and
+	// rows held, and the state file's size. It must not block.
+	Progress(window string, lag time.Duration, windows, groups, rows int, stateBytes int64)
 }
 
 // Operator is the window transform: a stateful pipeline.Operator and
@@ -230,6 +243,7 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		}
 	}
 	emissions := o.eng.AdvanceTagged(o.watermark(), o.batches)
+	var size int64
 	err := o.db.Update(func(tx *bbolt.Tx) error {
 		if err := o.eng.Flush(tx); err != nil {
 			return err
@@ -237,10 +251,19 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		if err := tx.Bucket(bucketMeta).Put(keyApplied, appendVersion(nil, o.applied)); err != nil {
 			return err
 		}
+		size = tx.Size()
 		return o.putShape(tx)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: write the state: %w", o.opts.Name, err)
+	}
+	if o.opts.Observer != nil {
+		var lag time.Duration
+		if wm := o.eng.Watermark(); wm != NoWatermark {
+			lag = time.Since(time.UnixMicro(wm))
+		}
+		w, g, r := o.eng.Open()
+		o.opts.Observer.Progress(o.opts.Name, lag, w, g, r, size)
 	}
 	out := in
 	if len(emissions) > 0 && o.out == nil {
@@ -344,6 +367,9 @@ func (o *Operator) apply(r *pipeline.Record) error {
 		return nil
 	}
 	o.late++
+	if o.opts.Observer != nil {
+		o.opts.Observer.Late(o.opts.Name, string(o.opts.Late), 1)
+	}
 	if o.opts.Late == LateSideOutput {
 		return &lateError{late: late}
 	}

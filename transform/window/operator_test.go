@@ -22,6 +22,18 @@ var ordersTable = &pipeline.Table{
 	KeyIdx: []int{0},
 }
 
+// seen is an Observer that keeps what it was told.
+type seen struct {
+	late           map[string]int
+	windows, bytes int64
+	lag            time.Duration
+}
+
+func (s *seen) Late(window, policy string, n int) { s.late[window+" "+policy] += n }
+func (s *seen) Progress(_ string, lag time.Duration, windows, _, _ int, stateBytes int64) {
+	s.lag, s.windows, s.bytes = lag, int64(windows), stateBytes
+}
+
 func revenue(dir string) Options {
 	return Options{
 		Name: "transforms[0].window", Output: pipeline.TableID{Schema: "analytics", Table: "revenue"},
@@ -90,7 +102,10 @@ func process(t *testing.T, op *Operator, recs ...pipeline.Record) ([]pipeline.Re
 
 func TestOperatorEmitsCorrectsAndSurvivesARestart(t *testing.T) {
 	dir := t.TempDir()
-	op := openOp(t, revenue(dir), false)
+	obs := &seen{late: map[string]int{}}
+	o := revenue(dir)
+	o.Observer = obs
+	op := openOp(t, o, false)
 	// An initial load's truncate barrier and a shape carry no row.
 	process(t, op, pipeline.Record{Op: pipeline.OpTruncate, Table: ordersTable, Snapshot: true, Version: pipeline.Version{0, 0, 0, 0}},
 		pipeline.Record{Op: pipeline.OpShape, Table: ordersTable})
@@ -109,13 +124,16 @@ func TestOperatorEmitsCorrectsAndSurvivesARestart(t *testing.T) {
 	if got := strings.Join(results(t, out), "; "); got != "c 0s EU [2 15.50 10.00] v2" {
 		t.Fatalf("on close: %s", got)
 	}
+	if obs.windows != 2 || obs.bytes == 0 || obs.lag < 24*time.Hour {
+		t.Fatalf("progress: %d windows, %d bytes, lag %s (the events are months old)", obs.windows, obs.bytes, obs.lag)
+	}
 	sh := out[1].Table
 	if sh.ID.String() != "analytics.revenue" || len(sh.KeyIdx) != 3 || sh.Columns[4].Type != pipeline.TypeDecimal || sh.Columns[4].Scale != 2 {
 		t.Fatalf("results' shape: %+v", sh)
 	}
 	// Kill: the state is on disk; a new operator resumes from it.
 	op.Close()
-	op = openOp(t, revenue(dir), true)
+	op = openOp(t, o, true)
 	// The first batch after the restart writes the closed windows'
 	// results again, under the same versions (the last ones may not have
 	// reached the sinks); a heartbeat first thing after the restart does
@@ -146,10 +164,13 @@ func TestOperatorEmitsCorrectsAndSurvivesARestart(t *testing.T) {
 	if len(out) != 1 || out[0].Version != late.Version {
 		t.Fatalf("the late record does not reach its sinks: %+v", out)
 	}
+	if obs.late["transforms[0].window side_output"] != 1 {
+		t.Fatalf("late changes counted: %v", obs.late)
+	}
 	// A restart replays changes from an older checkpoint: those whose
 	// windows have expired since are replays, not late changes.
 	op.Close()
-	op = openOp(t, revenue(dir), true)
+	op = openOp(t, o, true)
 	if out, rj = process(t, op, ord(pipeline.OpInsert, 2, "EU", "5.50", 20*time.Second, 2)); rj != nil || len(results(t, out)) != 0 {
 		t.Fatalf("a replay of a change whose window expired: %v %v", rj, results(t, out))
 	}
