@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,10 +20,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
 )
+
+// windowBackend is the source database of the window test.
+type windowBackend struct {
+	// source is the config's source block; slot names it for waits.
+	source string
+	// exec runs one statement of the writer (placeholders are the
+	// backend's: $1 or ?), on its own connection kept by the backend.
+	exec func(q string, args ...any) error
+	// ph rewrites a statement's $n placeholders for the backend.
+	ph func(q string) string
+	// ts renders an event time as the backend's literal value.
+	ts func(time.Time) any
+	// settle inserts the order ahead of everything (region ZZ, at end)
+	// and waits until the daemon's checkpoint covers it.
+	settle func(d *daemonProc, checkpoint string, end time.Time)
+	// groups returns the SQL GROUP BY of the source per window start
+	// (epoch seconds) and region, without the late ids.
+	groups func(late []int64) map[string]string
+}
 
 // Revenue per region per minute, from Postgres into DuckDB, under a
 // workload whose event times run on a fast clock over many windows:
@@ -41,16 +64,113 @@ func TestWindowRevenuePerMinute(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
+	conn, err := pgx.Connect(ctx, pg.DSN("sales"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	runWindowWorkload(t, windowBackend{
+		source: fmt.Sprintf("  postgres:\n    dsn: %s\n    tables: [public.orders]\n", pg.DSN("sales")),
+		exec: func(q string, args ...any) error {
+			_, err := conn.Exec(ctx, q, args...)
+			return err
+		},
+		ph: func(q string) string { return q },
+		ts: func(t time.Time) any { return t },
+		settle: func(d *daemonProc, _ string, end time.Time) {
+			mark := commitMarkOn(t, ctx, pg.DSN("sales"), fmt.Sprintf(`INSERT INTO orders VALUES (-1, 'ZZ', 0, '%s')`, end.Format(time.RFC3339)))
+			waitSlotConfirmed(t, ctx, pg.DSN("sales"), "sluice_windows", mark, d)
+		},
+		groups: func(late []int64) map[string]string {
+			rows, err := conn.Query(ctx, `SELECT (floor(extract(epoch FROM created_at) / 60) * 60)::bigint, region, count(*), sum(amount)::text, min(amount)::text, max(amount)::text
+				FROM orders WHERE region <> 'ZZ' AND NOT (id = ANY($1)) GROUP BY 1, 2`, late)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{}
+			for rows.Next() {
+				var ws, n int64
+				var region, sum, lo, hi string
+				if err := rows.Scan(&ws, &region, &n, &sum, &lo, &hi); err != nil {
+					t.Fatal(err)
+				}
+				want[fmt.Sprintf("%d %s", ws, region)] = fmt.Sprintf("%d %s %s %s", n, sum, lo, hi)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return want
+		},
+	}, "public.orders")
+}
+
+// The same on MariaDB, the event time a DATETIME(6).
+func TestWindowRevenuePerMinuteMariaDB(t *testing.T) {
+	m := harness.MariaDBT(t)
+	ctx := context.Background()
+	addr := net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
+	if err := m.Exec(ctx, "", "CREATE DATABASE sales",
+		"CREATE TABLE sales.orders (id BIGINT PRIMARY KEY, region VARCHAR(10) NOT NULL, amount DECIMAL(12,2) NOT NULL, created_at DATETIME(6) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Connect(addr, "root", "", "sales")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dollar := regexp.MustCompile(`\$[0-9]+`)
+	runWindowWorkload(t, windowBackend{
+		source: fmt.Sprintf("  mysql:\n    dsn: mysql://root@%s\n    tables: [sales.orders]\n    heartbeat_interval: 1s\n", addr),
+		exec: func(q string, args ...any) error {
+			_, err := c.Execute(q, args...)
+			return err
+		},
+		ph: func(q string) string { return dollar.ReplaceAllString(q, "?") },
+		ts: func(t time.Time) any { return t.UTC().Format("2006-01-02 15:04:05.000000") },
+		settle: func(d *daemonProc, checkpoint string, end time.Time) {
+			if err := m.Exec(ctx, "sales", fmt.Sprintf(`INSERT INTO orders VALUES (-1, 'ZZ', 0, '%s')`, end.Format("2006-01-02 15:04:05"))); err != nil {
+				t.Fatal(err)
+			}
+			mark, err := m.Query(ctx, "", "SELECT @@GLOBAL.gtid_binlog_pos")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitCheckpointAt(t, d, checkpoint, mark)
+		},
+		groups: func(late []int64) map[string]string {
+			ids := "0"
+			for _, id := range late {
+				ids += fmt.Sprintf(",%d", id)
+			}
+			res, err := c.Execute(`SELECT FLOOR(TIMESTAMPDIFF(SECOND, '1970-01-01', created_at) / 60) * 60, region, COUNT(*), CAST(SUM(amount) AS CHAR), CAST(MIN(amount) AS CHAR), CAST(MAX(amount) AS CHAR)
+				FROM orders WHERE region <> 'ZZ' AND id NOT IN (` + ids + `) GROUP BY 1, 2`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{}
+			for i := range res.RowNumber() {
+				row := make([]string, 6)
+				for j := range row {
+					s, _ := res.GetString(i, j)
+					row[j] = string(append([]byte{}, s...))
+				}
+				want[row[0]+" "+row[1]] = fmt.Sprintf("%s %s %s %s", row[2], row[3], row[4], row[5])
+			}
+			return want
+		},
+	}, "sales.orders")
+}
+
+// runWindowWorkload runs the window test's pipeline and workload against
+// one backend; table is the orders table as the source names it.
+func runWindowWorkload(t *testing.T, b windowBackend, table string) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: windows
 source:
-  postgres:
-    dsn: %s
-    tables: [public.orders]
-transforms:
+%stransforms:
   - window:
       output: analytics.revenue
-      table: public.orders
+      table: %s
       event_time: created_at
       tumbling: 1m
       max_out_of_orderness: 10s
@@ -63,7 +183,7 @@ sinks:
   - duckdb: {path: ./sales.duckdb}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 50ms}
-`, pg.DSN("sales")))
+`, b.source, table))
 
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, time.Minute)
@@ -83,12 +203,6 @@ runtime: {checkpoint_interval: 50ms}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		conn, err := pgx.Connect(ctx, pg.DSN("sales"))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(ctx)
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 30))
 		type open struct {
 			id int64
@@ -97,7 +211,7 @@ runtime: {checkpoint_interval: 50ms}
 		var recent []open
 		next := int64(0)
 		regions := []string{"EU", "US", "APAC"}
-		at := func(s int64) time.Time { return start.Add(time.Duration(s) * time.Second) }
+		at := func(s int64) any { return b.ts(start.Add(time.Duration(s) * time.Second)) }
 		pace := time.NewTicker(3 * time.Millisecond)
 		defer pace.Stop()
 		for !stop.Load() {
@@ -134,7 +248,7 @@ runtime: {checkpoint_interval: 50ms}
 				late = append(late, next)
 				mu.Unlock()
 			}
-			if _, err := conn.Exec(ctx, q, args...); err != nil {
+			if err := b.exec(b.ph(q), args...); err != nil {
 				t.Error(err)
 				return
 			}
@@ -163,8 +277,7 @@ runtime: {checkpoint_interval: 50ms}
 	wg.Wait()
 	// An order far ahead moves the watermark past every window written.
 	end := start.Add(time.Duration(clock.Load()+600) * time.Second)
-	mark := commitMarkOn(t, ctx, pg.DSN("sales"), fmt.Sprintf(`INSERT INTO orders VALUES (-1, 'ZZ', 0, '%s')`, end.Format(time.RFC3339)))
-	waitSlotConfirmed(t, ctx, pg.DSN("sales"), "sluice_windows", mark, d)
+	b.settle(d, checkpoint, end)
 	d.signal(syscall.SIGTERM)
 	if code := d.wait(t, time.Minute); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, d.logs())
@@ -178,28 +291,7 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatalf("dead letters %v, late inserts %v", got, late)
 	}
 	// Every window equals SQL over the source without the late rows.
-	conn, err := pgx.Connect(ctx, pg.DSN("sales"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT (floor(extract(epoch FROM created_at) / 60) * 60)::bigint, region, count(*), sum(amount)::text, min(amount)::text, max(amount)::text
-		FROM orders WHERE region <> 'ZZ' AND NOT (id = ANY($1)) GROUP BY 1, 2`, late)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{}
-	for rows.Next() {
-		var ws, n int64
-		var region, sum, lo, hi string
-		if err := rows.Scan(&ws, &region, &n, &sum, &lo, &hi); err != nil {
-			t.Fatal(err)
-		}
-		want[fmt.Sprintf("%d %s", ws, region)] = fmt.Sprintf("%d %s %s %s", n, sum, lo, hi)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	want := b.groups(late)
 	db, err := sql.Open("duckdb", filepath.Join(dir, "sales.duckdb"))
 	if err != nil {
 		t.Fatal(err)
