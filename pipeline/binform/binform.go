@@ -337,3 +337,23 @@ func boolByte(b bool) byte {
 	}
 	return 0
 }
+
+// AppendVersion appends v's 32 bytes, big-endian (byte order is version
+// order).
+func AppendVersion(b []byte, v pipeline.Version) []byte {
+	for _, c := range v {
+		b = binary.BigEndian.AppendUint64(b, c)
+	}
+	return b
+}
+
+// Version reads what AppendVersion wrote.
+func (r *Reader) Version() pipeline.Version {
+	var v pipeline.Version
+	if b := r.Fixed(32); b != nil {
+		for i := range v {
+			v[i] = binary.BigEndian.Uint64(b[i*8:])
+		}
+	}
+	return v
+}

@@ -52,27 +52,8 @@ func (e *entry) value(name string) (any, bool) {
 	return nil, false
 }
 
-func appendVersion(b []byte, v pipeline.Version) []byte {
-	for _, c := range v {
-		b = binary.BigEndian.AppendUint64(b, c)
-	}
-	return b
-}
-
-func readVersion(r *binform.Reader) pipeline.Version {
-	var v pipeline.Version
-	b := r.Fixed(32)
-	if b == nil {
-		return v
-	}
-	for i := range v {
-		v[i] = binary.BigEndian.Uint64(b[i*8:])
-	}
-	return v
-}
-
 func (e *entry) encode() ([]byte, error) {
-	b := appendVersion(appendVersion(make([]byte, 0, 96), e.version), e.emitted)
+	b := binform.AppendVersion(binform.AppendVersion(make([]byte, 0, 96), e.version), e.emitted)
 	flag := byte(0)
 	if e.deleted {
 		flag = 1
@@ -90,7 +71,7 @@ func (e *entry) encode() ([]byte, error) {
 
 func decodeEntry(b []byte) (*entry, error) {
 	r := binform.NewReader(b)
-	e := &entry{version: readVersion(r), emitted: readVersion(r), deleted: r.Byte() == 1}
+	e := &entry{version: r.Version(), emitted: r.Version(), deleted: r.Byte() == 1}
 	n := r.Uvarint()
 	if r.Err() != nil || n > uint64(r.Len()) {
 		return nil, binform.ErrCorrupt
@@ -185,11 +166,11 @@ func (s state) barrier(table string) pipeline.Version {
 	if v == nil {
 		return pipeline.Version{}
 	}
-	return readVersion(binform.NewReader(v))
+	return binform.NewReader(v).Version()
 }
 
 func (s state) setBarrier(table string, v pipeline.Version) error {
-	return s.tx.Bucket(bucketMeta).Put([]byte("barrier:"+table), appendVersion(nil, v))
+	return s.tx.Bucket(bucketMeta).Put([]byte("barrier:"+table), binform.AppendVersion(nil, v))
 }
 
 func indexKey(lk, fk []byte) []byte {

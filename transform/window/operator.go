@@ -182,7 +182,7 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 			return err
 		}
 		if v := tx.Bucket(bucketMeta).Get(keyApplied); len(v) == 32 {
-			o.applied = readVersion(binform.NewReader(v))
+			o.applied = binform.NewReader(v).Version()
 		}
 		return o.loadShape(tx)
 	})
@@ -248,7 +248,7 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		if err := o.eng.Flush(tx); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketMeta).Put(keyApplied, appendVersion(nil, o.applied)); err != nil {
+		if err := tx.Bucket(bucketMeta).Put(keyApplied, binform.AppendVersion(nil, o.applied)); err != nil {
 			return err
 		}
 		size = tx.Size()
@@ -371,6 +371,8 @@ func (o *Operator) apply(r *pipeline.Record) error {
 		o.opts.Observer.Late(o.opts.Name, string(o.opts.Late), 1)
 	}
 	if o.opts.Late == LateSideOutput {
+		// Invariant 7: the change goes to the dead-letter queue with its
+		// window and lateness; it still reaches its own sinks.
 		return &lateError{late: late}
 	}
 	o.log.Debug("late change dropped", zap.String("window", o.opts.Name), zap.Stringer("version", r.Version))

@@ -6,7 +6,6 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
 )
 
@@ -128,7 +127,7 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 		}
 		r := binform.NewReader(v)
 		changes, gen := r.Uvarint(), r.Uvarint()
-		origin := readVersion(r)
+		origin := r.Version()
 		flags := r.Byte()
 		vals := readValues(r)
 		if r.Err() != nil {
@@ -204,7 +203,7 @@ func (c *contribution) encode() ([]byte, error) {
 	if c.deleted {
 		flag = 1
 	}
-	b := appendVersion(append(make([]byte, 0, 96), flag), c.in.Version)
+	b := binform.AppendVersion(append(make([]byte, 0, 96), flag), c.in.Version)
 	b = binary.AppendVarint(b, c.in.Time)
 	var err error
 	if b, err = appendValues(b, c.in.Group); err != nil {
@@ -223,7 +222,7 @@ func (c *contribution) encode() ([]byte, error) {
 func decodeContribution(v []byte) (*contribution, error) {
 	r := binform.NewReader(v)
 	c := &contribution{deleted: r.Byte() == 1}
-	c.in.Version = readVersion(r)
+	c.in.Version = r.Version()
 	c.in.Time = r.Varint()
 	c.in.Group = readValues(r)
 	c.in.Args = readValues(r)
@@ -240,7 +239,7 @@ func decodeContribution(v []byte) (*contribution, error) {
 
 func (g *group) encode() ([]byte, error) {
 	b := binary.AppendUvarint(binary.AppendUvarint(nil, g.changes), g.gen)
-	b = appendVersion(b, g.origin)
+	b = binform.AppendVersion(b, g.origin)
 	flags := byte(0)
 	if g.emitted {
 		flags |= 1
@@ -273,21 +272,4 @@ func readValues(r *binform.Reader) []any {
 		out[i] = r.Value()
 	}
 	return out
-}
-
-func appendVersion(b []byte, v pipeline.Version) []byte {
-	for _, c := range v {
-		b = binary.BigEndian.AppendUint64(b, c)
-	}
-	return b
-}
-
-func readVersion(r *binform.Reader) pipeline.Version {
-	var v pipeline.Version
-	if b := r.Fixed(32); b != nil {
-		for i := range v {
-			v[i] = binary.BigEndian.Uint64(b[i*8:])
-		}
-	}
-	return v
 }
