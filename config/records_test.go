@@ -138,14 +138,31 @@ func TestWindowProblems(t *testing.T) {
       tumbling: 1m
       hopping: {size: 5m, advance: 1m}
       aggregates: ["n = count()", "n = sum(x)", "m = median(x)", "s = sum()"]
+  - window:
+      output: a.sessions
+      table: public.customers
+      session: {gap: 30m}
+      emit: early
+      side_output: archive
+      aggregates: ["partial = count()"]
+  - window:
+      output: a.b
+      table: public.customers
+      tumbling: 1m
+      late: side_output
+      side_output: archive
+      aggregates: ["n = count()"]
 `, nil)
 	want := []string{
-		`pipe.yaml:11:7: transforms[0].window: set exactly one of tumbling and hopping`,
+		`pipe.yaml:11:7: transforms[0].window: set exactly one of tumbling, hopping and session`,
 		`pipe.yaml:11:15: transforms[0].window.output: output public.customers is a captured table`,
 		`pipe.yaml:12:14: transforms[0].window.table: table public.orders is not captured by the source`,
 		`pipe.yaml:15:35: transforms[0].window.aggregates[1]: output column n is used twice`,
 		`pipe.yaml:15:49: transforms[0].window.aggregates[2]: unknown aggregate function median`,
 		`pipe.yaml:15:66: transforms[0].window.aggregates[3]: sum needs a column`,
+		`pipe.yaml:21:20: transforms[1].window.side_output: side_output names a sink for late changes, but late is drop`,
+		`pipe.yaml:22:20: transforms[1].window.aggregates[0]: output column partial is used twice`,
+		`pipe.yaml:28:20: transforms[2].window.side_output: no sink is named archive (hint: the sinks: search, duckdb`,
 	}
 	if len(errs) != len(want) {
 		t.Fatalf("got %d errors:\n%s", len(errs), strings.Join(errs, "\n"))

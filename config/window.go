@@ -20,9 +20,11 @@ type WindowTransform struct {
 	// source commit time.
 	EventTime string `yaml:"event_time"`
 	// Tumbling is the size of back-to-back windows; Hopping, instead,
-	// windows of a size starting every advance.
+	// windows of a size starting every advance; Session, instead,
+	// sessions per group closed by a gap without events.
 	Tumbling Duration       `yaml:"tumbling" min:"0s"`
 	Hopping  *HoppingWindow `yaml:"hopping"`
+	Session  *SessionWindow `yaml:"session"`
 	// MaxOutOfOrderness is how far behind the newest event time the
 	// watermark stays.
 	MaxOutOfOrderness Duration `yaml:"max_out_of_orderness" default:"0s" min:"0s"`
@@ -32,13 +34,26 @@ type WindowTransform struct {
 	// IdleTimeout: after this long (source time) without a change of the
 	// table, the watermark follows the source's heartbeats; 0: never.
 	IdleTimeout Duration `yaml:"idle_timeout" default:"30s" min:"0s"`
+	// Emit is when results are written: on_close, or early (also while
+	// the window is open, every EarlyInterval, marked partial).
+	Emit          string   `yaml:"emit" default:"on_close" enum:"on_close|early"`
+	EarlyInterval Duration `yaml:"early_interval" default:"10s" min:"1ms"`
 	// Late is what a change too late for its window does.
-	Late    string   `yaml:"late" default:"drop" enum:"drop|side_output"`
-	GroupBy []string `yaml:"group_by"`
+	Late string `yaml:"late" default:"drop" enum:"drop|side_output"`
+	// SideOutput names the sink that takes the late changes, as rows of
+	// <output>_late; empty: the dead-letter queue.
+	SideOutput string   `yaml:"side_output"`
+	GroupBy    []string `yaml:"group_by"`
 	// Aggregates are "name = function(column)" lines.
 	Aggregates []string `yaml:"aggregates" required:"true" min:"1" doc:"a list such as [orders = count(), revenue = sum(amount)]"`
 	// StateDir holds the window's state; default <offsets.dir>/window/<output>.
 	StateDir string `yaml:"state_dir"`
+}
+
+// SessionWindow is sessions: runs of events each less than Gap after
+// the one before.
+type SessionWindow struct {
+	Gap Duration `yaml:"gap" required:"true" min:"1us"`
 }
 
 // HoppingWindow is windows of Size starting every Advance.
@@ -77,13 +92,31 @@ func (d *decoder) validateWindow(c *Config, base string, w *WindowTransform) {
 	if slices.Contains(captured, w.Output) && !d.failed(base+".output") {
 		d.errAt(base+".output", "output "+w.Output+" is a captured table", "name the results' table differently, e.g. analytics.orders_per_minute")
 	}
+	kinds := 0
+	for _, set := range []bool{w.Tumbling != 0, w.Hopping != nil, w.Session != nil} {
+		if set {
+			kinds++
+		}
+	}
 	switch {
-	case (w.Tumbling == 0) == (w.Hopping == nil) && !d.failed(base+".tumbling", base+".hopping"):
-		d.errAt(base, "set exactly one of tumbling and hopping", "tumbling: 1m, or hopping: {size: 5m, advance: 1m}")
+	case kinds != 1 && !d.failed(base+".tumbling", base+".hopping", base+".session"):
+		d.errAt(base, "set exactly one of tumbling, hopping and session", "tumbling: 1m, hopping: {size: 5m, advance: 1m} or session: {gap: 30m}")
 	case w.Hopping != nil && w.Hopping.Advance > w.Hopping.Size && !d.failed(base+".hopping"):
 		d.errAt(base+".hopping.advance", "the advance is longer than the size (events between windows would belong to none)", "make advance at most size")
 	}
-	names := map[string]bool{"window_start": true, "window_end": true}
+	if w.SideOutput != "" && !d.failed(base+".side_output") {
+		var sinks []string
+		for i := range c.Sinks {
+			sinks = append(sinks, c.Sinks[i].Name())
+		}
+		switch {
+		case w.Late != "side_output":
+			d.errAt(base+".side_output", "side_output names a sink for late changes, but late is "+w.Late, "set late: side_output, or remove side_output")
+		case !slices.Contains(sinks, w.SideOutput):
+			d.errAt(base+".side_output", "no sink is named "+w.SideOutput, "the sinks: "+strings.Join(sinks, ", ")+" (a sink's name: field, or its kind)")
+		}
+	}
+	names := map[string]bool{"window_start": true, "window_end": true, "partial": w.Emit == "early"}
 	for _, g := range w.GroupBy {
 		names[g] = true
 	}
@@ -95,7 +128,7 @@ func (d *decoder) validateWindow(c *Config, base string, w *WindowTransform) {
 		case err != nil:
 			d.errAt(p, err.Error(), "e.g. revenue = sum(amount); count() counts rows")
 		case names[name]:
-			d.errAt(p, "output column "+name+" is used twice (window_start, window_end, the group columns and the aggregates share one row)", "give it another name")
+			d.errAt(p, "output column "+name+" is used twice (window_start, window_end, the group columns, the aggregates and, with emit: early, partial share one row)", "give it another name")
 		default:
 			names[name] = true
 		}

@@ -299,11 +299,17 @@ func openWindow(cfg *config.Config, i int, src pipeline.Source, obs window.Obser
 	o := window.Options{
 		Name: transformName(cfg, i), Output: tableID(w.Output), Input: tableID(w.Table), EventTime: w.EventTime,
 		OutOfOrder: w.MaxOutOfOrderness.Std(), Lateness: w.AllowedLateness.Std(), IdleTimeout: w.IdleTimeout.Std(),
-		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), Dir: w.StateDir, Observer: obs, Log: log.Named("window"),
+		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), SideOutput: w.SideOutput, Dir: w.StateDir, Observer: obs, Log: log.Named("window"),
 	}
-	if w.Hopping != nil {
+	if w.Emit == "early" {
+		o.Early = w.EarlyInterval.Std()
+	}
+	switch {
+	case w.Hopping != nil:
 		o.Spec = window.Spec{Size: w.Hopping.Size.Std(), Advance: w.Hopping.Advance.Std()}
-	} else {
+	case w.Session != nil:
+		o.Spec = window.Session(w.Session.Gap.Std())
+	default:
 		o.Spec = window.Tumbling(w.Tumbling.Std())
 	}
 	for _, a := range w.Aggregates {

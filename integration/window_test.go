@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -43,6 +44,41 @@ type windowBackend struct {
 	// groups returns the SQL GROUP BY of the source per window start
 	// (epoch seconds) and region, without the late ids.
 	groups func(late []int64) map[string]string
+	// orders returns the source's orders without the late ids and ZZ.
+	orders func(late []int64) []sourceOrder
+}
+
+// sourceOrder is an order as the source holds it.
+type sourceOrder struct {
+	region string
+	at     int64 // epoch seconds
+	cents  int64
+}
+
+// sessionGap is the session window's gap in the window test, seconds.
+const sessionGap = 4
+
+// sessionsOf computes the sessions of orders per region: runs of orders
+// each less than sessionGap after the one before, keyed "start end
+// region" (epoch seconds), valued "count revenue".
+func sessionsOf(orders []sourceOrder) map[string]string {
+	slices.SortFunc(orders, func(a, b sourceOrder) int {
+		if c := strings.Compare(a.region, b.region); c != 0 {
+			return c
+		}
+		return int(a.at - b.at)
+	})
+	out := map[string]string{}
+	for i := 0; i < len(orders); {
+		j, n, cents := i, 0, int64(0)
+		for ; j < len(orders) && orders[j].region == orders[i].region && (j == i || orders[j].at < orders[j-1].at+sessionGap); j++ {
+			n++
+			cents += orders[j].cents
+		}
+		out[fmt.Sprintf("%d %d %s", orders[i].at, orders[j-1].at+sessionGap, orders[i].region)] = fmt.Sprintf("%d %d.%02d", n, cents/100, cents%100)
+		i = j
+	}
+	return out
 }
 
 // Revenue per region per minute, from Postgres into DuckDB, under a
@@ -101,6 +137,25 @@ func TestWindowRevenuePerMinute(t *testing.T) {
 			}
 			return want
 		},
+		orders: func(late []int64) []sourceOrder {
+			rows, err := conn.Query(ctx, `SELECT region, extract(epoch FROM created_at)::bigint, (amount * 100)::bigint FROM orders WHERE region <> 'ZZ' AND NOT (id = ANY($1))`, late)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var out []sourceOrder
+			for rows.Next() {
+				var o sourceOrder
+				if err := rows.Scan(&o.region, &o.at, &o.cents); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, o)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		},
 	}, "public.orders")
 }
 
@@ -158,6 +213,24 @@ func TestWindowRevenuePerMinuteMariaDB(t *testing.T) {
 			}
 			return want
 		},
+		orders: func(late []int64) []sourceOrder {
+			ids := "0"
+			for _, id := range late {
+				ids += fmt.Sprintf(",%d", id)
+			}
+			res, err := c.Execute(`SELECT region, TIMESTAMPDIFF(SECOND, '1970-01-01', created_at), CAST(amount * 100 AS SIGNED) FROM orders WHERE region <> 'ZZ' AND id NOT IN (` + ids + `)`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []sourceOrder
+			for i := range res.RowNumber() {
+				region, _ := res.GetString(i, 0)
+				at, _ := res.GetInt(i, 1)
+				cents, _ := res.GetInt(i, 2)
+				out = append(out, sourceOrder{region: string(append([]byte{}, region...)), at: at, cents: cents})
+			}
+			return out
+		},
 	}, "sales.orders")
 }
 
@@ -173,17 +246,31 @@ source:
       table: %s
       event_time: created_at
       tumbling: 1m
+      emit: early  # partial rows while a window fills; the close replaces them
+      early_interval: 100ms
       max_out_of_orderness: 10s
       allowed_lateness: 30s
       late: side_output
       idle_timeout: 0s  # the event times run on the test's clock, not the commit time
       group_by: [region]
       aggregates: ["orders = count()", "revenue = sum(amount)", "smallest = min(amount)", "biggest = max(amount)"]
+  - window:
+      output: analytics.sessions
+      table: %s
+      event_time: created_at
+      session: {gap: %ds}
+      max_out_of_orderness: 10s
+      allowed_lateness: 30s
+      late: side_output
+      side_output: duckdb  # rows of analytics.sessions_late
+      idle_timeout: 0s
+      group_by: [region]
+      aggregates: ["orders = count()", "revenue = sum(amount)"]
 sinks:
   - duckdb: {path: ./sales.duckdb}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 50ms}
-`, b.source, table))
+`, b.source, table, table, sessionGap))
 
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, time.Minute)
@@ -228,7 +315,10 @@ runtime: {checkpoint_interval: 50ms}
 				recent = append(recent, open{next, s})
 			case k < 7:
 				i := rng.IntN(len(recent))
-				s := max(recent[i].at+int64(rng.IntN(31))-15, now-20) // may cross a minute
+				// May cross a minute or a session gap; never ahead of the
+				// clock, so the watermark never runs ahead of it and no
+				// change touches a window or session already final.
+				s := min(max(recent[i].at+int64(rng.IntN(31))-15, now-20), now)
 				q, args = `UPDATE orders SET amount = amount + 1.25, created_at = $2 WHERE id = $1`, []any{recent[i].id, at(s)}
 				recent[i].at = s
 			case k < 8:
@@ -297,6 +387,13 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatal(err)
 	}
 	defer db.Close()
+	var partial int64
+	if err := db.QueryRow(`SELECT count(*) FROM main.analytics_revenue WHERE NOT _sluice_deleted AND partial AND region <> 'ZZ'`).Scan(&partial); err != nil {
+		t.Fatal(err)
+	}
+	if partial != 0 {
+		t.Fatalf("%d rows of closed windows are still partial", partial)
+	}
 	res, err := db.Query(`SELECT epoch(window_start)::BIGINT, region, orders, revenue::VARCHAR, smallest::VARCHAR, biggest::VARCHAR
 		FROM main.analytics_revenue WHERE NOT _sluice_deleted AND region <> 'ZZ'`)
 	if err != nil {
@@ -327,7 +424,58 @@ runtime: {checkpoint_interval: 50ms}
 	if len(diffs) > 0 {
 		t.Fatalf("%d of %d windows differ:\n%s", len(diffs), len(want), strings.Join(diffs[:min(20, len(diffs))], "\n"))
 	}
-	t.Logf("%d writes, %d kills, %d window rows, %d late inserts, clock %ds", writes.Load(), kills, len(want), len(late), clock.Load())
+	// The session window's side output holds exactly the late inserts,
+	// each with the session it would have opened.
+	var sideIDs []int64
+	side, err := db.Query(`SELECT DISTINCT id FROM main.analytics_sessions_late
+		WHERE NOT _sluice_deleted AND epoch(window_end) - epoch(window_start) = ? AND late_by_ms > 0 ORDER BY id`, sessionGap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for side.Next() {
+		var id int64
+		if err := side.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		sideIDs = append(sideIDs, id)
+	}
+	side.Close()
+	if !slices.Equal(sideIDs, late) {
+		t.Fatalf("side output %v, late inserts %v", sideIDs, late)
+	}
+	// Every session equals the sessions of the source's rows.
+	wantSessions := sessionsOf(b.orders(late))
+	res, err = db.Query(`SELECT epoch(window_start)::BIGINT, epoch(window_end)::BIGINT, region, orders, revenue::VARCHAR
+		FROM main.analytics_sessions WHERE NOT _sluice_deleted AND region <> 'ZZ'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	haveSessions := map[string]string{}
+	for res.Next() {
+		var start, end, n int64
+		var region, sum string
+		if err := res.Scan(&start, &end, &region, &n, &sum); err != nil {
+			t.Fatal(err)
+		}
+		haveSessions[fmt.Sprintf("%d %d %s", start, end, region)] = fmt.Sprintf("%d %s", n, sum)
+	}
+	if !maps.Equal(haveSessions, wantSessions) {
+		var diffs []string
+		for k, w := range wantSessions {
+			if haveSessions[k] != w {
+				diffs = append(diffs, fmt.Sprintf("%s: source %q, window %q", k, w, haveSessions[k]))
+			}
+		}
+		for k, h := range haveSessions {
+			if _, ok := wantSessions[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s: no such session in the source, window %q", k, h))
+			}
+		}
+		slices.Sort(diffs)
+		t.Fatalf("%d of %d sessions differ:\n%s", len(diffs), len(wantSessions), strings.Join(diffs[:min(20, len(diffs))], "\n"))
+	}
+	t.Logf("%d writes, %d kills, %d window rows, %d sessions, %d late inserts, clock %ds", writes.Load(), kills, len(want), len(wantSessions), len(late), clock.Load())
 }
 
 // lateIDs reads the ids of the orders in the dead-letter files under dir,

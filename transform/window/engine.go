@@ -39,8 +39,11 @@ type Input struct {
 // delete of the group's row when every row it had was retracted.
 //
 // Version orders the emissions of one window and group: {generation, n,
-// 0, 0}, n the number of changes applied to the group so far and the
-// generation the highest of theirs. It grows with every change that can
+// final, 0}, n the number of changes applied to the group so far, the
+// generation the highest of theirs, and final 1 for a result written on
+// or after the window's close, 0 for a partial one written before
+// (EngineOptions' early emission), so the final result replaces a partial
+// one of the same changes. It grows with every change that can
 // alter the result, whatever the changes' own versions (a snapshot row
 // arriving after stream changes has a lower one), and it is a function of
 // the changes applied, not of when results were emitted: after a crash,
@@ -58,6 +61,8 @@ type Emission struct {
 	Delete  bool
 	// Update: an earlier result of the group is in the sinks.
 	Update bool
+	// Partial: the window is still open (Early); more changes may come.
+	Partial bool
 }
 
 // Late says a change met windows whose state is gone (their end plus the
@@ -109,6 +114,7 @@ type group struct {
 	origin  pipeline.Version // the newest change's version
 	dirty   bool             // changed since its last emission
 	emitted bool             // its row is in the sinks
+	partial bool             // the row in the sinks is a partial result
 }
 
 // contribution is what a row added: the input and the windows it went
@@ -229,7 +235,18 @@ func (g *group) touch(v pipeline.Version) {
 	g.dirty = true
 }
 
-func (g *group) version() pipeline.Version { return pipeline.Version{g.gen, g.changes} }
+// version is the version of the group's result: final or partial.
+func (g *group) version(final bool) pipeline.Version {
+	return resultVersion(g.gen, g.changes, final)
+}
+
+func resultVersion(gen, changes uint64, final bool) pipeline.Version {
+	v := pipeline.Version{gen, changes}
+	if final {
+		v[2] = 1
+	}
+	return v
+}
 
 func (e *Engine) seen(v pipeline.Version) {
 	if e.maxOrigin.Less(v) {
@@ -279,33 +296,67 @@ func (e *Engine) AdvanceTagged(wm int64, tag uint64) []Emission {
 		w.closed = true
 		keys := make([]string, 0, len(w.groups))
 		for k, g := range w.groups {
+			if g.dirty || g.partial {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			out = e.emit(w, k, true, out)
+		}
+		if e.expired(w.b) && w.expiredAt == 0 {
+			w.expiredAt = tag
+		}
+	}
+	return out
+}
+
+// emit writes window w's group k (dirty, or partial on the close): its
+// result, or a delete when it has no rows and its row was written. The
+// group stays, empty, until the window expires, so a row that comes back
+// continues its versions.
+func (e *Engine) emit(w *window, k string, final bool, out []Emission) []Emission {
+	g := w.groups[k]
+	g.dirty = false
+	e.dirtyGroups[groupRef{w.b, k}] = true // its emitted flags
+	if g.rows == 0 {
+		if g.emitted {
+			out = append(out, Emission{Window: w.b, Group: g.key, Version: g.version(final), Origin: g.origin, Delete: true})
+			g.emitted, g.partial = false, false
+		}
+		return out
+	}
+	vals := make([]any, len(g.accs))
+	for i, a := range g.accs {
+		vals[i] = a.result()
+	}
+	out = append(out, Emission{Window: w.b, Group: g.key, Values: vals, Version: g.version(final), Origin: g.origin,
+		Update: g.emitted, Partial: !final})
+	g.emitted, g.partial = true, !final
+	return out
+}
+
+// Early returns the partial results of the open windows: every group
+// changed since it was last written, in window then group order.
+func (e *Engine) Early() []Emission {
+	var open []*window
+	for _, w := range e.windows {
+		if !w.closed {
+			open = append(open, w)
+		}
+	}
+	slices.SortFunc(open, func(a, b *window) int { return cmpOrdered(a.b.Start, b.b.Start) })
+	var out []Emission
+	for _, w := range open {
+		keys := make([]string, 0, len(w.groups))
+		for k, g := range w.groups {
 			if g.dirty {
 				keys = append(keys, k)
 			}
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			g := w.groups[k]
-			g.dirty = false
-			e.dirtyGroups[groupRef{w.b, k}] = true // its emitted flag
-			if g.rows == 0 {
-				// The group stays (empty) until the window expires, so a
-				// row that comes back continues its versions.
-				if g.emitted {
-					out = append(out, Emission{Window: w.b, Group: g.key, Version: g.version(), Origin: g.origin, Delete: true})
-					g.emitted = false
-				}
-				continue
-			}
-			vals := make([]any, len(g.accs))
-			for i, a := range g.accs {
-				vals[i] = a.result()
-			}
-			out = append(out, Emission{Window: w.b, Group: g.key, Values: vals, Version: g.version(), Origin: g.origin, Update: g.emitted})
-			g.emitted = true
-		}
-		if e.expired(w.b) && w.expiredAt == 0 {
-			w.expiredAt = tag
+			out = e.emit(w, k, false, out)
 		}
 	}
 	return out
@@ -322,15 +373,16 @@ func (e *Engine) Release(upTo uint64) {
 }
 
 // Reemit marks every group of every closed window to be written again by
-// the next Advance, a group emptied of rows as a delete: after a restart
-// the results written last may not have reached the sinks, and the same
-// results under the same versions change nothing where they did.
+// the next Advance, a group emptied of rows as a delete, and every partial
+// result of an open one by the next Early: after a restart the results
+// written last may not have reached the sinks, and the same results under
+// the same versions change nothing where they did.
 func (e *Engine) Reemit() {
 	for _, w := range e.windows {
-		if !w.closed {
-			continue
-		}
 		for k, g := range w.groups {
+			if !w.closed && !g.emitted {
+				continue
+			}
 			g.dirty = true
 			if g.rows == 0 {
 				g.emitted = true

@@ -238,3 +238,38 @@ func TestAnyOrderWithinTheBoundGivesTheSameResults(t *testing.T) {
 		}
 	}
 }
+
+// showEarly renders emissions as show does, with "partial" or "final"
+// and the version's final word.
+func showEarly(es []Emission) []string {
+	out := show(es)
+	for i, e := range es {
+		kind := "final"
+		if e.Partial {
+			kind = "partial"
+		}
+		out[i] += fmt.Sprintf(".%d %s", e.Version[2], kind)
+	}
+	return out
+}
+
+func TestEarlyResultsArePartialThenFinal(t *testing.T) {
+	e := ordersEngine(0)
+	check := func(step string, got []Emission, want ...string) {
+		t.Helper()
+		if g := showEarly(got); !reflect.DeepEqual(g, want) && !(len(g) == 0 && len(want) == 0) {
+			t.Fatalf("%s:\n got %q\nwant %q", step, g, want)
+		}
+	}
+	e.Upsert(order("o1", 10*sec, "EU", "10", 1))
+	e.Upsert(order("o2", 30*sec, "US", "1", 2))
+	check("a partial result per group", e.Early(), "0 [EU] [1 10 10 10 10] v1.0 partial", "0 [US] [1 1 1 1 1] v1.0 partial")
+	check("nothing changed since", e.Early())
+	e.Upsert(order("o3", 20*sec, "EU", "5", 3))
+	e.Delete("o2", v(4))
+	check("a grown group, an emptied one", e.Early(), "0 [EU] [2 15 5 10 7.5] v2.0 partial", "0 [US] delete v2.0 final")
+	// The close writes the final result of the same changes above the
+	// partial one; the emptied group, deleted already, writes nothing.
+	check("the close", e.Advance(60*sec), "0 [EU] [2 15 5 10 7.5] v2.1 final")
+	check("a closed window gets no partial result", e.Early())
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +32,7 @@ type LatePolicy string
 
 const (
 	LateDrop       LatePolicy = "drop"        // counted, not applied
-	LateSideOutput LatePolicy = "side_output" // to the dead-letter queue with its window and lateness
+	LateSideOutput LatePolicy = "side_output" // to the dead-letter queue, or SideOutput, with its window and lateness
 )
 
 // Options define a window operator.
@@ -53,9 +52,16 @@ type Options struct {
 	// by the heartbeats) without a change of the input before the
 	// watermark follows the heartbeats' time.
 	OutOfOrder, Lateness, IdleTimeout time.Duration
-	GroupBy                           []string
-	Aggregates                        []AggDef
-	Late                              LatePolicy
+	// Early, when positive, also writes the open windows' results that
+	// changed, marked partial, at most this often (wall clock).
+	Early      time.Duration
+	GroupBy    []string
+	Aggregates []AggDef
+	Late       LatePolicy
+	// SideOutput, with LateSideOutput, names the sink that takes the late
+	// changes, as rows of <Output>_late (LateTable); empty: the
+	// dead-letter queue.
+	SideOutput string
 	// Dir holds the state file.
 	Dir string
 	// Backfilling lists the tables whose existing rows are being read
@@ -93,7 +99,7 @@ type Operator struct {
 	log  *zap.Logger
 	st   *statestore.Store
 	db   *bbolt.DB
-	eng  *Engine
+	eng  engine
 	// out is the results' shape; outDirty: not yet stored.
 	out      *pipeline.Table
 	outDirty bool
@@ -113,6 +119,53 @@ type Operator struct {
 	// restart, even when the window it went to has expired since.
 	applied pipeline.Version
 	late    int64 // changes too late, by policy, since the start
+	// lastEarly is when the partial results were last written.
+	lastEarly time.Time
+	// side holds the batch's late changes for SideOutput.
+	side []pipeline.Record
+	// pending are the late stream changes whose side output may not be
+	// durable yet (late.go).
+	pending      map[pipeline.Version]*pendingLate
+	pendingDirty map[pipeline.Version]bool
+	prunedLate   bool
+}
+
+// PartialColumn is the results' column saying a row is a partial result
+// (Options.Early).
+const PartialColumn = "partial"
+
+// engine is what the operator needs of the windows' state: Engine for
+// tumbling and hopping windows, Sessions for sessions. Nothing blocks;
+// not safe for concurrent use.
+type engine interface {
+	// Upsert sets a row's contribution (retracting its earlier one); it
+	// reports the windows too late to take it, nil when none. A version
+	// not above the row's last one changes nothing.
+	Upsert(Input) *Late
+	// Delete retracts a row's contribution at a version.
+	Delete(row string, version pipeline.Version)
+	// Truncate retracts every row older than version.
+	Truncate(version pipeline.Version)
+	// AdvanceTagged moves the watermark and returns the results to write;
+	// what became final is tagged and goes with Release.
+	AdvanceTagged(wm int64, tag uint64) []Emission
+	// Release drops what Advances tagged up to upTo, once their results
+	// are durable.
+	Release(upTo uint64)
+	// Reemit writes every result held again with the next Advance (or
+	// Early, for a partial one), at the version it had.
+	Reemit()
+	// Early returns the partial results of the open windows that changed
+	// since they were last written.
+	Early() []Emission
+	// Contribution is a row's current contribution.
+	Contribution(row string) (*Input, bool)
+	MaxOrigin() pipeline.Version
+	Watermark() int64
+	// Open reports the windows, groups and rows held.
+	Open() (windows, groups, rows int)
+	// Flush writes what changed since the last Flush into tx.
+	Flush(tx *bbolt.Tx) error
 }
 
 // plan is where an input shape keeps what the window reads.
@@ -120,6 +173,9 @@ type plan struct {
 	time   int   // the event time column; -1: commit time
 	groups []int // the group columns
 	args   []int // per aggregate, its column; -1: count()
+	// late is the side output's shape for this input shape (side.go);
+	// nil until a change is late.
+	late *pipeline.Table
 }
 
 // Open opens (or creates) the state; Begin must be called before the
@@ -135,12 +191,13 @@ func Open(o Options) (*Operator, error) {
 		return nil, fmt.Errorf("%s: no aggregates", o.Name)
 	}
 	st, err := statestore.Open(statestore.Spec{What: o.Name, Dir: o.Dir, File: "window.db",
-		Buckets: [][]byte{bucketRows, bucketGroups, bucketMeta}, Meta: bucketMeta, Needs: "every row of " + o.Input.String()})
+		Buckets: stateBuckets, Meta: bucketMeta, Needs: "every row of " + o.Input.String()})
 	if err != nil {
 		return nil, err
 	}
 	return &Operator{opts: o, log: o.Log, st: st, db: st.DB, rejects: scope.Rejects{Op: o.Name, Policy: scope.DLQ},
-		maxSeen: NoWatermark, lastInput: NoWatermark}, nil
+		maxSeen: NoWatermark, lastInput: NoWatermark,
+		pending: map[pipeline.Version]*pendingLate{}, pendingDirty: map[pipeline.Version]bool{}}, nil
 }
 
 var keyApplied = []byte("applied")
@@ -154,10 +211,13 @@ func (o *Operator) definition() []byte {
 	def := struct {
 		Input, EventTime        string
 		Size, Advance, Lateness time.Duration
+		Gap                     time.Duration `json:",omitempty"`
+		Partial                 bool          `json:",omitempty"` // the results have the partial column
 		GroupBy                 []string
 		Aggregates              []agg
 	}{Input: o.opts.Input.String(), EventTime: o.opts.EventTime, Size: o.opts.Spec.Size, Advance: o.opts.Spec.Advance,
-		Lateness: o.opts.Lateness, GroupBy: o.opts.GroupBy}
+		Lateness: o.opts.Lateness, Gap: o.opts.Spec.Gap, Partial: o.opts.Early > 0,
+		GroupBy: o.opts.GroupBy}
 	for _, a := range o.opts.Aggregates {
 		def.Aggregates = append(def.Aggregates, agg{a.As, a.Func.String(), a.Column})
 	}
@@ -178,11 +238,20 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 	}
 	err = o.db.View(func(tx *bbolt.Tx) error {
 		var err error
-		if o.eng, err = Load(tx, EngineOptions{Spec: o.opts.Spec, Aggs: o.aggs(), Lateness: o.opts.Lateness.Microseconds()}); err != nil {
+		eo := EngineOptions{Spec: o.opts.Spec, Aggs: o.aggs(), Lateness: o.opts.Lateness.Microseconds()}
+		if o.opts.Spec.Gap > 0 {
+			o.eng, err = LoadSessions(tx, eo)
+		} else {
+			o.eng, err = Load(tx, eo)
+		}
+		if err != nil {
 			return err
 		}
 		if v := tx.Bucket(bucketMeta).Get(keyApplied); len(v) == 32 {
 			o.applied = binform.NewReader(v).Version()
+		}
+		if err := o.loadLate(tx); err != nil {
+			return err
 		}
 		return o.loadShape(tx)
 	})
@@ -227,6 +296,7 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	}
 	o.batches++
 	o.eng.Release(o.settled.Load())
+	o.settleLate(o.settled.Load())
 	for i := range in {
 		r := &in[i]
 		if r.Op == pipeline.OpHeartbeat {
@@ -243,12 +313,19 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		}
 	}
 	emissions := o.eng.AdvanceTagged(o.watermark(), o.batches)
+	if o.opts.Early > 0 && time.Since(o.lastEarly) >= o.opts.Early {
+		o.lastEarly = time.Now()
+		emissions = append(emissions, o.eng.Early()...)
+	}
 	var size int64
 	err := o.db.Update(func(tx *bbolt.Tx) error {
 		if err := o.eng.Flush(tx); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bucketMeta).Put(keyApplied, binform.AppendVersion(nil, o.applied)); err != nil {
+			return err
+		}
+		if err := o.flushLate(tx); err != nil {
 			return err
 		}
 		size = tx.Size()
@@ -283,15 +360,24 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		e.Origin = origin
 		out = append(out, o.record(e))
 	}
+	for _, r := range o.side {
+		r.Origin = origin
+		out = append(out, r)
+	}
+	o.side = o.side[:0]
 	return o.rejects.Result(out)
 }
 
 // apply applies one change of the input table.
 func (o *Operator) apply(r *pipeline.Record) error {
-	if stream := r.Op != pipeline.OpRead && !r.Snapshot; stream {
+	stream := r.Op != pipeline.OpRead && !r.Snapshot
+	if stream {
 		if !o.applied.Less(r.Version) {
-			return nil // a replay: the state holds it already
+			// A replay: the state holds it already; one that was late goes
+			// to the side output again.
+			return o.replayLate(r)
 		}
+		o.pruneLate(r.Version)
 		defer func() { o.applied = r.Version }()
 	}
 	p, err := o.plans.Get(r.Table, o.plan)
@@ -362,34 +448,10 @@ func (o *Operator) apply(r *pipeline.Record) error {
 		o.maxSeen = max(o.maxSeen, in.Time)
 		o.lastInput = max(o.lastInput, r.EventTime.UnixMicro())
 	}
-	late := o.eng.Upsert(in)
-	if late == nil {
-		return nil
+	if late := o.eng.Upsert(in); late != nil {
+		return o.onLate(r, p, late, stream)
 	}
-	o.late++
-	if o.opts.Observer != nil {
-		o.opts.Observer.Late(o.opts.Name, string(o.opts.Late), 1)
-	}
-	if o.opts.Late == LateSideOutput {
-		// Invariant 7: the change goes to the dead-letter queue with its
-		// window and lateness; it still reaches its own sinks.
-		return &lateError{late: late}
-	}
-	o.log.Debug("late change dropped", zap.String("window", o.opts.Name), zap.Stringer("version", r.Version))
 	return nil
-}
-
-// lateError is a change too late for its windows, side-output to the
-// dead-letter queue.
-type lateError struct{ late *Late }
-
-func (e *lateError) Error() string {
-	var ws []string
-	for _, w := range e.late.Windows {
-		ws = append(ws, fmt.Sprintf("[%s, %s)", time.UnixMicro(w.Start).UTC().Format(time.RFC3339Nano), time.UnixMicro(w.End).UTC().Format(time.RFC3339Nano)))
-	}
-	return fmt.Sprintf("late: the change belongs to window %s, whose state is gone; the watermark is %s past its end (beyond the allowed lateness)",
-		strings.Join(ws, ", "), time.Duration(e.late.By)*time.Microsecond)
 }
 
 // heartbeat advances an idle input's clock: after IdleTimeout of source

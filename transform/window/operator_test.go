@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,5 +205,118 @@ func TestOperatorRefusesStateItCannotUse(t *testing.T) {
 	defer op.Close()
 	if err := op.Begin(context.Background(), true); err == nil || !strings.Contains(err.Error(), "definition changed") {
 		t.Fatalf("resuming with another definition: %v", err)
+	}
+}
+
+func TestOperatorSessionsMergeAcrossARestart(t *testing.T) {
+	dir := t.TempDir()
+	o := revenue(dir)
+	o.Spec, o.OutOfOrder, o.Lateness = Session(30*time.Second), 0, 2*time.Minute
+	op := openOp(t, o, false)
+	bounds := func(recs []pipeline.Record) string {
+		var out []string
+		for _, r := range recs {
+			if r.Table != nil && r.Table.ID.Table == "revenue" {
+				img := r.After
+				if img == nil {
+					img = r.Before
+				}
+				out = append(out, fmt.Sprintf("%s [%v,%v) %v %v v%d", r.Op, img[0].(pipeline.Timestamp).Time().Sub(t0),
+					img[1].(pipeline.Timestamp).Time().Sub(t0), img[2], img[3:], r.Version[1]))
+			}
+		}
+		return strings.Join(out, "; ")
+	}
+	process(t, op, ord(pipeline.OpInsert, 1, "EU", "10.00", 0, 1), ord(pipeline.OpInsert, 2, "EU", "5.50", 10*time.Second, 2))
+	out, _ := process(t, op, ord(pipeline.OpInsert, 3, "US", "1.00", 100*time.Second, 3))
+	if got := bounds(out); got != "c [0s,40s) EU [2 15.50 10.00] v2" {
+		t.Fatalf("on close: %s", got)
+	}
+	op.Close()
+	op = openOp(t, o, true)
+	defer op.Close()
+	// A late order at 35 s, within the lateness, extends the written
+	// session to 65 s: the old row is deleted (instead of being written
+	// again, as it would be after the restart), the new one written.
+	out, _ = process(t, op, ord(pipeline.OpInsert, 4, "EU", "1.00", 35*time.Second, 4))
+	if got := bounds(out); got != "c [0s,1m5s) EU [3 16.50 10.00] v3; d [0s,40s) EU [<nil> <nil> <nil>] v3" {
+		t.Fatalf("merge after the restart: %s", got)
+	}
+}
+
+func TestOperatorEarlyResults(t *testing.T) {
+	o := revenue(t.TempDir())
+	o.Early = time.Nanosecond // every batch
+	op := openOp(t, o, false)
+	defer op.Close()
+	rows := func(recs []pipeline.Record) string {
+		var out []string
+		for _, r := range recs {
+			if r.Table != nil && r.Table.ID.Table == "revenue" {
+				out = append(out, fmt.Sprintf("%s %v %v partial=%v v%d.%d", r.Op, r.After[2], r.After[3:6], r.After[6], r.Version[1], r.Version[2]))
+			}
+		}
+		return strings.Join(out, "; ")
+	}
+	out, _ := process(t, op, ord(pipeline.OpInsert, 1, "EU", "10.00", 10*time.Second, 1))
+	if got := rows(out); got != "c EU [1 10.00 10.00] partial=true v1.0" {
+		t.Fatalf("early: %s", got)
+	}
+	if c := out[1].Table.Columns; len(c) != 7 || c[6].Name != PartialColumn || c[6].Type != pipeline.TypeBool {
+		t.Fatalf("results' columns: %+v", c)
+	}
+	out, _ = process(t, op, ord(pipeline.OpInsert, 2, "EU", "5.00", 20*time.Second, 2))
+	if got := rows(out); got != "u EU [2 15.00 10.00] partial=true v2.0" {
+		t.Fatalf("early again: %s", got)
+	}
+	// The watermark passes 1m: the final row, above the partial one.
+	out, _ = process(t, op, ord(pipeline.OpInsert, 3, "US", "1.00", 66*time.Second, 3))
+	if got := rows(out); got != "u EU [2 15.00 10.00] partial=false v2.1; c US [1 1.00 1.00] partial=true v1.0" {
+		t.Fatalf("close: %s", got)
+	}
+}
+
+func TestOperatorSideOutputToASink(t *testing.T) {
+	o := revenue(t.TempDir())
+	o.SideOutput = "archive"
+	op := openOp(t, o, false)
+	defer func() { op.Close() }()
+	process(t, op, ord(pipeline.OpInsert, 1, "EU", "10.00", 10*time.Second, 1))
+	process(t, op, ord(pipeline.OpInsert, 2, "EU", "1.00", 200*time.Second, 2)) // the watermark at 195 s
+	late := ord(pipeline.OpInsert, 3, "US", "7.00", 30*time.Second, 3)
+	// Killed before the batch's outputs were durable: its replay after
+	// the restart sends the side row again, though the state skips it.
+	if _, err := op.Process(context.Background(), []pipeline.Record{late}); err != nil {
+		t.Fatal(err)
+	}
+	op.Close()
+	op = openOp(t, o, true)
+	out, rj := process(t, op, late)
+	if rj != nil {
+		t.Fatalf("a named side output is not the dead-letter queue: %v", rj)
+	}
+	if len(out) != 2 || out[0].Version != late.Version {
+		t.Fatalf("the late change and its side row: %+v", out)
+	}
+	side := out[1]
+	if side.Table.ID.String() != "analytics.revenue_late" || side.Dest == nil || !slices.Equal(side.Dest.To, []string{"archive"}) ||
+		side.Version != late.Version || !side.Derived() {
+		t.Fatalf("side row: %+v", side)
+	}
+	cols := side.Table.Columns
+	if len(cols) != 7 || cols[4].Name != "window_start" || cols[6].Name != "late_by_ms" || !slices.Equal(side.Table.KeyIdx, []int{0, 4}) {
+		t.Fatalf("side shape: %+v %v", cols, side.Table.KeyIdx)
+	}
+	got := fmt.Sprint(side.After[:3], side.After[4].(pipeline.Timestamp).Time().Sub(t0), side.After[5].(pipeline.Timestamp).Time().Sub(t0), side.After[6])
+	if got != "[3 US 7.00] 0s 1m0s 135000" {
+		t.Fatalf("side row: %s", got)
+	}
+	// Once that batch is settled (and the next one has written the state
+	// that forgets it), another restart's replay sends nothing.
+	process(t, op, pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: t0.Add(200 * time.Second)})
+	op.Close()
+	op = openOp(t, o, true)
+	if out, _ := process(t, op, late); len(out) != 1 {
+		t.Fatalf("a settled late change sent again: %+v", out[1:])
 	}
 }

@@ -25,7 +25,9 @@ import (
 //	              float64 for floats
 //	min, max, first, last   the column's own type
 //
-// Its key is (window_start, window_end, the group columns).
+// With early results, a last column, partial (bool), says whether the
+// row is a partial result of an open window. Its key is (window_start,
+// window_end, the group columns).
 
 // plan works out, for an input shape, the columns the window reads, and
 // the results' shape; an error (a column missing, a sum of text) rejects
@@ -109,6 +111,15 @@ func (o *Operator) plan(t *pipeline.Table) (*plan, error) {
 		}
 		out.Columns = append(out.Columns, col)
 	}
+	if o.opts.Early > 0 {
+		out.Columns = append(out.Columns, pipeline.Column{Name: PartialColumn, Type: pipeline.TypeBool, Scale: -1, SourceType: "boolean"})
+	}
+	if o.opts.Late == LateSideOutput && o.opts.SideOutput != "" {
+		var err error
+		if p.late, err = o.lateShape(t); err != nil {
+			return fail("side_output", err)
+		}
+	}
 	for i := 0; i < 2+len(o.opts.GroupBy); i++ {
 		out.KeyIdx = append(out.KeyIdx, i)
 	}
@@ -172,6 +183,9 @@ func (o *Operator) record(e Emission) pipeline.Record {
 	img := make([]any, len(o.out.Columns))
 	img[0], img[1] = pipeline.Timestamp{Micros: e.Window.Start}, pipeline.Timestamp{Micros: e.Window.End}
 	copy(img[2:], e.Group)
+	if o.opts.Early > 0 {
+		img[len(img)-1] = e.Partial
+	}
 	r := pipeline.Record{Table: o.out, Version: e.Version, Origin: e.Origin, EventTime: time.UnixMicro(e.Window.End).UTC()}
 	switch {
 	case e.Delete:

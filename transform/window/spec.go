@@ -7,12 +7,17 @@ import (
 )
 
 // Spec is a window kind: tumbling (Advance == Size) or hopping (Advance <
-// Size; each event belongs to Size/Advance windows). Windows are aligned
-// to the Unix epoch: they start at multiples of Advance.
+// Size; each event belongs to Size/Advance windows), aligned to the Unix
+// epoch (they start at multiples of Advance); or, with Gap set instead,
+// sessions (Sessions).
 type Spec struct {
 	Size    time.Duration
 	Advance time.Duration
+	Gap     time.Duration
 }
+
+// Session is a Spec of session windows closed by gap.
+func Session(gap time.Duration) Spec { return Spec{Gap: gap} }
 
 // Tumbling is a Spec of back-to-back windows of size.
 func Tumbling(size time.Duration) Spec { return Spec{Size: size, Advance: size} }
@@ -20,6 +25,15 @@ func Tumbling(size time.Duration) Spec { return Spec{Size: size, Advance: size} 
 // Check reports a Spec that cannot assign events.
 func (s Spec) Check() error {
 	switch {
+	case s.Gap != 0 && (s.Size != 0 || s.Advance != 0):
+		return errors.New("a session window has a gap and no size")
+	case s.Gap < 0:
+		return errors.New("the session gap must be positive")
+	case s.Gap > 0:
+		if s.Gap%time.Microsecond != 0 {
+			return errors.New("the gap is whole microseconds")
+		}
+		return nil
 	case s.Size <= 0:
 		return errors.New("the window size must be positive")
 	case s.Advance <= 0 || s.Advance > s.Size:

@@ -136,7 +136,7 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 		g := e.group(e.window(ref.b), ref.key, vals)
 		g.changes, g.gen, g.origin = changes, gen, origin
 		e.seen(origin)
-		g.emitted, g.dirty = flags&1 != 0, flags&2 != 0
+		g.emitted, g.dirty, g.partial = flags&1 != 0, flags&2 != 0, flags&4 != 0
 		return nil
 	})
 	if err != nil {
@@ -246,6 +246,9 @@ func (g *group) encode() ([]byte, error) {
 	}
 	if g.dirty {
 		flags |= 2
+	}
+	if g.partial {
+		flags |= 4
 	}
 	return appendValues(append(b, flags), g.key)
 }

@@ -1,0 +1,173 @@
+package window
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"go.etcd.io/bbolt"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
+)
+
+// Late changes. A change too late for its windows is counted, and under
+// side_output sent to the dead-letter queue or the side output's sink;
+// either way it still reaches its own sinks.
+//
+// The state runs ahead of the outputs (a batch's state is written before
+// its outputs leave), and a stream change at or below the newest applied
+// is a replay the window skips. So a late change whose side output was
+// lost in a kill would be skipped on its replay and never side-output.
+// The window therefore keeps each late stream change's version with its
+// windows (bucket late/<version>) until the batch that sent it is
+// settled; a replay of one of them sends it again. A row of the side
+// output is an upsert at the change's version and a dead letter may be
+// stored twice, so sending again is harmless where the first one landed.
+
+var bucketLate = []byte("late")
+
+// stateBuckets are the buckets of a window's state file.
+var stateBuckets = [][]byte{bucketRows, bucketGroups, bucketMeta, bucketEntries, bucketLate}
+
+// pendingLate is a late stream change whose side output may not be
+// durable: its windows, and the batch that sent it (math.MaxUint64: sent
+// before the restart, not again yet).
+type pendingLate struct {
+	late *Late
+	tag  uint64
+}
+
+// onLate handles change r, late for late's windows.
+func (o *Operator) onLate(r *pipeline.Record, p *plan, late *Late, stream bool) error {
+	o.late++
+	if o.opts.Observer != nil {
+		o.opts.Observer.Late(o.opts.Name, string(o.opts.Late), 1)
+	}
+	if o.opts.Late != LateSideOutput {
+		o.log.Debug("late change dropped", zap.String("window", o.opts.Name), zap.Stringer("version", r.Version))
+		return nil
+	}
+	if stream {
+		o.pending[r.Version] = &pendingLate{late: late, tag: o.batches}
+		o.pendingDirty[r.Version] = true
+	}
+	return o.sendLate(r, p, late)
+}
+
+// sendLate sends r to the side output.
+func (o *Operator) sendLate(r *pipeline.Record, p *plan, late *Late) error {
+	if o.opts.SideOutput != "" {
+		// To the side output's sink, once per window it was too late for.
+		return o.sideOutput(r, p, late)
+	}
+	// Invariant 7: to the dead-letter queue with its windows and lateness.
+	return &lateError{late: late}
+}
+
+// replayLate sends a replayed stream change again when it was late.
+func (o *Operator) replayLate(r *pipeline.Record) error {
+	pl := o.pending[r.Version]
+	if pl == nil {
+		return nil
+	}
+	p, err := o.plans.Get(r.Table, o.plan)
+	if err != nil {
+		return err
+	}
+	pl.tag = o.batches
+	return o.sendLate(r, p, pl.late)
+}
+
+// pruneLate forgets, at the first stream change after the start (at v),
+// the late changes before it: they are not replayed, so their batches
+// were settled.
+func (o *Operator) pruneLate(v pipeline.Version) {
+	if o.prunedLate {
+		return
+	}
+	o.prunedLate = true
+	for k := range o.pending {
+		if k.Less(v) {
+			delete(o.pending, k)
+			o.pendingDirty[k] = true
+		}
+	}
+}
+
+// settleLate forgets the late changes sent in the first n batches: their
+// side output is durable.
+func (o *Operator) settleLate(n uint64) {
+	for k, pl := range o.pending {
+		if pl.tag <= n {
+			delete(o.pending, k)
+			o.pendingDirty[k] = true
+		}
+	}
+}
+
+func (o *Operator) flushLate(tx *bbolt.Tx) error {
+	b, err := tx.CreateBucketIfNotExists(bucketLate)
+	if err != nil {
+		return err
+	}
+	for k := range o.pendingDirty {
+		key := binform.AppendVersion(nil, k)
+		pl := o.pending[k]
+		if pl == nil {
+			if err := b.Delete(key); err != nil {
+				return err
+			}
+			continue
+		}
+		v := binary.AppendUvarint(binary.AppendVarint(nil, pl.late.By), uint64(len(pl.late.Windows)))
+		for _, w := range pl.late.Windows {
+			v = binary.AppendVarint(binary.AppendVarint(v, w.Start), w.End)
+		}
+		if err := b.Put(key, v); err != nil {
+			return err
+		}
+	}
+	clear(o.pendingDirty)
+	return nil
+}
+
+func (o *Operator) loadLate(tx *bbolt.Tx) error {
+	b := tx.Bucket(bucketLate)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		kr, r := binform.NewReader(k), binform.NewReader(v)
+		ver := kr.Version()
+		late := &Late{By: r.Varint()}
+		n := r.Uvarint()
+		if n > uint64(r.Len()) {
+			return fmt.Errorf("window state: corrupt late change %x", k)
+		}
+		for range n {
+			late.Windows = append(late.Windows, Bounds{r.Varint(), r.Varint()})
+		}
+		if kr.Err() != nil || r.Err() != nil {
+			return fmt.Errorf("window state: corrupt late change %x", k)
+		}
+		o.pending[ver] = &pendingLate{late: late, tag: math.MaxUint64}
+		return nil
+	})
+}
+
+// lateError is a change too late for its windows, side-output to the
+// dead-letter queue.
+type lateError struct{ late *Late }
+
+func (e *lateError) Error() string {
+	var ws []string
+	for _, w := range e.late.Windows {
+		ws = append(ws, fmt.Sprintf("[%s, %s)", time.UnixMicro(w.Start).UTC().Format(time.RFC3339Nano), time.UnixMicro(w.End).UTC().Format(time.RFC3339Nano)))
+	}
+	return fmt.Sprintf("late: the change belongs to window %s, whose state is gone; the watermark is %s past its end (beyond the allowed lateness)",
+		strings.Join(ws, ", "), time.Duration(e.late.By)*time.Microsecond)
+}
