@@ -57,6 +57,8 @@ bench-transforms:
 	$(GO) test -run '^$$' -bench Operator -benchtime 1000x ./transform/chainbench/
 	$(GO) test -run '^$$' -bench Pipeline -benchtime 1x -count 3 ./transform/chainbench/ -args -sink duckdb
 	$(GO) test -run '^$$' -bench Pipeline -benchtime 1x -count 3 ./transform/chainbench/ -args -sink discard
+	$(GO) test -run '^$$' -bench Window -benchtime 1x -count 3 ./transform/chainbench/ -args -sink duckdb
+	$(GO) test -run '^$$' -bench Window -benchtime 1x -count 3 ./transform/chainbench/ -args -sink discard
 
 # Every scenario of package bench, 3 runs each, into bench/results/;
 # PROFILE=1 also writes CPU and heap profiles to bench/results/profiles/.

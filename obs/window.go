@@ -15,6 +15,7 @@ type WindowMetrics struct {
 	groups    *prometheus.GaugeVec
 	rows      *prometheus.GaugeVec
 	stateSize *prometheus.GaugeVec
+	write     *prometheus.HistogramVec
 }
 
 // NewWindowMetrics creates the window metrics of pipeline and registers
@@ -33,9 +34,13 @@ func NewWindowMetrics(reg prometheus.Registerer, pipeline string) *WindowMetrics
 		groups:    gauge("sluice_window_open_groups", "Groups held in the open windows."),
 		rows:      gauge("sluice_window_rows", "Rows whose contribution the window holds (tombstones included)."),
 		stateSize: gauge("sluice_window_state_bytes", "Size of the window's state file."),
+		write: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_window_state_write_seconds", Help: "Time to write a batch's changes to the window's state (one transaction, synced).",
+			ConstLabels: cl, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"window"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.late, m.lag, m.windows, m.groups, m.rows, m.stateSize)
+		reg.MustRegister(m.late, m.lag, m.windows, m.groups, m.rows, m.stateSize, m.write)
 	}
 	return m
 }
@@ -45,8 +50,10 @@ func (m *WindowMetrics) Late(window, policy string, n int) {
 	m.late.WithLabelValues(window, policy).Add(float64(n))
 }
 
-// Progress sets window's gauges after a batch.
-func (m *WindowMetrics) Progress(window string, lag time.Duration, windows, groups, rows int, stateBytes int64) {
+// Progress sets window's gauges after a batch and observes its state
+// write.
+func (m *WindowMetrics) Progress(window string, lag time.Duration, windows, groups, rows int, stateBytes int64, write time.Duration) {
+	m.write.WithLabelValues(window).Observe(write.Seconds())
 	m.lag.WithLabelValues(window).Set(lag.Seconds())
 	m.windows.WithLabelValues(window).Set(float64(windows))
 	m.groups.WithLabelValues(window).Set(float64(groups))

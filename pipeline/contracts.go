@@ -181,6 +181,18 @@ type Settler interface {
 	Settled(n uint64)
 }
 
+// Syncer is implemented by StateOwners that write their state at
+// checkpoints rather than with every batch (transform/window). Before it
+// stores a checkpoint, the runtime calls Sync from the checkpoint
+// goroutine; when Sync returns nil, the operator's durable state covers
+// every batch its Process returned before the call, so every input at or
+// before the checkpoint about to be stored (Invariant 5). Sync may wait
+// for a running Process and blocks while it writes; an error fails the
+// commit, which is retried at the next one, the checkpoint not stored.
+type Syncer interface {
+	Sync(ctx context.Context) error
+}
+
 // Checkpoint is what the offset store keeps for a pipeline.
 type Checkpoint struct {
 	Pipeline  string                     `json:"pipeline"`

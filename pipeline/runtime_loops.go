@@ -229,6 +229,15 @@ func (r *Runtime) commit(ctx context.Context) error {
 	r.mu.Unlock()
 	cp := Checkpoint{Pipeline: r.cfg.Pipeline, Position: json.RawMessage(r.pendingPos), Seq: seq, CommittedAt: time.Now().UTC()}
 	t0 := time.Now()
+	// Invariant 5: the operators' own state covers the position before
+	// the checkpoint names it.
+	for _, op := range r.ops {
+		if s, ok := op.Operator.(Syncer); ok {
+			if err := s.Sync(ctx); err != nil {
+				return fmt.Errorf("write the state of operator %s: %w", op.Name, err)
+			}
+		}
+	}
 	// Invariant 1: sink write (done: the ledger only yields durable
 	// positions) → checkpoint commit → source ack.
 	if err := r.store.Commit(ctx, cp); err != nil {

@@ -64,10 +64,10 @@ func canonDecimal(d pipeline.Decimal) string {
 	if !d.IsFinite() {
 		return d.Special.String()
 	}
-	u := new(big.Int)
-	if d.Unscaled != nil {
-		u.Set(d.Unscaled)
+	if d.Unscaled == nil || d.Unscaled.IsInt64() {
+		return canonSmallDecimal(d)
 	}
+	u := new(big.Int).Set(d.Unscaled)
 	scale := d.Scale
 	ten := big.NewInt(10)
 	for scale > 0 {
@@ -78,6 +78,52 @@ func canonDecimal(d pipeline.Decimal) string {
 		u, scale = q, scale-1
 	}
 	return pipeline.Decimal{Unscaled: u, Scale: scale}.String()
+}
+
+// canonSmallDecimal is canonDecimal for an unscaled value that fits an
+// int64, without big arithmetic: trailing zeros of the fraction dropped,
+// then pipeline.Decimal's rendering.
+func canonSmallDecimal(d pipeline.Decimal) string {
+	var u int64
+	if d.Unscaled != nil {
+		u = d.Unscaled.Int64()
+	}
+	scale := d.Scale
+	for scale > 0 && u%10 == 0 {
+		u, scale = u/10, scale-1
+	}
+	if u == 0 {
+		return "0"
+	}
+	var b [48]byte
+	digits := strconv.AppendUint(b[:0], absUint(u), 10)
+	if scale < 0 {
+		for range -scale {
+			digits = append(digits, '0')
+		}
+	}
+	var out []byte
+	if u < 0 {
+		out = append(out, '-')
+	}
+	if scale > 0 {
+		for len(digits) <= int(scale) {
+			digits = append([]byte{'0'}, digits...)
+		}
+		out = append(out, digits[:len(digits)-int(scale)]...)
+		out = append(out, '.')
+		out = append(out, digits[len(digits)-int(scale):]...)
+	} else {
+		out = append(out, digits...)
+	}
+	return string(out)
+}
+
+func absUint(u int64) uint64 {
+	if u < 0 {
+		return uint64(-(u + 1)) + 1 // -MinInt64 fits a uint64
+	}
+	return uint64(u)
 }
 
 func canonJSON(s string) string {

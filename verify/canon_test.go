@@ -2,8 +2,11 @@ package verify
 
 import (
 	"fmt"
+	"math/big"
 	"testing"
 	"time"
+
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // The fast paths of Canon render exactly what the generic form did.
@@ -17,6 +20,20 @@ func TestCanonFastPathsMatchTheGenericForm(t *testing.T) {
 	for _, s := range []string{"", "a\"b", "é\x00\n"} {
 		if got, want := Canon(s), fmt.Sprintf("string:%q", s); got != want {
 			t.Errorf("Canon(%q) = %q, want %q", s, got, want)
+		}
+	}
+}
+
+// The int64 fast path renders as the big one does.
+func TestCanonSmallDecimalMatchesBig(t *testing.T) {
+	for _, u := range []int64{0, 1, -1, 10, -10, 100, 123450, -123450, 5, -5, 1 << 62, -1 << 63, 1<<63 - 1, 1000000} {
+		for scale := int32(-3); scale <= 22; scale++ {
+			d := pipeline.Decimal{Unscaled: big.NewInt(u), Scale: scale}
+			// The big path: the same value with an unscaled part past int64.
+			wide := pipeline.Decimal{Unscaled: new(big.Int).Mul(big.NewInt(u), new(big.Int).Exp(big.NewInt(10), big.NewInt(20), nil)), Scale: scale + 20}
+			if got, want := canonSmallDecimal(d), canonDecimal(wide); got != want {
+				t.Fatalf("%d scale %d: fast %q, big %q", u, scale, got, want)
+			}
 		}
 	}
 }

@@ -7,17 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
-
-	"github.com/sluice-cdc/sluice/offsets"
-	"github.com/sluice-cdc/sluice/sinks/duckdb"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/transform/compute"
@@ -172,40 +164,11 @@ func (discard) Write(context.Context, []pipeline.Record) error { return nil }
 func (discard) Close(context.Context) error                    { return nil }
 
 func runPipeline(b *testing.B, in []pipeline.Record, chain []pipeline.Operator) {
-	dir := b.TempDir()
 	var ops []pipeline.NamedOperator
 	for i, op := range chain {
 		ops = append(ops, pipeline.NamedOperator{Name: fmt.Sprintf("op%d", i), Operator: op})
 	}
-	store, err := offsets.OpenDir(filepath.Join(dir, "offsets"), "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	var sink pipeline.Sink = discard{}
-	if *sinkKind == "duckdb" {
-		sink = duckdb.New(duckdb.Options{Name: "duckdb", Path: filepath.Join(dir, "bench.duckdb")}, zap.NewNop())
-	}
-	rt, err := pipeline.New(pipeline.Config{Pipeline: "bench"}, &feed{recs: in, n: *total},
-		[]pipeline.NamedSink{{Name: "duckdb", Sink: sink}}, store, pipeline.Options{Operators: ops, Log: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var before, after syscall.Rusage
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-	start := time.Now()
-	if err := rt.Run(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	took := time.Since(start)
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-	runtime.ReadMemStats(&m1)
-	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
-	b.ReportMetric(float64(*total)/took.Seconds(), "records/s")
-	b.ReportMetric(float64(*total)/cpu.Seconds(), "records/cpu-s")
-	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(*total), "allocs/record")
+	runFeed(b, b.TempDir(), &feed{recs: in, n: *total}, ops)
 }
 
 // chainKeepingAll is chain with a filter every record passes.

@@ -49,7 +49,10 @@ func Open(s Spec) (*Store, error) {
 		return nil, fmt.Errorf("%s: state directory: %w", s.What, err)
 	}
 	path := filepath.Join(s.Dir, s.File)
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 2 * time.Second})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 2 * time.Second,
+		// Address space, not memory: a file growing within it is not
+		// remapped, which would copy every page a transaction holds.
+		InitialMmapSize: 1 << 30})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("%s: state %s is locked by another process (is a second sluice running this pipeline?)", s.What, path)

@@ -121,12 +121,49 @@ func (c *count) remove(v any, _ int64, _ pipeline.Version) {
 
 func (c *count) result() any { return c.n }
 
-// sum keeps an exact sum and the count of values summed.
+// sum keeps an exact sum and the count of values summed: in an int64 at
+// one scale while every value fits (the common case: a column's values
+// share its scale), the rest in total.
 type sum struct {
 	num   Numeric
 	avg   bool
 	total apd.Decimal
 	n     int64
+	small int64
+	scale int32 // small's; set by the first small value
+	any   bool  // small holds a value's scale
+}
+
+// smallOf returns v's unscaled int64 and scale when v is an integer or a
+// finite decimal whose unscaled part fits.
+func smallOf(v any) (int64, int32, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, 0, true
+	case pipeline.Decimal:
+		if x.Special == pipeline.Finite && x.Unscaled != nil && x.Unscaled.IsInt64() {
+			return x.Unscaled.Int64(), x.Scale, true
+		}
+	}
+	return 0, 0, false
+}
+
+// addSmall adds sign*v to small when it fits; false: not added.
+func (s *sum) addSmall(v any, sign int64) bool {
+	u, sc, ok := smallOf(v)
+	if !ok || s.any && sc != s.scale {
+		return false
+	}
+	if u == math.MinInt64 {
+		return false
+	}
+	d := sign * u
+	r := s.small + d
+	if d > 0 && r < s.small || d < 0 && r > s.small {
+		return false // past int64: total takes it
+	}
+	s.small, s.scale, s.any = r, sc, true
+	return true
 }
 
 var (
@@ -135,6 +172,16 @@ var (
 )
 
 func (s *sum) add(v any, _ int64, _ pipeline.Version) {
+	if v == nil {
+		return
+	}
+	if s.addSmall(v, 1) {
+		if s.n == 0 {
+			s.num = numericOf(v)
+		}
+		s.n++
+		return
+	}
 	if d, ok := toDecimal(v); ok {
 		if s.n == 0 {
 			s.num = numericOf(v)
@@ -145,6 +192,13 @@ func (s *sum) add(v any, _ int64, _ pipeline.Version) {
 }
 
 func (s *sum) remove(v any, _ int64, _ pipeline.Version) {
+	if v == nil {
+		return
+	}
+	if s.addSmall(v, -1) {
+		s.n--
+		return
+	}
 	if d, ok := toDecimal(v); ok {
 		_, _ = exact.Sub(&s.total, &s.total, d)
 		s.n--
@@ -156,6 +210,10 @@ func (s *sum) result() any {
 		return nil
 	}
 	v := &s.total
+	if s.any {
+		v = new(apd.Decimal)
+		_, _ = exact.Add(v, &s.total, apd.New(s.small, -s.scale))
+	}
 	if s.avg {
 		q := new(apd.Decimal)
 		ctx := apd.BaseContext.WithPrecision(34)

@@ -98,8 +98,13 @@ type groupRef struct {
 type window struct {
 	b      Bounds
 	groups map[string]*group
-	rows   map[string]bool // the rows contributing to it
-	closed bool            // the watermark passed its end
+	// changed holds the groups made dirty since the last emission pass
+	// looked at the window, so a pass does not scan every group.
+	changed map[string]bool
+	// rows lists the rows that contributed to it (a row may be listed
+	// twice, or have left since: drop checks each row's windows).
+	rows   []string
+	closed bool // the watermark passed its end
 	// expiredAt is the tag of the Advance that found the window expired
 	// (its results final); 0: not yet. Release drops it.
 	expiredAt uint64
@@ -174,9 +179,10 @@ func (e *Engine) Upsert(in Input) *Late {
 		}
 		g.rows++
 		g.touch(in.Version)
+		w.changed[c.group] = true
 		e.seen(in.Version)
 		e.dirtyGroups[groupRef{b, c.group}] = true
-		w.rows[in.Row] = true
+		w.rows = append(w.rows, in.Row)
 		c.windows = append(c.windows, b)
 	}
 	if len(c.windows) > 0 {
@@ -218,6 +224,7 @@ func (e *Engine) retract(row string, version pipeline.Version) {
 		}
 		g.rows--
 		g.touch(version)
+		w.changed[c.group] = true
 		e.seen(version)
 		e.dirtyGroups[groupRef{b, c.group}] = true
 	}
@@ -257,7 +264,7 @@ func (e *Engine) seen(v pipeline.Version) {
 func (e *Engine) window(b Bounds) *window {
 	w := e.windows[b]
 	if w == nil {
-		w = &window{b: b, groups: map[string]*group{}, rows: map[string]bool{}}
+		w = &window{b: b, groups: map[string]*group{}, changed: map[string]bool{}}
 		e.windows[b] = w
 	}
 	return w
@@ -293,13 +300,20 @@ func (e *Engine) AdvanceTagged(wm int64, tag uint64) []Emission {
 	}
 	slices.SortFunc(closing, func(a, b *window) int { return cmpOrdered(a.b.Start, b.b.Start) })
 	for _, w := range closing {
-		w.closed = true
-		keys := make([]string, 0, len(w.groups))
-		for k, g := range w.groups {
-			if g.dirty || g.partial {
-				keys = append(keys, k)
+		var keys []string
+		if !w.closed {
+			// Its close: every group changed since it was written, and
+			// every partial result.
+			for k, g := range w.groups {
+				if g.dirty || g.partial {
+					keys = append(keys, k)
+				}
 			}
+		} else {
+			keys = w.dirtyKeys()
 		}
+		clear(w.changed)
+		w.closed = true
 		slices.Sort(keys)
 		for _, k := range keys {
 			out = e.emit(w, k, true, out)
@@ -348,18 +362,25 @@ func (e *Engine) Early() []Emission {
 	slices.SortFunc(open, func(a, b *window) int { return cmpOrdered(a.b.Start, b.b.Start) })
 	var out []Emission
 	for _, w := range open {
-		keys := make([]string, 0, len(w.groups))
-		for k, g := range w.groups {
-			if g.dirty {
-				keys = append(keys, k)
-			}
-		}
+		keys := w.dirtyKeys()
+		clear(w.changed)
 		slices.Sort(keys)
 		for _, k := range keys {
 			out = e.emit(w, k, false, out)
 		}
 	}
 	return out
+}
+
+// dirtyKeys returns the keys of w's changed groups still dirty.
+func (w *window) dirtyKeys() []string {
+	keys := make([]string, 0, len(w.changed))
+	for k := range w.changed {
+		if g := w.groups[k]; g != nil && g.dirty {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // Release drops the windows tagged expired by an Advance with a tag at
@@ -384,6 +405,7 @@ func (e *Engine) Reemit() {
 				continue
 			}
 			g.dirty = true
+			w.changed[k] = true
 			if g.rows == 0 {
 				g.emitted = true
 			}
@@ -398,7 +420,7 @@ func (e *Engine) drop(w *window) {
 	for k := range w.groups {
 		e.dirtyGroups[groupRef{w.b, k}] = true // gone: deleted by Flush
 	}
-	for row := range w.rows {
+	for _, row := range w.rows {
 		c := e.rows[row]
 		if c == nil {
 			continue

@@ -109,30 +109,22 @@ func (o *Operator) settleLate(n uint64) {
 	}
 }
 
-func (o *Operator) flushLate(tx *bbolt.Tx) error {
-	b, err := tx.CreateBucketIfNotExists(bucketLate)
-	if err != nil {
-		return err
-	}
+// lateChanges adds the pending late changes' changes to cs.
+func (o *Operator) lateChanges(cs *changeSet) {
 	for k := range o.pendingDirty {
 		key := binform.AppendVersion(nil, k)
 		pl := o.pending[k]
 		if pl == nil {
-			if err := b.Delete(key); err != nil {
-				return err
-			}
+			cs.del(bucketLate, key)
 			continue
 		}
 		v := binary.AppendUvarint(binary.AppendVarint(nil, pl.late.By), uint64(len(pl.late.Windows)))
 		for _, w := range pl.late.Windows {
 			v = binary.AppendVarint(binary.AppendVarint(v, w.Start), w.End)
 		}
-		if err := b.Put(key, v); err != nil {
-			return err
-		}
+		cs.put(bucketLate, key, v)
 	}
 	clear(o.pendingDirty)
-	return nil
 }
 
 func (o *Operator) loadLate(tx *bbolt.Tx) error {

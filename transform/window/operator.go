@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,19 +82,28 @@ type Observer interface {
 	Late(window, policy string, n int)
 	// Progress reports after each batch: the watermark's lag behind the
 	// wall clock (0 before the first watermark), the windows, groups and
-	// rows held, and the state file's size. It must not block.
-	Progress(window string, lag time.Duration, windows, groups, rows int, stateBytes int64)
+	// rows held, the state file's size, and how long the batch's state
+	// write took. It must not block.
+	Progress(window string, lag time.Duration, windows, groups, rows int, stateBytes int64, write time.Duration)
 }
 
-// Operator is the window transform: a stateful pipeline.Operator and
-// pipeline.StateOwner. Records of other tables, and the input's own,
-// pass through; the window's results are added as records of Output.
+// Operator is the window transform: a stateful pipeline.Operator,
+// pipeline.StateOwner and pipeline.Syncer. Records of other tables, and
+// the input's own, pass through; the window's results are added as
+// records of Output.
 //
-// State: the engine's (store.go), in Dir, written through in one bbolt
-// transaction per batch before the batch's results leave Process, so the
-// results never get ahead of the state they come from; rows carry their
-// versions, so the state may be ahead of the checkpoint (a replay
-// changes nothing) as the join's is (Invariant 5).
+// State: the engine's (store.go, sessions_store.go), in Dir, written in
+// one bbolt transaction per checkpoint (Sync) with what changed since the
+// last: a row or group changed by a thousand batches between two
+// checkpoints is written once. The state is never behind the checkpoint
+// (Invariant 5), and may be ahead of it: rows carry their versions and
+// the newest change applied is stored with them, so a replay changes
+// nothing. Results may leave before the state they come from is written:
+// after a kill the state of the last Sync is loaded and the changes since
+// the checkpoint are replayed, those the state holds skipped and the rest
+// applied again in the same order, so each result comes out again with
+// the version and values it had (versions count the changes applied, not
+// batches or time), and a version-guarded sink takes each once.
 type Operator struct {
 	opts Options
 	log  *zap.Logger
@@ -128,6 +138,11 @@ type Operator struct {
 	pending      map[pipeline.Version]*pendingLate
 	pendingDirty map[pipeline.Version]bool
 	prunedLate   bool
+	// mu serialises Process and Sync's encoding; unsynced: Process ran
+	// since the last Sync; retry: a change set a Sync could not write.
+	mu       sync.Mutex
+	unsynced bool
+	retry    *changeSet
 }
 
 // PartialColumn is the results' column saying a row is a partial result
@@ -164,8 +179,9 @@ type engine interface {
 	Watermark() int64
 	// Open reports the windows, groups and rows held.
 	Open() (windows, groups, rows int)
-	// Flush writes what changed since the last Flush into tx.
-	Flush(tx *bbolt.Tx) error
+	// Changes adds what changed since the last Changes to cs, which must
+	// then be written.
+	Changes(cs *changeSet) error
 }
 
 // plan is where an input shape keeps what the window reads.
@@ -287,10 +303,79 @@ func (*Operator) Snapshot() ([]byte, error) { return nil, nil }
 // Restore: the operator keeps its own durable state (StateOwner).
 func (*Operator) Restore([]byte) error { return nil }
 
+// Sync implements pipeline.Syncer: what changed since the last Sync —
+// the engine's state, the newest version applied, the late changes
+// pending and the results' shape — is encoded while Process waits, then
+// written in one bbolt transaction while Process goes on.
+func (o *Operator) Sync(context.Context) error {
+	o.mu.Lock()
+	if !o.begun || !o.unsynced && o.retry == nil {
+		o.mu.Unlock()
+		return nil
+	}
+	cs := o.retry
+	if cs == nil {
+		cs = &changeSet{}
+	}
+	var now changeSet
+	err := o.eng.Changes(&now)
+	if err == nil {
+		now.put(bucketMeta, keyApplied, binform.AppendVersion(nil, o.applied))
+		o.lateChanges(&now)
+		err = o.shapeChanges(&now)
+	}
+	// What Changes took is in now even on an error: written (or retried)
+	// with the rest.
+	cs.then(&now)
+	o.unsynced = false
+	var lag time.Duration
+	if wm := o.eng.Watermark(); wm != NoWatermark {
+		lag = time.Since(time.UnixMicro(wm))
+	}
+	w, g, r := o.eng.Open()
+	o.mu.Unlock()
+	if err != nil {
+		o.keepForRetry(cs)
+		return fmt.Errorf("%s: encode the state: %w", o.opts.Name, err)
+	}
+	var size int64
+	began := time.Now()
+	err = o.db.Update(func(tx *bbolt.Tx) error {
+		if err := cs.apply(tx); err != nil {
+			return err
+		}
+		size = tx.Size()
+		return nil
+	})
+	if err != nil {
+		o.keepForRetry(cs)
+		return fmt.Errorf("%s: write the state: %w", o.opts.Name, err)
+	}
+	o.mu.Lock()
+	if o.retry == cs {
+		o.retry = nil
+	}
+	o.mu.Unlock()
+	if o.opts.Observer != nil {
+		o.opts.Observer.Progress(o.opts.Name, lag, w, g, r, size, time.Since(began))
+	}
+	return nil
+}
+
+// keepForRetry keeps a change set that was not written: the next Sync
+// writes it first.
+func (o *Operator) keepForRetry(cs *changeSet) {
+	o.mu.Lock()
+	o.retry = cs
+	o.mu.Unlock()
+}
+
 // Process applies the batch's changes of the input table to the windows,
 // moves the watermark, writes the state, and returns the batch with the
 // results of the windows that closed (or were corrected) added.
 func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if !o.begun {
 		return nil, fmt.Errorf("%s: Process before Begin", o.opts.Name)
 	}
@@ -317,31 +402,7 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		o.lastEarly = time.Now()
 		emissions = append(emissions, o.eng.Early()...)
 	}
-	var size int64
-	err := o.db.Update(func(tx *bbolt.Tx) error {
-		if err := o.eng.Flush(tx); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketMeta).Put(keyApplied, binform.AppendVersion(nil, o.applied)); err != nil {
-			return err
-		}
-		if err := o.flushLate(tx); err != nil {
-			return err
-		}
-		size = tx.Size()
-		return o.putShape(tx)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: write the state: %w", o.opts.Name, err)
-	}
-	if o.opts.Observer != nil {
-		var lag time.Duration
-		if wm := o.eng.Watermark(); wm != NoWatermark {
-			lag = time.Since(time.UnixMicro(wm))
-		}
-		w, g, r := o.eng.Open()
-		o.opts.Observer.Progress(o.opts.Name, lag, w, g, r, size)
-	}
+	o.unsynced = true
 	out := in
 	if len(emissions) > 0 && o.out == nil {
 		return nil, fmt.Errorf("%s: results to write but no shape of %s known", o.opts.Name, o.opts.Input)

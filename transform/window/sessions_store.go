@@ -46,33 +46,31 @@ func parseEntryStoreKey(k []byte) (entryRef, bool) {
 
 // Flush writes what changed since the last Flush (or load) into tx.
 func (s *Sessions) Flush(tx *bbolt.Tx) error {
-	rows, groups, meta, err := buckets(tx)
-	if err != nil {
+	var cs changeSet
+	if err := s.Changes(&cs); err != nil {
 		return err
 	}
-	entries, err := tx.CreateBucketIfNotExists(bucketEntries)
-	if err != nil {
-		return err
-	}
+	return cs.apply(tx)
+}
+
+// Changes adds what changed since the last Changes (or load) to cs and
+// forgets it: cs must be written.
+func (s *Sessions) Changes(cs *changeSet) error {
 	for row := range s.dirtyRows {
 		r := s.rows[row]
 		if r == nil {
-			if err := rows.Delete([]byte(row)); err != nil {
-				return err
-			}
+			cs.del(bucketRows, []byte(row))
 			continue
 		}
 		flag := byte(0)
 		if r.deleted {
 			flag = 1
 		}
-		b := binary.AppendVarint(binform.AppendVersion([]byte{flag}, r.ver), r.t)
-		if b, err = appendValues(b, r.gvals); err != nil {
+		b, err := appendValues(binary.AppendVarint(binform.AppendVersion([]byte{flag}, r.ver), r.t), r.gvals)
+		if err != nil {
 			return err
 		}
-		if err := rows.Put([]byte(row), b); err != nil {
-			return err
-		}
+		cs.put(bucketRows, []byte(row), b)
 	}
 	for ref := range s.dirtyEntries {
 		k := entryStoreKey(ref)
@@ -83,39 +81,32 @@ func (s *Sessions) Flush(tx *bbolt.Tx) error {
 			}
 		}
 		if e == nil {
-			if err := entries.Delete(k); err != nil {
-				return err
-			}
+			cs.del(bucketEntries, k)
 			continue
 		}
 		b, err := appendValues(binform.AppendVersion(nil, e.ver), e.args)
 		if err != nil {
 			return err
 		}
-		if err := entries.Put(k, b); err != nil {
-			return err
-		}
+		cs.put(bucketEntries, k, b)
 	}
 	for key := range s.dirtyGroups {
 		g := s.groups[key]
 		if g == nil {
-			if err := groups.Delete([]byte(key)); err != nil {
-				return err
-			}
+			cs.del(bucketGroups, []byte(key))
 			continue
 		}
 		b, err := g.encode()
 		if err != nil {
 			return err
 		}
-		if err := groups.Put([]byte(key), b); err != nil {
-			return err
-		}
+		cs.put(bucketGroups, []byte(key), b)
 	}
 	clear(s.dirtyRows)
 	clear(s.dirtyEntries)
 	clear(s.dirtyGroups)
-	return meta.Put(keyWatermark, binary.AppendVarint(nil, s.watermark))
+	cs.put(bucketMeta, keyWatermark, binary.AppendVarint(nil, s.watermark))
+	return nil
 }
 
 func (g *sgroup) encode() ([]byte, error) {

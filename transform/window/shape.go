@@ -144,9 +144,9 @@ func sameShape(a, b *pipeline.Table) bool {
 
 var keyShape = []byte("shape")
 
-// putShape stores the results' shape when it changed, so a restarted
+// shapeChanges stores the results' shape when it changed, so a restarted
 // window can emit before a change of the input arrives.
-func (o *Operator) putShape(tx *bbolt.Tx) error {
+func (o *Operator) shapeChanges(cs *changeSet) error {
 	if !o.outDirty || o.out == nil {
 		return nil
 	}
@@ -155,7 +155,8 @@ func (o *Operator) putShape(tx *bbolt.Tx) error {
 		return err
 	}
 	o.outDirty = false
-	return tx.Bucket(bucketMeta).Put(keyShape, b)
+	cs.put(bucketMeta, keyShape, b)
+	return nil
 }
 
 // loadShape reads the results' shape Process stored.

@@ -35,49 +35,48 @@ var (
 
 // Flush writes what changed since the last Flush (or Load) into tx.
 func (e *Engine) Flush(tx *bbolt.Tx) error {
-	rows, groups, meta, err := buckets(tx)
-	if err != nil {
+	var cs changeSet
+	if err := e.Changes(&cs); err != nil {
 		return err
 	}
+	return cs.apply(tx)
+}
+
+// Changes adds what changed since the last Changes (or Load) to cs and
+// forgets it: cs must be written.
+func (e *Engine) Changes(cs *changeSet) error {
 	for row := range e.dirtyRows {
 		c := e.rows[row]
 		if c == nil {
-			if err := rows.Delete([]byte(row)); err != nil {
-				return err
-			}
+			cs.del(bucketRows, []byte(row))
 			continue
 		}
 		b, err := c.encode()
 		if err != nil {
 			return err
 		}
-		if err := rows.Put([]byte(row), b); err != nil {
-			return err
-		}
+		cs.put(bucketRows, []byte(row), b)
 	}
 	for ref := range e.dirtyGroups {
+		k := groupStoreKey(ref)
 		var g *group
 		if w := e.windows[ref.b]; w != nil {
 			g = w.groups[ref.key]
 		}
-		k := groupStoreKey(ref)
 		if g == nil {
-			if err := groups.Delete(k); err != nil {
-				return err
-			}
+			cs.del(bucketGroups, k)
 			continue
 		}
 		b, err := g.encode()
 		if err != nil {
 			return err
 		}
-		if err := groups.Put(k, b); err != nil {
-			return err
-		}
+		cs.put(bucketGroups, k, b)
 	}
 	clear(e.dirtyRows)
 	clear(e.dirtyGroups)
-	return meta.Put(keyWatermark, binary.AppendVarint(nil, e.watermark))
+	cs.put(bucketMeta, keyWatermark, binary.AppendVarint(nil, e.watermark))
+	return nil
 }
 
 // Load rebuilds an engine from what Flush wrote into tx (an empty file
@@ -105,7 +104,7 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 		e.rows[row] = c
 		for _, b := range c.windows {
 			w := e.window(b)
-			w.rows[row] = true
+			w.rows = append(w.rows, row)
 			if c.deleted {
 				continue
 			}
@@ -137,6 +136,9 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 		g.changes, g.gen, g.origin = changes, gen, origin
 		e.seen(origin)
 		g.emitted, g.dirty, g.partial = flags&1 != 0, flags&2 != 0, flags&4 != 0
+		if g.dirty {
+			e.windows[ref.b].changed[ref.key] = true
+		}
 		return nil
 	})
 	if err != nil {
