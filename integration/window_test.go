@@ -31,11 +31,9 @@ import (
 type windowBackend struct {
 	// source is the config's source block; slot names it for waits.
 	source string
-	// exec runs one statement of the writer (placeholders are the
-	// backend's: $1 or ?), on its own connection kept by the backend.
+	// exec runs one statement of the writer ($n placeholders), on its own
+	// connection kept by the backend.
 	exec func(q string, args ...any) error
-	// ph rewrites a statement's $n placeholders for the backend.
-	ph func(q string) string
 	// ts renders an event time as the backend's literal value.
 	ts func(time.Time) any
 	// settle inserts the order ahead of everything (region ZZ, at end)
@@ -111,7 +109,6 @@ func TestWindowRevenuePerMinute(t *testing.T) {
 			_, err := conn.Exec(ctx, q, args...)
 			return err
 		},
-		ph: func(q string) string { return q },
 		ts: func(t time.Time) any { return t },
 		settle: func(d *daemonProc, _ string, end time.Time) {
 			mark := commitMarkOn(t, ctx, pg.DSN("sales"), fmt.Sprintf(`INSERT INTO orders VALUES (-1, 'ZZ', 0, '%s')`, end.Format(time.RFC3339)))
@@ -177,10 +174,16 @@ func TestWindowRevenuePerMinuteMariaDB(t *testing.T) {
 	runWindowWorkload(t, windowBackend{
 		source: fmt.Sprintf("  mysql:\n    dsn: mysql://root@%s\n    tables: [sales.orders]\n    heartbeat_interval: 1s\n", addr),
 		exec: func(q string, args ...any) error {
-			_, err := c.Execute(q, args...)
+			// The statement says $n; MariaDB's ? bind in order of
+			// appearance, so the arguments follow the $n's order.
+			var bound []any
+			for _, m := range dollar.FindAllString(q, -1) {
+				n, _ := strconv.Atoi(m[1:])
+				bound = append(bound, args[n-1])
+			}
+			_, err := c.Execute(dollar.ReplaceAllString(q, "?"), bound...)
 			return err
 		},
-		ph: func(q string) string { return dollar.ReplaceAllString(q, "?") },
 		ts: func(t time.Time) any { return t.UTC().Format("2006-01-02 15:04:05.000000") },
 		settle: func(d *daemonProc, checkpoint string, end time.Time) {
 			if err := m.Exec(ctx, "sales", fmt.Sprintf(`INSERT INTO orders VALUES (-1, 'ZZ', 0, '%s')`, end.Format("2006-01-02 15:04:05"))); err != nil {
@@ -338,7 +341,7 @@ runtime: {checkpoint_interval: 50ms}
 				late = append(late, next)
 				mu.Unlock()
 			}
-			if err := b.exec(b.ph(q), args...); err != nil {
+			if err := b.exec(q, args...); err != nil {
 				t.Error(err)
 				return
 			}
@@ -444,7 +447,8 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatalf("side output %v, late inserts %v", sideIDs, late)
 	}
 	// Every session equals the sessions of the source's rows.
-	wantSessions := sessionsOf(b.orders(late))
+	srcOrders := b.orders(late)
+	wantSessions := sessionsOf(slices.Clone(srcOrders))
 	res, err = db.Query(`SELECT epoch(window_start)::BIGINT, epoch(window_end)::BIGINT, region, orders, revenue::VARCHAR
 		FROM main.analytics_sessions WHERE NOT _sluice_deleted AND region <> 'ZZ'`)
 	if err != nil {
@@ -469,7 +473,17 @@ runtime: {checkpoint_interval: 50ms}
 		}
 		for k, h := range haveSessions {
 			if _, ok := wantSessions[k]; !ok {
-				diffs = append(diffs, fmt.Sprintf("%s: no such session in the source, window %q", k, h))
+				// The source's orders of the region around it.
+				var start, end int64
+				var region string
+				fmt.Sscanf(k, "%d %d %s", &start, &end, &region)
+				var near []string
+				for _, o := range srcOrders {
+					if o.region == region && o.at >= start-2*sessionGap && o.at < end+2*sessionGap {
+						near = append(near, fmt.Sprintf("%d:%d", o.at, o.cents))
+					}
+				}
+				diffs = append(diffs, fmt.Sprintf("%s: no such session in the source, window %q; the source's orders near it %v", k, h, near))
 			}
 		}
 		slices.Sort(diffs)

@@ -89,6 +89,9 @@ func (x *Rejects) Add(r *pipeline.Record, err error) error {
 	return nil
 }
 
+// Len is the number of records rejected since the last Result.
+func (x *Rejects) Len() int { return len(x.list) }
+
 // Result returns out with the rejected records (a *pipeline.Rejects) or
 // a nil error, as Operator.Process does; it resets the collection.
 func (x *Rejects) Result(out []pipeline.Record) ([]pipeline.Record, error) {

@@ -93,17 +93,19 @@ type Observer interface {
 // records of Output.
 //
 // State: the engine's (store.go, sessions_store.go), in Dir, written in
-// one bbolt transaction per checkpoint (Sync) with what changed since the
-// last: a row or group changed by a thousand batches between two
-// checkpoints is written once. The state is never behind the checkpoint
-// (Invariant 5), and may be ahead of it: rows carry their versions and
-// the newest change applied is stored with them, so a replay changes
-// nothing. Results may leave before the state they come from is written:
-// after a kill the state of the last Sync is loaded and the changes since
-// the checkpoint are replayed, those the state holds skipped and the rest
-// applied again in the same order, so each result comes out again with
-// the version and values it had (versions count the changes applied, not
-// batches or time), and a version-guarded sink takes each once.
+// one bbolt transaction with what changed since the last write: at every
+// checkpoint (Sync), so a row or group changed by a thousand batches
+// between two checkpoints is written once, and before a batch's own
+// outputs (results, side-output rows, dead letters) leave, so every result
+// in a sink is in the state a restart starts from, to be corrected or
+// deleted there (a replay need not pass through the intermediate states
+// a result came from: a session's bounds, a group that emptied). The
+// state is never behind the checkpoint (Invariant 5) and may be ahead of
+// it: rows carry their versions and the newest change applied is stored
+// with them, so a replay changes nothing; the changes after the last
+// write are applied again in the same order, and each result's version
+// counts the changes applied to its group, so a version-guarded sink
+// never takes a result that misses changes over one that has them.
 type Operator struct {
 	opts Options
 	log  *zap.Logger
@@ -138,10 +140,13 @@ type Operator struct {
 	pending      map[pipeline.Version]*pendingLate
 	pendingDirty map[pipeline.Version]bool
 	prunedLate   bool
-	// mu serialises Process and Sync's encoding; unsynced: Process ran
-	// since the last Sync; retry: a change set a Sync could not write.
+	// mu serialises Process and the encoding of the state's changes;
+	// unsynced: Process ran since they were last taken. wmu orders the
+	// state writes (taken while mu is held); retry, under wmu, is a
+	// change set a write could not write.
 	mu       sync.Mutex
 	unsynced bool
+	wmu      sync.Mutex
 	retry    *changeSet
 }
 
@@ -303,71 +308,85 @@ func (*Operator) Snapshot() ([]byte, error) { return nil, nil }
 // Restore: the operator keeps its own durable state (StateOwner).
 func (*Operator) Restore([]byte) error { return nil }
 
-// Sync implements pipeline.Syncer: what changed since the last Sync —
+// Sync implements pipeline.Syncer: what changed since the last write —
 // the engine's state, the newest version applied, the late changes
 // pending and the results' shape — is encoded while Process waits, then
 // written in one bbolt transaction while Process goes on.
 func (o *Operator) Sync(context.Context) error {
 	o.mu.Lock()
-	if !o.begun || !o.unsynced && o.retry == nil {
+	if !o.begun {
 		o.mu.Unlock()
 		return nil
 	}
-	cs := o.retry
-	if cs == nil {
-		cs = &changeSet{}
-	}
-	var now changeSet
-	err := o.eng.Changes(&now)
-	if err == nil {
-		now.put(bucketMeta, keyApplied, binform.AppendVersion(nil, o.applied))
-		o.lateChanges(&now)
-		err = o.shapeChanges(&now)
-	}
-	// What Changes took is in now even on an error: written (or retried)
-	// with the rest.
-	cs.then(&now)
-	o.unsynced = false
-	var lag time.Duration
-	if wm := o.eng.Watermark(); wm != NoWatermark {
-		lag = time.Since(time.UnixMicro(wm))
-	}
-	w, g, r := o.eng.Open()
+	o.wmu.Lock() // taken before mu is let go: writes commit in the order their changes were taken
+	defer o.wmu.Unlock()
+	cs, p, err := o.takeChanges()
 	o.mu.Unlock()
-	if err != nil {
-		o.keepForRetry(cs)
-		return fmt.Errorf("%s: encode the state: %w", o.opts.Name, err)
+	return o.write(cs, p, err)
+}
+
+// progress is what a state write reports to the Observer.
+type progress struct {
+	lag                   time.Duration
+	windows, groups, rows int
+}
+
+// takeChanges encodes what changed since the last write (mu held).
+func (o *Operator) takeChanges() (*changeSet, progress, error) {
+	var p progress
+	if wm := o.eng.Watermark(); wm != NoWatermark {
+		p.lag = time.Since(time.UnixMicro(wm))
+	}
+	p.windows, p.groups, p.rows = o.eng.Open()
+	if !o.unsynced {
+		return nil, p, nil
+	}
+	o.unsynced = false
+	cs := &changeSet{}
+	err := o.eng.Changes(cs)
+	if err == nil {
+		cs.put(bucketMeta, keyApplied, binform.AppendVersion(nil, o.applied))
+		o.lateChanges(cs)
+		err = o.shapeChanges(cs)
+	}
+	return cs, p, err
+}
+
+// write writes a change set that could not be written before, then cs
+// (wmu held); what fails is kept for the next write.
+func (o *Operator) write(cs *changeSet, p progress, encodeErr error) error {
+	all := o.retry
+	if all == nil {
+		all = &changeSet{}
+	}
+	if cs != nil {
+		all.then(cs) // what Changes took is there even on an error
+	}
+	if encodeErr != nil {
+		o.retry = all
+		return fmt.Errorf("%s: encode the state: %w", o.opts.Name, encodeErr)
+	}
+	if len(all.buckets) == 0 {
+		return nil
 	}
 	var size int64
 	began := time.Now()
-	err = o.db.Update(func(tx *bbolt.Tx) error {
-		if err := cs.apply(tx); err != nil {
+	err := o.db.Update(func(tx *bbolt.Tx) error {
+		if err := all.apply(tx); err != nil {
 			return err
 		}
 		size = tx.Size()
 		return nil
 	})
 	if err != nil {
-		o.keepForRetry(cs)
+		o.retry = all
 		return fmt.Errorf("%s: write the state: %w", o.opts.Name, err)
 	}
-	o.mu.Lock()
-	if o.retry == cs {
-		o.retry = nil
-	}
-	o.mu.Unlock()
+	o.retry = nil
 	if o.opts.Observer != nil {
-		o.opts.Observer.Progress(o.opts.Name, lag, w, g, r, size, time.Since(began))
+		o.opts.Observer.Progress(o.opts.Name, p.lag, p.windows, p.groups, p.rows, size, time.Since(began))
 	}
 	return nil
-}
-
-// keepForRetry keeps a change set that was not written: the next Sync
-// writes it first.
-func (o *Operator) keepForRetry(cs *changeSet) {
-	o.mu.Lock()
-	o.retry = cs
-	o.mu.Unlock()
 }
 
 // Process applies the batch's changes of the input table to the windows,
@@ -403,10 +422,24 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		emissions = append(emissions, o.eng.Early()...)
 	}
 	o.unsynced = true
-	out := in
 	if len(emissions) > 0 && o.out == nil {
 		return nil, fmt.Errorf("%s: results to write but no shape of %s known", o.opts.Name, o.opts.Input)
 	}
+	if len(emissions) > 0 || len(o.side) > 0 || o.rejects.Len() > 0 {
+		// What the window writes leaves only once the state that knows
+		// it is written: a replay need not pass through the states the
+		// results came from (a session's bounds, a group that emptied
+		// and came back), so the written results must be in the state
+		// it starts from, to be corrected or deleted.
+		o.wmu.Lock()
+		cs, p, err := o.takeChanges()
+		err = o.write(cs, p, err)
+		o.wmu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := in
 	// The results leave after the batch's records: their Origin is the
 	// newest version so far, so Origins never go down in the order records
 	// leave the operator (the exactly-once Kafka sink's high-water mark

@@ -46,6 +46,9 @@ func parseEntryStoreKey(k []byte) (entryRef, bool) {
 
 // Flush writes what changed since the last Flush (or load) into tx.
 func (s *Sessions) Flush(tx *bbolt.Tx) error {
+	if _, _, _, err := buckets(tx); err != nil {
+		return err
+	}
 	var cs changeSet
 	if err := s.Changes(&cs); err != nil {
 		return err

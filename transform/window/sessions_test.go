@@ -3,13 +3,10 @@ package window
 import (
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
-
-	"go.etcd.io/bbolt"
 )
 
 // sessionsEngine: count(), sum, min, max and avg of an amount per region,
@@ -163,94 +160,6 @@ func TestSessionsAnyOrderWithinTheBound(t *testing.T) {
 		}
 		if got := run(shuffled); !reflect.DeepEqual(got, want) {
 			t.Fatalf("trial %d: results differ\n got %v\nwant %v", trial, got, want)
-		}
-	}
-}
-
-// Crashes at random moments (the state flushed after every batch, loaded
-// back, the changes since an older checkpoint replayed, the results held
-// written again) end with the same results and versions as a run that
-// never stopped.
-func TestSessionsSurviveCrashesAndReplays(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	for trial := range 30 {
-		type change struct {
-			in  Input
-			del bool
-		}
-		var batches [][]change
-		ver, clock := uint64(0), int64(0)
-		for range 40 {
-			var b []change
-			for range 1 + rng.IntN(6) {
-				ver++
-				clock += int64(rng.IntN(4)) * sec
-				in := order(fmt.Sprint("r", rng.IntN(30)), clock-int64(rng.IntN(25))*sec, fmt.Sprint("g", rng.IntN(3)),
-					fmt.Sprint(rng.IntN(1000)), ver)
-				b = append(b, change{in: in, del: rng.IntN(5) == 0})
-			}
-			batches = append(batches, b)
-		}
-		apply := func(s *Sessions, b []change) []Emission {
-			maxT := int64(NoWatermark)
-			for _, c := range b {
-				if c.del {
-					s.Delete(c.in.Row, c.in.Version)
-				} else {
-					s.Upsert(c.in)
-				}
-				maxT = max(maxT, c.in.Time)
-			}
-			return s.Advance(maxT - 20*sec)
-		}
-		final := func(into map[string]string, es []Emission) {
-			for _, em := range es {
-				into[fmt.Sprint(em.Window, em.Group)] = fmt.Sprint(em.Values, em.Delete, em.Version)
-			}
-		}
-		want := map[string]string{}
-		ref := sessionsEngine(30 * sec)
-		for _, b := range batches {
-			final(want, apply(ref, b))
-		}
-		final(want, ref.Advance(1<<62))
-
-		db, err := bbolt.Open(filepath.Join(t.TempDir(), "s.db"), 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]string{}
-		s := sessionsEngine(30 * sec)
-		checkpoint, crashes := 0, 0
-		for i := 0; i < len(batches); i++ {
-			final(got, apply(s, batches[i]))
-			if err := db.Update(s.Flush); err != nil {
-				t.Fatal(err)
-			}
-			if rng.IntN(3) == 0 {
-				checkpoint = i + 1 - rng.IntN(min(3, i+1))
-			}
-			if rng.IntN(6) == 0 {
-				crashes++
-				err = db.View(func(tx *bbolt.Tx) error {
-					var err error
-					s, err = LoadSessions(tx, ref.opts)
-					return err
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				s.Reemit()
-				i = checkpoint - 1
-			}
-		}
-		final(got, s.Advance(1<<62))
-		db.Close()
-		if crashes == 0 {
-			continue
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("trial %d (%d crashes): results differ\n got %v\nwant %v", trial, crashes, got, want)
 		}
 	}
 }

@@ -35,6 +35,9 @@ var (
 
 // Flush writes what changed since the last Flush (or Load) into tx.
 func (e *Engine) Flush(tx *bbolt.Tx) error {
+	if _, _, _, err := buckets(tx); err != nil {
+		return err
+	}
 	var cs changeSet
 	if err := e.Changes(&cs); err != nil {
 		return err
