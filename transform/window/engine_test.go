@@ -50,8 +50,14 @@ func show(es []Emission) []string {
 
 func expect(t *testing.T, step string, got []Emission, want ...string) {
 	t.Helper()
-	if g := show(got); !reflect.DeepEqual(g, want) && !(len(g) == 0 && len(want) == 0) {
-		t.Fatalf("%s:\n got %q\nwant %q", step, g, want)
+	expectShown(t, step, show(got), want)
+}
+
+// expectShown fails unless the emissions rendered as got are want.
+func expectShown(t *testing.T, step string, got, want []string) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+		t.Fatalf("%s:\n got %q\nwant %q", step, got, want)
 	}
 }
 
@@ -257,9 +263,7 @@ func TestEarlyResultsArePartialThenFinal(t *testing.T) {
 	e := ordersEngine(0)
 	check := func(step string, got []Emission, want ...string) {
 		t.Helper()
-		if g := showEarly(got); !reflect.DeepEqual(g, want) && !(len(g) == 0 && len(want) == 0) {
-			t.Fatalf("%s:\n got %q\nwant %q", step, g, want)
-		}
+		expectShown(t, step, showEarly(got), want)
 	}
 	e.Upsert(order("o1", 10*sec, "EU", "10", 1))
 	e.Upsert(order("o2", 30*sec, "US", "1", 2))

@@ -45,16 +45,7 @@ func parseEntryStoreKey(k []byte) (entryRef, bool) {
 }
 
 // Flush writes what changed since the last Flush (or load) into tx.
-func (s *Sessions) Flush(tx *bbolt.Tx) error {
-	if _, _, _, err := buckets(tx); err != nil {
-		return err
-	}
-	var cs changeSet
-	if err := s.Changes(&cs); err != nil {
-		return err
-	}
-	return cs.apply(tx)
-}
+func (s *Sessions) Flush(tx *bbolt.Tx) error { return flush(tx, s.Changes) }
 
 // Changes adds what changed since the last Changes (or load) to cs and
 // forgets it: cs must be written.
@@ -148,12 +139,8 @@ func LoadSessions(tx *bbolt.Tx, o EngineOptions) (*Sessions, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v := meta.Get(keyWatermark); v != nil {
-		wm, n := binary.Varint(v)
-		if n <= 0 {
-			return nil, fmt.Errorf("window state: corrupt watermark")
-		}
-		s.watermark = wm
+	if s.watermark, err = loadWatermark(meta); err != nil {
+		return nil, err
 	}
 	err = groups.ForEach(func(k, v []byte) error {
 		r := binform.NewReader(v)

@@ -34,12 +34,15 @@ var (
 )
 
 // Flush writes what changed since the last Flush (or Load) into tx.
-func (e *Engine) Flush(tx *bbolt.Tx) error {
+func (e *Engine) Flush(tx *bbolt.Tx) error { return flush(tx, e.Changes) }
+
+// flush writes into tx the changes an engine's Changes gives.
+func flush(tx *bbolt.Tx, changes func(*changeSet) error) error {
 	if _, _, _, err := buckets(tx); err != nil {
 		return err
 	}
 	var cs changeSet
-	if err := e.Changes(&cs); err != nil {
+	if err := changes(&cs); err != nil {
 		return err
 	}
 	return cs.apply(tx)
@@ -90,12 +93,8 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v := meta.Get(keyWatermark); v != nil {
-		wm, n := binary.Varint(v)
-		if n <= 0 {
-			return nil, fmt.Errorf("window state: corrupt watermark")
-		}
-		e.watermark = wm
+	if e.watermark, err = loadWatermark(meta); err != nil {
+		return nil, err
 	}
 	err = rows.ForEach(func(k, v []byte) error {
 		c, err := decodeContribution(v)
@@ -153,6 +152,19 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 	clear(e.dirtyRows)
 	clear(e.dirtyGroups)
 	return e, nil
+}
+
+// loadWatermark reads the stored watermark (NoWatermark when none).
+func loadWatermark(meta *bbolt.Bucket) (int64, error) {
+	v := meta.Get(keyWatermark)
+	if v == nil {
+		return NoWatermark, nil
+	}
+	wm, n := binary.Varint(v)
+	if n <= 0 {
+		return 0, fmt.Errorf("window state: corrupt watermark")
+	}
+	return wm, nil
 }
 
 // group returns window w's group of key, made with its accumulators when
