@@ -152,6 +152,19 @@ func TestWindowProblems(t *testing.T) {
       late: side_output
       side_output: archive
       aggregates: ["n = count()"]
+  - window:
+      output: a.c
+      table: public.customers
+      session: {gap: 1m}
+      event_time: t
+      late: correct
+      aggregates: ["n = count()"]
+  - window:
+      output: a.d
+      table: public.customers
+      tumbling: 1m
+      late: correct
+      aggregates: ["n = count()"]
 `, nil)
 	want := []string{
 		`pipe.yaml:11:7: transforms[0].window: set exactly one of tumbling, hopping and session`,
@@ -163,6 +176,8 @@ func TestWindowProblems(t *testing.T) {
 		`pipe.yaml:21:20: transforms[1].window.side_output: side_output names a sink for late changes, but late is drop`,
 		`pipe.yaml:22:20: transforms[1].window.aggregates[0]: output column partial is used twice`,
 		`pipe.yaml:28:20: transforms[2].window.side_output: no sink is named archive (hint: the sinks: search, duckdb`,
+		`pipe.yaml:35:13: transforms[3].window.late: late: correct keeps a window's aggregates without its rows, and sessions need their rows`,
+		`pipe.yaml:41:13: transforms[4].window.late: late: correct needs an event_time column`,
 	}
 	if len(errs) != len(want) {
 		t.Fatalf("got %d errors:\n%s", len(errs), strings.Join(errs, "\n"))

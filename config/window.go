@@ -39,7 +39,10 @@ type WindowTransform struct {
 	Emit          string   `yaml:"emit" default:"on_close" enum:"on_close|early"`
 	EarlyInterval Duration `yaml:"early_interval" default:"10s" min:"1ms"`
 	// Late is what a change too late for its window does.
-	Late string `yaml:"late" default:"drop" enum:"drop|side_output"`
+	Late string `yaml:"late" default:"drop" enum:"drop|side_output|correct"`
+	// CorrectWithin, with late: correct, is how long past the allowed
+	// lateness a window's aggregates are kept for corrections.
+	CorrectWithin Duration `yaml:"correct_within" default:"1h" min:"1s"`
 	// SideOutput names the sink that takes the late changes, as rows of
 	// <output>_late; empty: the dead-letter queue.
 	SideOutput string   `yaml:"side_output"`
@@ -110,10 +113,18 @@ func (d *decoder) validateWindow(c *Config, base string, w *WindowTransform) {
 			sinks = append(sinks, c.Sinks[i].Name())
 		}
 		switch {
-		case w.Late != "side_output":
-			d.errAt(base+".side_output", "side_output names a sink for late changes, but late is "+w.Late, "set late: side_output, or remove side_output")
+		case w.Late == "drop":
+			d.errAt(base+".side_output", "side_output names a sink for late changes, but late is drop", "set late: side_output (or correct), or remove side_output")
 		case !slices.Contains(sinks, w.SideOutput):
 			d.errAt(base+".side_output", "no sink is named "+w.SideOutput, "the sinks: "+strings.Join(sinks, ", ")+" (a sink's name: field, or its kind)")
+		}
+	}
+	if w.Late == "correct" && !d.failed(base+".late") {
+		switch {
+		case w.Session != nil:
+			d.errAt(base+".late", "late: correct keeps a window's aggregates without its rows, and sessions need their rows to merge and split", "use allowed_lateness to keep sessions open to late changes, and late: side_output")
+		case w.EventTime == "":
+			d.errAt(base+".late", "late: correct needs an event_time column: with the commit time a before image does not say which window a row was in", "set event_time: <a timestamp column>")
 		}
 	}
 	names := map[string]bool{"window_start": true, "window_end": true, "partial": w.Emit == "early"}

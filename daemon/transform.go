@@ -299,7 +299,7 @@ func openWindow(cfg *config.Config, i int, src pipeline.Source, obs window.Obser
 	o := window.Options{
 		Name: transformName(cfg, i), Output: tableID(w.Output), Input: tableID(w.Table), EventTime: w.EventTime,
 		OutOfOrder: w.MaxOutOfOrderness.Std(), Lateness: w.AllowedLateness.Std(), IdleTimeout: w.IdleTimeout.Std(),
-		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), SideOutput: w.SideOutput, Dir: w.StateDir, Observer: obs, Log: log.Named("window"),
+		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), CorrectWithin: w.CorrectWithin.Std(), SideOutput: w.SideOutput, Dir: w.StateDir, Observer: obs, Log: log.Named("window"),
 	}
 	if w.Emit == "early" {
 		o.Early = w.EarlyInterval.Std()

@@ -95,6 +95,7 @@ func TestWindowRevenuePerMinute(t *testing.T) {
 	}
 	if err := pg.Exec(ctx, "sales",
 		`CREATE TABLE orders (id bigint PRIMARY KEY, region text NOT NULL, amount numeric(12,2) NOT NULL, created_at timestamptz NOT NULL)`,
+		`ALTER TABLE orders REPLICA IDENTITY FULL`, // late: correct retracts from before images
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -269,11 +270,23 @@ source:
       idle_timeout: 0s
       group_by: [region]
       aggregates: ["orders = count()", "revenue = sum(amount)"]
+  - window:
+      output: analytics.revenue_corrected
+      table: %s
+      event_time: created_at
+      tumbling: 1m
+      max_out_of_orderness: 10s
+      allowed_lateness: 30s
+      late: correct  # the late orders, and their later changes, correct their minute
+      correct_within: 1h
+      idle_timeout: 0s
+      group_by: [region]
+      aggregates: ["orders = count()", "revenue = sum(amount)", "smallest = min(amount)", "biggest = max(amount)"]
 sinks:
   - duckdb: {path: ./sales.duckdb}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 50ms}
-`, b.source, table, table, sessionGap))
+`, b.source, table, table, sessionGap, table))
 
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, time.Minute)
@@ -335,10 +348,20 @@ runtime: {checkpoint_interval: 50ms}
 				if now < 240 {
 					continue // the watermark first has to pass a window's end and lateness
 				}
-				next++
-				q, args = `INSERT INTO orders VALUES ($1, 'EU', 1.00, $2)`, []any{next, at(now - 180)}
 				mu.Lock()
-				late = append(late, next)
+				if n := len(late); n > 0 && rng.IntN(3) == 0 {
+					// A late order changed again, later still: its amount,
+					// or gone.
+					id := late[rng.IntN(n)]
+					q, args = `UPDATE orders SET amount = amount + 2.50 WHERE id = $1`, []any{id}
+					if rng.IntN(2) == 0 {
+						q = `DELETE FROM orders WHERE id = $1`
+					}
+				} else {
+					next++
+					q, args = `INSERT INTO orders VALUES ($1, 'EU', 1.00, $2)`, []any{next, at(now - 180)}
+					late = append(late, next)
+				}
 				mu.Unlock()
 			}
 			if err := b.exec(q, args...); err != nil {
@@ -397,36 +420,10 @@ runtime: {checkpoint_interval: 50ms}
 	if partial != 0 {
 		t.Fatalf("%d rows of closed windows are still partial", partial)
 	}
-	res, err := db.Query(`SELECT epoch(window_start)::BIGINT, region, orders, revenue::VARCHAR, smallest::VARCHAR, biggest::VARCHAR
-		FROM main.analytics_revenue WHERE NOT _sluice_deleted AND region <> 'ZZ'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Close()
-	have := map[string]string{}
-	for res.Next() {
-		var ws, n int64
-		var region, sum, lo, hi string
-		if err := res.Scan(&ws, &region, &n, &sum, &lo, &hi); err != nil {
-			t.Fatal(err)
-		}
-		have[fmt.Sprintf("%d %s", ws, region)] = fmt.Sprintf("%d %s %s %s", n, sum, lo, hi)
-	}
-	var diffs []string
-	for k, w := range want {
-		if have[k] != w {
-			diffs = append(diffs, fmt.Sprintf("%s: source %q, window %q", k, w, have[k]))
-		}
-	}
-	for k, h := range have {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: no source rows, window %q", k, h))
-		}
-	}
-	slices.Sort(diffs)
-	if len(diffs) > 0 {
-		t.Fatalf("%d of %d windows differ:\n%s", len(diffs), len(want), strings.Join(diffs[:min(20, len(diffs))], "\n"))
-	}
+	compareWindows(t, db, "analytics_revenue", want)
+	// The window under late: correct took the late orders and their later
+	// changes: it equals SQL over every row.
+	compareWindows(t, db, "analytics_revenue_corrected", b.groups([]int64{}))
 	// The session window's side output holds exactly the late inserts,
 	// each with the session it would have opened.
 	var sideIDs []int64
@@ -449,7 +446,7 @@ runtime: {checkpoint_interval: 50ms}
 	// Every session equals the sessions of the source's rows.
 	srcOrders := b.orders(late)
 	wantSessions := sessionsOf(slices.Clone(srcOrders))
-	res, err = db.Query(`SELECT epoch(window_start)::BIGINT, epoch(window_end)::BIGINT, region, orders, revenue::VARCHAR
+	res, err := db.Query(`SELECT epoch(window_start)::BIGINT, epoch(window_end)::BIGINT, region, orders, revenue::VARCHAR
 		FROM main.analytics_sessions WHERE NOT _sluice_deleted AND region <> 'ZZ'`)
 	if err != nil {
 		t.Fatal(err)
@@ -490,6 +487,42 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatalf("%d of %d sessions differ:\n%s", len(diffs), len(wantSessions), strings.Join(diffs[:min(20, len(diffs))], "\n"))
 	}
 	t.Logf("%d writes, %d kills, %d window rows, %d sessions, %d late inserts, clock %ds", writes.Load(), kills, len(want), len(wantSessions), len(late), clock.Load())
+}
+
+// compareWindows fails unless the rows of a revenue window's table in
+// DuckDB are want (window start and region to count, sum, min and max).
+func compareWindows(t *testing.T, db *sql.DB, table string, want map[string]string) {
+	t.Helper()
+	res, err := db.Query(`SELECT epoch(window_start)::BIGINT, region, orders, revenue::VARCHAR, smallest::VARCHAR, biggest::VARCHAR
+		FROM main.` + table + ` WHERE NOT _sluice_deleted AND region <> 'ZZ'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	have := map[string]string{}
+	for res.Next() {
+		var ws, n int64
+		var region, sum, lo, hi string
+		if err := res.Scan(&ws, &region, &n, &sum, &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		have[fmt.Sprintf("%d %s", ws, region)] = fmt.Sprintf("%d %s %s %s", n, sum, lo, hi)
+	}
+	var diffs []string
+	for k, w := range want {
+		if have[k] != w {
+			diffs = append(diffs, fmt.Sprintf("%s: source %q, window %q", k, w, have[k]))
+		}
+	}
+	for k, h := range have {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: no source rows, window %q", k, h))
+		}
+	}
+	slices.Sort(diffs)
+	if len(diffs) > 0 {
+		t.Fatalf("%s: %d of %d windows differ:\n%s", table, len(diffs), len(want), strings.Join(diffs[:min(20, len(diffs))], "\n"))
+	}
 }
 
 // lateIDs reads the ids of the orders in the dead-letter files under dir,

@@ -131,6 +131,10 @@ type Table struct {
 	KeyIdx  []int // indexes into Columns of the key columns, in key order
 	// Generation increases each time the source sees a new shape of the table.
 	Generation int
+	// FullBefore: an update's or delete's Before carries every column
+	// (Postgres REPLICA IDENTITY FULL, MySQL/MariaDB binlog_row_image
+	// FULL); otherwise it may carry only the key, the rest NULL.
+	FullBefore bool
 }
 
 // Op is what a record does.

@@ -200,7 +200,9 @@ func isDateKind(k byte) bool {
 // zero-date policy "null" date columns are nullable whatever they declare,
 // because a zero date arrives as NULL.
 func buildTable(id pipeline.TableID, descs []colDesc, generation int, zeroDatesNull bool) *pipeline.Table {
-	t := &pipeline.Table{ID: id, Generation: generation, Columns: make([]pipeline.Column, len(descs))}
+	// The preflight requires binlog_row_image FULL: a before image carries
+	// every column (the decoder reads a column a session left out as NULL).
+	t := &pipeline.Table{ID: id, Generation: generation, Columns: make([]pipeline.Column, len(descs)), FullBefore: true}
 	keys := make([]int, 0, 2)
 	for i := range descs {
 		t.Columns[i] = descs[i].column()

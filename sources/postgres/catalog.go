@@ -144,7 +144,8 @@ func LoadTableShape(ctx context.Context, q Querier, database string, rel TableRe
 	}
 
 	res := NewTypeResolver(q, nil)
-	t := &pipeline.Table{ID: pipeline.TableID{Database: database, Schema: rel.Schema, Table: rel.Name}, Generation: 1}
+	t := &pipeline.Table{ID: pipeline.TableID{Database: database, Schema: rel.Schema, Table: rel.Name}, Generation: 1,
+		FullBefore: s.ReplicaIdentity == 'f'}
 	pos := map[int16]int{}
 	for i, a := range attrs {
 		info, err := res.ResolveType(ctx, a.oid)
@@ -245,7 +246,8 @@ func (s *TableShape) WithRelation(ctx context.Context, rel *pglogrepl.RelationMe
 // Generation, enriched by base when base is not nil (see WithRelation).
 func ShapeFromRelation(ctx context.Context, database string, rel *pglogrepl.RelationMessage, base *TableShape, r TypeResolver, generation int) (*TableShape, error) {
 	s := &TableShape{RelationOID: rel.RelationID, ReplicaIdentity: rel.ReplicaIdentity, signature: relationSignature(rel)}
-	t := &pipeline.Table{ID: pipeline.TableID{Database: database, Schema: rel.Namespace, Table: rel.RelationName}, Generation: generation}
+	t := &pipeline.Table{ID: pipeline.TableID{Database: database, Schema: rel.Namespace, Table: rel.RelationName}, Generation: generation,
+		FullBefore: rel.ReplicaIdentity == 'f'}
 	byName := map[string]int{}
 	if base != nil {
 		s.HasPrimaryKey = base.HasPrimaryKey

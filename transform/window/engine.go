@@ -22,6 +22,13 @@ type EngineOptions struct {
 	// state outlives its end: until the watermark passes End + Lateness a
 	// late change still corrects it.
 	Lateness int64
+	// Retain, when positive, keeps an expired window's groups — their
+	// aggregates, not its rows — that much longer (microseconds of event
+	// time), so a change later than the lateness still corrects the
+	// window (late: correct). A retained window takes a change that adds
+	// to it, a retraction of a row the engine still holds, and one given
+	// by RetractPrior.
+	Retain int64
 }
 
 // Input is one row's contribution: its key, event time (Unix
@@ -33,6 +40,10 @@ type Input struct {
 	Group   []any
 	Args    []any
 	Version pipeline.Version
+	// Strict: windows past the lateness take nothing from this change
+	// even when retained (a snapshot row, which may be counted there
+	// already; a change whose earlier contribution is not known).
+	Strict bool
 }
 
 // Emission is a window result to write: the group's aggregates, or a
@@ -69,7 +80,10 @@ type Emission struct {
 // allowed lateness is at or below the watermark): the change did not
 // count in them.
 type Late struct {
-	Windows []Bounds
+	// Corrected are windows past the lateness that took the change
+	// (retained: EngineOptions.Retain).
+	Corrected []Bounds
+	Windows   []Bounds
 	// By is how far the watermark is past the latest of those windows'
 	// ends, in microseconds.
 	By int64
@@ -105,8 +119,11 @@ type window struct {
 	// twice, or have left since: drop checks each row's windows).
 	rows   []string
 	closed bool // the watermark passed its end
+	// retained: expired, its rows gone, its groups' aggregates kept
+	// (EngineOptions.Retain).
+	retained bool
 	// expiredAt is the tag of the Advance that found the window expired
-	// (its results final); 0: not yet. Release drops it.
+	// (or, retained, gone); 0: not yet. Release then retains or drops it.
 	expiredAt uint64
 }
 
@@ -130,7 +147,11 @@ type contribution struct {
 	in      Input
 	group   string
 	windows []Bounds
-	deleted bool
+	// retained are windows past the lateness that hold its contribution
+	// without the row (EngineOptions.Retain): retracting it takes it out
+	// of their aggregates.
+	retained []Bounds
+	deleted  bool
 }
 
 // NoWatermark is the watermark before any: every window is open.
@@ -145,9 +166,24 @@ func NewEngine(o EngineOptions) *Engine {
 // Watermark is the engine's watermark (NoWatermark before any).
 func (e *Engine) Watermark() int64 { return e.watermark }
 
-// expired reports whether window b's state is gone at the watermark.
+// expired reports whether window b's rows are gone at the watermark
+// (its end plus the lateness is at or below it).
 func (e *Engine) expired(b Bounds) bool {
 	return e.watermark != NoWatermark && b.End+e.opts.Lateness <= e.watermark
+}
+
+// gone reports whether window b is past its retention too.
+func (e *Engine) gone(b Bounds) bool {
+	return e.watermark != NoWatermark && b.End+e.opts.Lateness+e.opts.Retain <= e.watermark
+}
+
+// final reports whether no change reaches window b any more (in a strict
+// change's view: whether it is past the lateness).
+func (e *Engine) final(b Bounds, strict bool) bool {
+	if e.opts.Retain > 0 && !strict {
+		return e.gone(b)
+	}
+	return e.expired(b)
 }
 
 // Upsert sets row in.Row's contribution to in: what the row contributed
@@ -164,13 +200,19 @@ func (e *Engine) Upsert(in Input) *Late {
 	var late *Late
 	c := &contribution{in: in, group: groupKey(in.Group)}
 	for _, b := range e.opts.Spec.Assign(in.Time, nil) {
-		if e.expired(b) {
+		if e.final(b, in.Strict) {
 			if late == nil {
 				late = &Late{}
 			}
 			late.Windows = append(late.Windows, b)
 			late.By = max(late.By, e.watermark-b.End)
 			continue
+		}
+		if e.expired(b) {
+			if late == nil {
+				late = &Late{}
+			}
+			late.Corrected = append(late.Corrected, b)
 		}
 		w := e.window(b)
 		g := e.group(w, c.group, in.Group)
@@ -182,11 +224,20 @@ func (e *Engine) Upsert(in Input) *Late {
 		w.changed[c.group] = true
 		e.seen(in.Version)
 		e.dirtyGroups[groupRef{b, c.group}] = true
-		w.rows = append(w.rows, in.Row)
-		c.windows = append(c.windows, b)
+		if w.retained {
+			// A retained window keeps no rows: what the row added there is
+			// retracted by the row while it is held (retract), or from its
+			// before image (RetractPrior).
+			c.retained = append(c.retained, b)
+		} else {
+			w.rows = append(w.rows, in.Row)
+			c.windows = append(c.windows, b)
+		}
 	}
 	if len(c.windows) > 0 {
 		e.rows[in.Row] = c
+		// (A row only in retained windows is not held: RetractPrior takes
+		// it out of them.)
 		e.dirtyRows[in.Row] = true
 	} else if old := e.rows[in.Row]; old != nil {
 		old.in.Version = in.Version // the tombstone moves up: the change was seen
@@ -213,12 +264,15 @@ func (e *Engine) retract(row string, version pipeline.Version) {
 	added := c.in.Version
 	c.deleted, c.in.Version = true, version
 	e.dirtyRows[row] = true
-	for _, b := range c.windows {
+	for _, b := range slices.Concat(c.windows, c.retained) {
 		w := e.windows[b]
-		if w == nil || e.expired(b) {
+		if w == nil || e.final(b, false) {
 			continue // its results are final
 		}
 		g := w.groups[c.group]
+		if g == nil {
+			continue
+		}
 		for i, a := range g.accs {
 			a.remove(c.in.Args[i], c.in.Time, added)
 		}
@@ -227,6 +281,37 @@ func (e *Engine) retract(row string, version pipeline.Version) {
 		w.changed[c.group] = true
 		e.seen(version)
 		e.dirtyGroups[groupRef{b, c.group}] = true
+	}
+}
+
+// RetractPrior retracts from the retained windows what a row the engine
+// no longer holds contributed, as its change's before image (prior) gives
+// it, at version. A row it holds is retracted by Upsert and Delete.
+func (e *Engine) RetractPrior(prior Input, version pipeline.Version) {
+	if e.opts.Retain == 0 {
+		return
+	}
+	if c := e.rows[prior.Row]; c != nil && !c.deleted {
+		return
+	}
+	key := groupKey(prior.Group)
+	for _, b := range e.opts.Spec.Assign(prior.Time, nil) {
+		w := e.windows[b]
+		if w == nil || !w.retained || e.gone(b) {
+			continue
+		}
+		g := w.groups[key]
+		if g == nil || g.rows == 0 {
+			continue
+		}
+		for i, a := range g.accs {
+			a.remove(prior.Args[i], prior.Time, prior.Version)
+		}
+		g.rows--
+		g.touch(version)
+		w.changed[key] = true
+		e.seen(version)
+		e.dirtyGroups[groupRef{b, key}] = true
 	}
 }
 
@@ -318,7 +403,7 @@ func (e *Engine) AdvanceTagged(wm int64, tag uint64) []Emission {
 		for _, k := range keys {
 			out = e.emit(w, k, true, out)
 		}
-		if e.expired(w.b) && w.expiredAt == 0 {
+		if w.expiredAt == 0 && (w.retained && e.gone(w.b) || !w.retained && e.expired(w.b)) {
 			w.expiredAt = tag
 		}
 	}
@@ -387,7 +472,12 @@ func (w *window) dirtyKeys() []string {
 // or below upTo.
 func (e *Engine) Release(upTo uint64) {
 	for _, w := range e.windows {
-		if w.expiredAt != 0 && w.expiredAt <= upTo {
+		if w.expiredAt == 0 || w.expiredAt > upTo {
+			continue
+		}
+		if !w.retained && e.opts.Retain > 0 && !e.gone(w.b) {
+			e.retain(w)
+		} else {
 			e.drop(w)
 		}
 	}
@@ -414,23 +504,43 @@ func (e *Engine) Reemit() {
 	}
 }
 
+// retain forgets window w's rows (and the contributions only it held)
+// but keeps its groups' aggregates, stored from now on with the groups.
+func (e *Engine) retain(w *window) {
+	w.retained, w.expiredAt = true, 0
+	e.forgetRows(w)
+	for k := range w.groups {
+		e.dirtyGroups[groupRef{w.b, k}] = true
+	}
+}
+
 // drop forgets window w and the contributions only it held.
 func (e *Engine) drop(w *window) {
 	delete(e.windows, w.b)
 	for k := range w.groups {
 		e.dirtyGroups[groupRef{w.b, k}] = true // gone: deleted by Flush
 	}
+	e.forgetRows(w)
+}
+
+// forgetRows takes window w out of its rows' windows, forgetting the rows
+// left with none.
+func (e *Engine) forgetRows(w *window) {
 	for _, row := range w.rows {
 		c := e.rows[row]
-		if c == nil {
+		if c == nil || !slices.Contains(c.windows, w.b) {
 			continue
 		}
 		c.windows = slices.DeleteFunc(c.windows, func(b Bounds) bool { return b == w.b })
+		if w.retained {
+			c.retained = append(c.retained, w.b)
+		}
 		if len(c.windows) == 0 {
 			delete(e.rows, row)
 		}
 		e.dirtyRows[row] = true
 	}
+	w.rows = nil
 }
 
 // Contribution returns what row contributes now; false for a row the

@@ -3,10 +3,13 @@ package window
 import (
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
+
+	"go.etcd.io/bbolt"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -276,4 +279,58 @@ func TestEarlyResultsArePartialThenFinal(t *testing.T) {
 	// partial one; the emptied group, deleted already, writes nothing.
 	check("the close", e.Advance(60*sec), "0 [EU] [2 15 5 10 7.5] v2.1 final")
 	check("a closed window gets no partial result", e.Early())
+}
+
+// late: correct. Past the lateness a window keeps its groups' aggregates
+// (not its rows) for Retain: a late order adds to them, a row no longer
+// held is retracted from its before image, a snapshot row is late, and
+// past the retention everything is.
+func TestRetainedWindowsTakeCorrections(t *testing.T) {
+	opts := EngineOptions{Spec: Tumbling(time.Minute), Retain: 600 * sec, Aggs: []Agg{
+		{Func: CountRows}, {Func: Sum}, {Func: Min}, {Func: Max}, {Func: Avg}}}
+	e := NewEngine(opts)
+	e.Upsert(order("o1", 10*sec, "EU", "10", 1))
+	e.Upsert(order("o2", 20*sec, "EU", "5", 2))
+	e.Upsert(order("o9", 70*sec, "EU", "1", 3)) // holds the next window open
+	expect(t, "the close", e.Advance(60*sec), "0 [EU] [2 15 5 10 7.5] v2")
+	if w, g, r := e.Open(); w != 2 || g != 2 || r != 1 {
+		t.Fatalf("after the close (lateness 0): %d windows, %d groups, %d rows; want the retained window and the next, o9 alone held", w, g, r)
+	}
+	late := e.Upsert(order("o3", 30*sec, "EU", "15", 4))
+	if late == nil || len(late.Windows) != 0 || !reflect.DeepEqual(late.Corrected, []Bounds{{0, 60 * sec}}) {
+		t.Fatalf("a late order within the retention: %+v", late)
+	}
+	expect(t, "corrected", e.Advance(61*sec), "0 [EU] [3 30 5 15 10] v3")
+
+	// Through the state file: the retained aggregates come back as they were.
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "w.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(e.Flush); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.View(func(tx *bbolt.Tx) error { e, err = Load(tx, opts); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// o1 is not held: its delete is retracted from its before image; the
+	// maximum (o3, not held either) likewise, the next one showing.
+	e.RetractPrior(order("o1", 10*sec, "EU", "10", 1), v(5))
+	e.RetractPrior(order("o3", 30*sec, "EU", "15", 4), v(6))
+	expect(t, "retracted", e.Advance(62*sec), "0 [EU] [1 5 5 5 5] v5")
+	// A snapshot row may be counted already: late.
+	snap := order("o4", 40*sec, "EU", "7", 7)
+	snap.Strict = true
+	if late := e.Upsert(snap); late == nil || !reflect.DeepEqual(late.Windows, []Bounds{{0, 60 * sec}}) {
+		t.Fatalf("a snapshot row past the lateness: %+v", late)
+	}
+	// Past the retention (60 + 600 s) the window is gone.
+	e.Advance(660 * sec)
+	if late := e.Upsert(order("o5", 40*sec, "EU", "7", 8)); late == nil || len(late.Corrected) != 0 {
+		t.Fatalf("past the retention: %+v", late)
+	}
+	if w, _, _ := e.Open(); w != 1 {
+		t.Fatalf("%d windows after the retention; want the second, retained", w)
+	}
 }

@@ -15,8 +15,9 @@ import (
 )
 
 // Late changes. A change too late for its windows is counted, and under
-// side_output sent to the dead-letter queue or the side output's sink;
-// either way it still reaches its own sinks.
+// side_output (or correct, past the retention) sent to the dead-letter
+// queue or the side output's sink; either way it still reaches its own
+// sinks. Under correct, one within the retention corrected its windows.
 //
 // The state runs ahead of the outputs (a batch's state is written before
 // its outputs leave), and a stream change at or below the newest applied
@@ -44,10 +45,17 @@ type pendingLate struct {
 // onLate handles change r, late for late's windows.
 func (o *Operator) onLate(r *pipeline.Record, p *plan, late *Late, stream bool) error {
 	o.late++
-	if o.opts.Observer != nil {
-		o.opts.Observer.Late(o.opts.Name, string(o.opts.Late), 1)
+	policy := o.opts.Late
+	if policy == LateCorrect && len(late.Windows) > 0 {
+		policy = LateSideOutput // past the retention too
 	}
-	if o.opts.Late != LateSideOutput {
+	if o.opts.Observer != nil {
+		o.opts.Observer.Late(o.opts.Name, string(policy), 1)
+	}
+	if policy == LateCorrect {
+		return nil // windows past the lateness took it
+	}
+	if policy == LateDrop {
 		o.log.Debug("late change dropped", zap.String("window", o.opts.Name), zap.Stringer("version", r.Version))
 		return nil
 	}

@@ -34,6 +34,10 @@ type LatePolicy string
 const (
 	LateDrop       LatePolicy = "drop"        // counted, not applied
 	LateSideOutput LatePolicy = "side_output" // to the dead-letter queue, or SideOutput, with its window and lateness
+	// LateCorrect keeps a window's groups' aggregates for CorrectWithin
+	// past the lateness, so a later change still corrects the window;
+	// past that, as side_output.
+	LateCorrect LatePolicy = "correct"
 )
 
 // Options define a window operator.
@@ -59,7 +63,10 @@ type Options struct {
 	GroupBy    []string
 	Aggregates []AggDef
 	Late       LatePolicy
-	// SideOutput, with LateSideOutput, names the sink that takes the late
+	// CorrectWithin, with LateCorrect, is how long past the lateness a
+	// window's aggregates are kept.
+	CorrectWithin time.Duration
+	// SideOutput, with LateSideOutput or LateCorrect, names the sink that takes the late
 	// changes, as rows of <Output>_late (LateTable); empty: the
 	// dead-letter queue.
 	SideOutput string
@@ -178,6 +185,10 @@ type engine interface {
 	// Early returns the partial results of the open windows that changed
 	// since they were last written.
 	Early() []Emission
+	// RetractPrior retracts, from windows past the lateness, what a row
+	// no longer held contributed, as a before image gives it (late:
+	// correct).
+	RetractPrior(prior Input, version pipeline.Version)
 	// Contribution is a row's current contribution.
 	Contribution(row string) (*Input, bool)
 	MaxOrigin() pipeline.Version
@@ -211,6 +222,9 @@ func Open(o Options) (*Operator, error) {
 	if len(o.Aggregates) == 0 {
 		return nil, fmt.Errorf("%s: no aggregates", o.Name)
 	}
+	if o.Late == LateCorrect && (o.Spec.Gap > 0 || o.EventTime == "" || o.CorrectWithin <= 0) {
+		return nil, fmt.Errorf("%s: late: correct needs a tumbling or hopping window, an event_time column and a positive correct_within", o.Name)
+	}
 	st, err := statestore.Open(statestore.Spec{What: o.Name, Dir: o.Dir, File: "window.db",
 		Buckets: stateBuckets, Meta: bucketMeta, Needs: "every row of " + o.Input.String()})
 	if err != nil {
@@ -234,11 +248,15 @@ func (o *Operator) definition() []byte {
 		Size, Advance, Lateness time.Duration
 		Gap                     time.Duration `json:",omitempty"`
 		Partial                 bool          `json:",omitempty"` // the results have the partial column
+		Retain                  time.Duration `json:",omitempty"` // late: correct keeps aggregates that long
 		GroupBy                 []string
 		Aggregates              []agg
 	}{Input: o.opts.Input.String(), EventTime: o.opts.EventTime, Size: o.opts.Spec.Size, Advance: o.opts.Spec.Advance,
 		Lateness: o.opts.Lateness, Gap: o.opts.Spec.Gap, Partial: o.opts.Early > 0,
 		GroupBy: o.opts.GroupBy}
+	if o.opts.Late == LateCorrect {
+		def.Retain = o.opts.CorrectWithin
+	}
 	for _, a := range o.opts.Aggregates {
 		def.Aggregates = append(def.Aggregates, agg{a.As, a.Func.String(), a.Column})
 	}
@@ -260,6 +278,9 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 	err = o.db.View(func(tx *bbolt.Tx) error {
 		var err error
 		eo := EngineOptions{Spec: o.opts.Spec, Aggs: o.aggs(), Lateness: o.opts.Lateness.Microseconds()}
+		if o.opts.Late == LateCorrect {
+			eo.Retain = o.opts.CorrectWithin.Microseconds()
+		}
 		if o.opts.Spec.Gap > 0 {
 			o.eng, err = LoadSessions(tx, eo)
 		} else {
@@ -485,7 +506,13 @@ func (o *Operator) apply(r *pipeline.Record) error {
 		return nil
 	case pipeline.OpDelete:
 		if r.Before != nil {
-			o.eng.Delete(verify.RowKey(r.Table, r.Before), r.Version)
+			key := verify.RowKey(r.Table, r.Before)
+			if _, held := o.eng.Contribution(key); !held && o.opts.Late == LateCorrect {
+				if err := o.retractPrior(r, p, key); err != nil {
+					return err
+				}
+			}
+			o.eng.Delete(key, r.Version)
 		}
 		return nil
 	case pipeline.OpInsert, pipeline.OpUpdate, pipeline.OpRead:
@@ -496,7 +523,36 @@ func (o *Operator) apply(r *pipeline.Record) error {
 		return nil // a shape: the plan follows it when its rows come
 	}
 	key := verify.RowKey(r.Table, img)
-	prev, _ := o.eng.Contribution(key)
+	prev, held := o.eng.Contribution(key)
+	if r.Op == pipeline.OpUpdate && o.opts.Late == LateCorrect && !held {
+		if err := o.retractPrior(r, p, key); err != nil {
+			return err
+		}
+	}
+	in, err := o.input(r, p, img, key, prev)
+	if err != nil {
+		return err
+	}
+	// A snapshot row past the lateness may be counted in a retained
+	// window already: it corrects nothing.
+	in.Strict = !stream
+	if r.Op != pipeline.OpRead && !r.Snapshot {
+		// Snapshot rows arrive in key order, not time order: only stream
+		// changes move the watermark.
+		o.maxSeen = max(o.maxSeen, in.Time)
+		o.lastInput = max(o.lastInput, r.EventTime.UnixMicro())
+	}
+	if late := o.eng.Upsert(in); late != nil {
+		return o.onLate(r, p, late, stream)
+	}
+	return nil
+}
+
+// input reads image img of row key (r's After, or its Before) as the
+// window's input: event time, group values and arguments. A value the
+// change does not carry (an unchanged TOAST value) comes from prev, the
+// row's contribution held.
+func (o *Operator) input(r *pipeline.Record, p *plan, img []any, key string, prev *Input) (Input, error) {
 	in := Input{Row: key, Version: r.Version, Group: make([]any, len(p.groups)), Args: make([]any, len(p.args))}
 	value := func(col int, prior func(Input) any) (any, error) {
 		v := img[col]
@@ -509,22 +565,23 @@ func (o *Operator) apply(r *pipeline.Record) error {
 		}
 		return prior(*prev), nil
 	}
+	var err error
 	if p.time < 0 {
 		in.Time = r.EventTime.UnixMicro()
 	} else {
 		v, err := value(p.time, func(c Input) any { return nil })
 		if err != nil {
-			return err
+			return in, err
 		}
 		if v == nil && prev != nil {
 			in.Time = prev.Time
 		} else if in.Time, err = eventTime(v); err != nil {
-			return fmt.Errorf("column %s: %w", o.opts.EventTime, err)
+			return in, fmt.Errorf("column %s: %w", o.opts.EventTime, err)
 		}
 	}
 	for i, col := range p.groups {
 		if in.Group[i], err = value(col, func(c Input) any { return c.Group[i] }); err != nil {
-			return err
+			return in, err
 		}
 	}
 	for i, col := range p.args {
@@ -533,18 +590,26 @@ func (o *Operator) apply(r *pipeline.Record) error {
 			continue
 		}
 		if in.Args[i], err = value(col, func(c Input) any { return c.Args[i] }); err != nil {
-			return err
+			return in, err
 		}
 	}
-	if r.Op != pipeline.OpRead && !r.Snapshot {
-		// Snapshot rows arrive in key order, not time order: only stream
-		// changes move the watermark.
-		o.maxSeen = max(o.maxSeen, in.Time)
-		o.lastInput = max(o.lastInput, r.EventTime.UnixMicro())
+	return in, nil
+}
+
+// retractPrior retracts, under late: correct, what a row the window no
+// longer holds contributed to its retained windows, read from the
+// change's before image (complete: plan refuses a table whose before
+// images carry only the key). With the commit time as event time the
+// before image says nothing of it: nothing is retracted.
+func (o *Operator) retractPrior(r *pipeline.Record, p *plan, key string) error {
+	if r.Before == nil || p.time < 0 {
+		return nil
 	}
-	if late := o.eng.Upsert(in); late != nil {
-		return o.onLate(r, p, late, stream)
+	prior, err := o.input(r, p, r.Before, key, nil)
+	if err != nil {
+		return fmt.Errorf("before image: %w", err)
 	}
+	o.eng.RetractPrior(prior, r.Version)
 	return nil
 }
 

@@ -329,3 +329,61 @@ func TestOperatorSideOutputToASink(t *testing.T) {
 		t.Fatalf("a settled late change sent again: %+v", out[1:])
 	}
 }
+
+func TestOperatorCorrectsPastTheLateness(t *testing.T) {
+	o := revenue(t.TempDir())
+	o.Late, o.CorrectWithin = LateCorrect, 10*time.Minute
+	// Rows the window no longer holds are retracted from their before
+	// images: a table that sends only the key in them is refused.
+	op := openOp(t, o, false)
+	if _, err := op.Shape(ordersTable); err == nil || !strings.Contains(err.Error(), "REPLICA IDENTITY FULL") {
+		t.Fatalf("a key-only before image: %v", err)
+	}
+	full := *ordersTable
+	full.FullBefore = true
+	at := func(r pipeline.Record) pipeline.Record { r.Table = &full; return r }
+	change := func(op pipeline.Op, id int64, when time.Duration, before, after string, ver uint64) pipeline.Record {
+		r := at(ord(op, id, "EU", after, when, ver))
+		r.Before = []any{id, "EU", d(before), pipeline.TimestampOf(t0.Add(when))}
+		if op == pipeline.OpDelete {
+			r.After = nil
+		}
+		return r
+	}
+	process(t, op, at(ord(pipeline.OpInsert, 1, "EU", "10.00", 10*time.Second, 1)), at(ord(pipeline.OpInsert, 2, "EU", "5.00", 20*time.Second, 2)))
+	// The watermark at 195 s: the first minute closes and, past 30 s of
+	// lateness, keeps only its aggregates.
+	process(t, op, at(ord(pipeline.OpInsert, 3, "US", "1.00", 200*time.Second, 3)))
+	process(t, op, pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: t0.Add(200 * time.Second)})
+	if w, g, r := op.eng.Open(); w != 2 || g != 2 || r != 1 {
+		t.Fatalf("held: %d windows, %d groups, %d rows; want the retained minute, the open one and order 3", w, g, r)
+	}
+	steps := []struct {
+		name string
+		rec  pipeline.Record
+		want string
+	}{
+		{"a late order corrects the minute", at(ord(pipeline.OpInsert, 4, "EU", "7.00", 30*time.Second, 4)), "u 0s EU [3 22.00 10.00] v3"},
+		{"an update of a row no longer held: its before image retracted", change(pipeline.OpUpdate, 1, 10*time.Second, "10.00", "1.00", 5), "u 0s EU [3 13.00 7.00] v5"},
+		{"a delete likewise", change(pipeline.OpDelete, 2, 20*time.Second, "5.00", "5.00", 6), "u 0s EU [2 8.00 7.00] v6"},
+	}
+	for _, s := range steps {
+		out, rj := process(t, op, s.rec)
+		if got := strings.Join(results(t, out), "; "); got != s.want || rj != nil {
+			t.Fatalf("%s: %s (rejects %v)", s.name, got, rj)
+		}
+	}
+	// Restarted, the retained aggregates are as they were.
+	op.Close()
+	op = openOp(t, o, true)
+	defer op.Close()
+	if out, _ := process(t, op, pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: t0.Add(201 * time.Second)}); strings.Join(results(t, out), "; ") != "u 0s EU [2 8.00 7.00] v6" {
+		t.Fatalf("after the restart: %v", results(t, out))
+	}
+	// A snapshot row may be counted already: it goes to the side output.
+	snap := at(ord(pipeline.OpRead, 9, "EU", "3.00", 40*time.Second, 7))
+	snap.Snapshot = true
+	if _, rj := process(t, op, snap); rj == nil || !strings.Contains(rj.Records[0].Err.Error(), "late:") {
+		t.Fatalf("a snapshot row past the lateness: %v", rj)
+	}
+}

@@ -523,6 +523,10 @@ func (s *Sessions) drop(g *sgroup, rel srelease) {
 	}
 }
 
+// RetractPrior does nothing: sessions keep every row until their session
+// is final, and late: correct (which needs it) is for fixed windows.
+func (s *Sessions) RetractPrior(Input, pipeline.Version) {}
+
 // Reemit marks every result, written or deleted, to go out again at its
 // version with the next Advance (after a restart the last ones may not
 // have reached the sinks).

@@ -114,7 +114,10 @@ func (o *Operator) plan(t *pipeline.Table) (*plan, error) {
 	if o.opts.Early > 0 {
 		out.Columns = append(out.Columns, pipeline.Column{Name: PartialColumn, Type: pipeline.TypeBool, Scale: -1, SourceType: "boolean"})
 	}
-	if o.opts.Late == LateSideOutput && o.opts.SideOutput != "" {
+	if o.opts.Late == LateCorrect && !t.FullBefore {
+		return fail("late", fmt.Errorf("late: correct retracts a row the window no longer holds using its update's or delete's before image, and %s's carry only the key: run ALTER TABLE %s REPLICA IDENTITY FULL (or choose late: side_output)", t.ID, t.ID))
+	}
+	if o.opts.Late != LateDrop && o.opts.SideOutput != "" {
 		var err error
 		if p.late, err = o.lateShape(t); err != nil {
 			return fail("side_output", err)

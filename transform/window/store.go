@@ -66,14 +66,15 @@ func (e *Engine) Changes(cs *changeSet) error {
 	for ref := range e.dirtyGroups {
 		k := groupStoreKey(ref)
 		var g *group
-		if w := e.windows[ref.b]; w != nil {
+		w := e.windows[ref.b]
+		if w != nil {
 			g = w.groups[ref.key]
 		}
 		if g == nil {
 			cs.del(bucketGroups, k)
 			continue
 		}
-		b, err := g.encode()
+		b, err := g.encode(w.retained)
 		if err != nil {
 			return err
 		}
@@ -134,10 +135,20 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 		if r.Err() != nil {
 			return fmt.Errorf("window state: group %q: %w", k, r.Err())
 		}
-		g := e.group(e.window(ref.b), ref.key, vals)
+		w := e.window(ref.b)
+		g := e.group(w, ref.key, vals)
 		g.changes, g.gen, g.origin = changes, gen, origin
 		e.seen(origin)
 		g.emitted, g.dirty, g.partial = flags&1 != 0, flags&2 != 0, flags&4 != 0
+		if flags&8 != 0 {
+			w.retained = true
+			g.rows = r.Varint()
+			for _, a := range g.accs {
+				if err := readAcc(r, a); err != nil {
+					return fmt.Errorf("window state: group %q: %w", k, err)
+				}
+			}
+		}
 		if g.dirty {
 			e.windows[ref.b].changed[ref.key] = true
 		}
@@ -229,11 +240,26 @@ func (c *contribution) encode() ([]byte, error) {
 	if b, err = appendValues(b, c.in.Args); err != nil {
 		return nil, err
 	}
-	b = binary.AppendUvarint(b, uint64(len(c.windows)))
-	for _, w := range c.windows {
-		b = binary.AppendVarint(binary.AppendVarint(b, w.Start), w.End)
+	for _, ws := range [][]Bounds{c.windows, c.retained} {
+		b = binary.AppendUvarint(b, uint64(len(ws)))
+		for _, w := range ws {
+			b = binary.AppendVarint(binary.AppendVarint(b, w.Start), w.End)
+		}
 	}
 	return b, nil
+}
+
+// readBounds reads a list of windows appended as a count and bounds.
+func readBounds(r *binform.Reader) ([]Bounds, error) {
+	n := r.Uvarint()
+	if r.Err() != nil || n > uint64(r.Len()) {
+		return nil, binform.ErrCorrupt
+	}
+	var out []Bounds
+	for range n {
+		out = append(out, Bounds{r.Varint(), r.Varint()})
+	}
+	return out, r.Err()
 }
 
 func decodeContribution(v []byte) (*contribution, error) {
@@ -243,18 +269,20 @@ func decodeContribution(v []byte) (*contribution, error) {
 	c.in.Time = r.Varint()
 	c.in.Group = readValues(r)
 	c.in.Args = readValues(r)
-	n := r.Uvarint()
-	if r.Err() != nil || n > uint64(r.Len()) {
-		return nil, binform.ErrCorrupt
+	var err error
+	if c.windows, err = readBounds(r); err != nil {
+		return nil, err
 	}
-	for range n {
-		c.windows = append(c.windows, Bounds{r.Varint(), r.Varint()})
+	if r.Len() > 0 { // written before windows were retained: none
+		if c.retained, err = readBounds(r); err != nil {
+			return nil, err
+		}
 	}
 	c.group = groupKey(c.in.Group)
 	return c, r.Err()
 }
 
-func (g *group) encode() ([]byte, error) {
+func (g *group) encode(retained bool) ([]byte, error) {
 	b := binary.AppendUvarint(binary.AppendUvarint(nil, g.changes), g.gen)
 	b = binform.AppendVersion(b, g.origin)
 	flags := byte(0)
@@ -267,7 +295,22 @@ func (g *group) encode() ([]byte, error) {
 	if g.partial {
 		flags |= 4
 	}
-	return appendValues(append(b, flags), g.key)
+	if retained {
+		flags |= 8
+	}
+	b, err := appendValues(append(b, flags), g.key)
+	if err != nil || !retained {
+		return b, err
+	}
+	// A retained window's rows are gone: its aggregates are kept as they
+	// are, with the count of rows they hold.
+	b = binary.AppendVarint(b, g.rows)
+	for _, a := range g.accs {
+		if b, err = appendAcc(b, a); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 func appendValues(b []byte, vals []any) ([]byte, error) {
