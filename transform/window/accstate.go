@@ -122,4 +122,3 @@ func boolByte(b bool) byte {
 	}
 	return 0
 }
-
