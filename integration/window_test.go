@@ -278,7 +278,7 @@ source:
       max_out_of_orderness: 10s
       allowed_lateness: 30s
       late: correct  # the late orders, and their later changes, correct their minute
-      correct_within: 1h
+      correct_within: 3h  # longer than the run's event time: no change is past it
       idle_timeout: 0s
       group_by: [region]
       aggregates: ["orders = count()", "revenue = sum(amount)", "smallest = min(amount)", "biggest = max(amount)"]

@@ -380,7 +380,22 @@ type ordered struct {
 
 func (o *ordered) add(v any, t int64, ver pipeline.Version) { o.vals[stamp{t, ver}] = v }
 
-func (o *ordered) remove(_ any, t int64, ver pipeline.Version) { delete(o.vals, stamp{t, ver}) }
+func (o *ordered) remove(v any, t int64, ver pipeline.Version) {
+	if _, ok := o.vals[stamp{t, ver}]; ok {
+		delete(o.vals, stamp{t, ver})
+		return
+	}
+	// A before image (late: correct) does not say which change added the
+	// value: any one of its event time and value is the same to the
+	// result.
+	k := verify.Canon(v)
+	for s, x := range o.vals {
+		if s.t == t && verify.Canon(x) == k {
+			delete(o.vals, s)
+			return
+		}
+	}
+}
 
 func (o *ordered) result() any {
 	var best stamp

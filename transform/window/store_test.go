@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"go.etcd.io/bbolt"
 
@@ -19,6 +20,7 @@ type engineUnderTest interface {
 	Advance(wm int64) []Emission
 	Flush(tx *bbolt.Tx) error
 	Reemit()
+	RetractPrior(prior Input, version pipeline.Version)
 }
 
 // A run that crashes at random moments — its state written after every
@@ -35,15 +37,25 @@ func TestSessionsSurviveCrashesAndReplays(t *testing.T) {
 		func(tx *bbolt.Tx) (*Sessions, error) { return LoadSessions(tx, sessionsEngine(30*sec).opts) })
 }
 
+// late: correct, with no lateness: many changes reach windows past it,
+// and rows no longer held are retracted from their before images.
+func TestRetainedWindowsSurviveCrashesAndReplays(t *testing.T) {
+	opts := EngineOptions{Spec: Tumbling(time.Minute), Retain: 3600 * sec, Aggs: ordersEngine(0).opts.Aggs}
+	crashAndReplay(t, 11, func() *Engine { return NewEngine(opts) },
+		func(tx *bbolt.Tx) (*Engine, error) { return Load(tx, opts) })
+}
+
 func crashAndReplay[E engineUnderTest](t *testing.T, seed uint64, fresh func() E, load func(*bbolt.Tx) (E, error)) {
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	for trial := range 30 {
 		// A log of batches: upserts, moves and deletes over 30 rows, event
 		// times increasing slowly, some late within a lateness of 30 s.
 		type change struct {
-			in  Input
-			del bool
+			in     Input
+			del    bool
+			before *Input // the row as the source had it: an update's or delete's before image
 		}
+		last := map[string]Input{}
 		var batches [][]change
 		ver, clock := uint64(0), int64(0)
 		for range 40 {
@@ -54,7 +66,16 @@ func crashAndReplay[E engineUnderTest](t *testing.T, seed uint64, fresh func() E
 				tm := clock - int64(rng.IntN(25))*sec
 				row := fmt.Sprint("r", rng.IntN(30))
 				in := order(row, tm, fmt.Sprint("g", rng.IntN(3)), fmt.Sprint(rng.IntN(1000)), ver)
-				b = append(b, change{in: in, del: rng.IntN(5) == 0})
+				c := change{in: in, del: rng.IntN(5) == 0}
+				if prev, ok := last[row]; ok {
+					c.before = &prev
+				}
+				if c.del {
+					delete(last, row)
+				} else {
+					last[row] = in
+				}
+				b = append(b, c)
 			}
 			batches = append(batches, b)
 		}
@@ -68,6 +89,9 @@ func crashAndReplay[E engineUnderTest](t *testing.T, seed uint64, fresh func() E
 					continue
 				}
 				applied = c.in.Version
+				if c.before != nil {
+					e.RetractPrior(*c.before, c.in.Version)
+				}
 				if c.del {
 					e.Delete(c.in.Row, c.in.Version)
 				} else {
