@@ -411,8 +411,9 @@ func (o *Operator) write(cs *changeSet, p progress, encodeErr error) error {
 }
 
 // Process applies the batch's changes of the input table to the windows,
-// moves the watermark, writes the state, and returns the batch with the
-// results of the windows that closed (or were corrected) added.
+// moves the watermark, and returns the batch with the results of the
+// windows that closed (or were corrected) added; when it adds any (or a
+// side-output row, or a dead letter), it writes the state first.
 func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

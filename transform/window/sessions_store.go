@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline/binform"
 )
 
-// The session engine's state, written through after every batch (Flush)
+// The session engine's state, written with what changed (Changes)
 // and read back whole on start (LoadSessions), in the same file layout as
 // Engine's with one more bucket:
 //

@@ -9,20 +9,24 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline/binform"
 )
 
-// The engine's state in a bbolt file, written through after every batch
-// (Flush) and read back whole on start (Load):
+// The engine's state in a bbolt file, written with what changed
+// (Changes, Flush) and read back whole on start (Load):
 //
 //	rows/<row key>                 the row's contribution: tombstone flag,
 //	                               version, event time, group values, one
-//	                               argument per aggregate, and its windows
+//	                               argument per aggregate, its windows and
+//	                               the retained windows it reached
 //	groups/<start><end><group key> a group's emission state: changes
 //	                               applied, generation, origin, whether its
-//	                               result is written and whether it changed
-//	                               since, and its group values
+//	                               result is written (partial or final) and
+//	                               whether it changed since, its group
+//	                               values; in a retained window (late:
+//	                               correct) also its rows and aggregates
 //	meta/watermark                 the watermark
 //
-// The accumulators are not stored: Load adds every live contribution
-// again, so a write costs what the batch changed, never the state's size.
+// The accumulators of windows with rows are not stored: Load adds every
+// live contribution again, so a write costs what changed, never the
+// state's size; a retained window's are stored (accstate.go).
 // Rows carry their versions, so the state may run ahead of the checkpoint
 // (a replay changes nothing; Invariant 5 as the join keeps it).
 
