@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -125,5 +126,107 @@ func TestSettlerLearnsWhatIsDurable(t *testing.T) {
 	defer op.mu.Unlock()
 	if len(op.settled) == 0 || !slices.IsSorted(op.settled) || op.settled[len(op.settled)-1] != op.batches || op.batches != 30 {
 		t.Fatalf("settled %v over %d batches", op.settled, op.batches)
+	}
+}
+
+// syncOp is a state owner that writes its state at checkpoints: seen is
+// the newest record it processed, synced what its last good Sync covered;
+// the first fail Syncs fail.
+type syncOp struct {
+	mu                  sync.Mutex
+	seen, synced        int64
+	syncs, failed, fail int
+	twice               chan struct{} // closed at the second Sync, when set
+}
+
+func (s *syncOp) Process(_ context.Context, in []Record) ([]Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range in {
+		s.seen = max(s.seen, r.After[1].(int64))
+	}
+	return in, nil
+}
+func (*syncOp) Snapshot() ([]byte, error) { return nil, nil }
+func (*syncOp) Restore([]byte) error      { return nil }
+func (s *syncOp) Sync(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.syncs++
+	if s.syncs == 2 && s.twice != nil {
+		close(s.twice)
+	}
+	if s.failed < s.fail {
+		s.failed++
+		return errors.New("disk full")
+	}
+	s.synced = s.seen
+	return nil
+}
+
+// Invariant 5: every checkpoint the store takes is covered by the state
+// the operators wrote before it; a Sync that fails stores no checkpoint,
+// and the next commit tries again.
+func TestCheckpointsWaitForOperatorsState(t *testing.T) {
+	op := &syncOp{fail: 1, twice: make(chan struct{})}
+	// Half the records wait for two commits (the failed one and one
+	// after it), so the retry happens while records still flow.
+	src := &feedSource{total: 300, size: 10, keys: 50, readHook: func(n int) {
+		if n == 150 {
+			select {
+			case <-op.twice:
+			case <-time.After(30 * time.Second):
+				t.Error("no second commit while the source waited")
+			}
+		}
+	}}
+	sink := newMemSink("a", nil)
+	sink.delay = func() time.Duration { return time.Millisecond }
+	var commits int
+	store := &memStore{}
+	store.hook = func(cp Checkpoint) error {
+		var p struct{ N int64 }
+		if err := json.Unmarshal(cp.Position, &p); err != nil {
+			return err
+		}
+		op.mu.Lock()
+		defer op.mu.Unlock()
+		if p.N > op.synced {
+			t.Errorf("checkpoint at record %d, the operator's state covers %d", p.N, op.synced)
+		}
+		if op.failed < op.fail {
+			t.Errorf("a checkpoint stored while the operator's Sync fails")
+		}
+		commits++
+		return nil
+	}
+	rt, err := New(fastConfig(), src, []NamedSink{{Name: "a", Sink: sink}}, store,
+		Options{Operators: []NamedOperator{{Name: "sync", Operator: op}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if op.failed != 1 || commits == 0 || op.synced != 299 || string(store.cp.Position) != `{"n":299}` {
+		t.Fatalf("%d failed syncs, %d commits, state covers %d, last checkpoint %s", op.failed, commits, op.synced, store.cp.Position)
+	}
+}
+
+// A stop whose last Sync fails reports the failure: the final checkpoint
+// is not stored, and the run does not end as if it had drained.
+func TestAStopWithoutTheOperatorsStateFails(t *testing.T) {
+	op := &syncOp{fail: 1 << 30}
+	store := &memStore{}
+	rt, err := New(fastConfig(), &feedSource{total: 50, size: 10}, []NamedSink{{Name: "a", Sink: newMemSink("a", nil)}}, store,
+		Options{Operators: []NamedOperator{{Name: "sync", Operator: op}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "write the state of operator sync") {
+		t.Fatalf("run: %v", err)
+	}
+	if store.ok {
+		t.Fatalf("a checkpoint was stored: %s", store.cp.Position)
 	}
 }
