@@ -2,7 +2,6 @@ package window
 
 import (
 	"container/heap"
-	"hash/fnv"
 	"slices"
 	"strings"
 
@@ -270,18 +269,19 @@ func (s *Sessions) spans(g *sgroup) []span {
 
 // stampOf identifies a session's rows and versions.
 func stampOf(es []sentry) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211 // FNV-1a, 64 bits
 	var sum uint64
 	for _, e := range es {
-		h := fnv.New64a()
-		h.Write([]byte(e.row))
-		var b [40]byte
-		for i, x := range [5]uint64{uint64(e.t), e.ver[0], e.ver[1], e.ver[2], e.ver[3]} {
+		h := uint64(offset)
+		for i := 0; i < len(e.row); i++ {
+			h = (h ^ uint64(e.row[i])) * prime
+		}
+		for _, x := range [5]uint64{uint64(e.t), e.ver[0], e.ver[1], e.ver[2], e.ver[3]} {
 			for j := range 8 {
-				b[i*8+j] = byte(x >> (8 * j))
+				h = (h ^ (x >> (8 * j) & 0xff)) * prime
 			}
 		}
-		h.Write(b[:])
-		sum += h.Sum64()
+		sum += h
 	}
 	return sum
 }
