@@ -147,21 +147,12 @@ runtime: {checkpoint_interval: 50ms}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 21))
 	kills := harness.Trials(3)
 	var logs strings.Builder
-	for i := range kills {
-		before := fileStamp(checkpoint)
-		waitUntil(t, d, 2*time.Minute, "checkpoint progress", func() bool { return fileStamp(checkpoint) != before })
-		time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond) // a random moment after it
-		d.kill()
+	d = killAfterCheckpoints(t, d, cfg, checkpoint, kills, 800*time.Millisecond, rng, func(i int, d *daemonProc) {
 		logs.WriteString(d.logs())
 		t.Logf("kill %d of %d after %d writes", i+1, kills, writes.Load())
-		d = startDaemon(t, cfg)
-		d.waitAddr(t, time.Minute)
-	}
+	})
 	// The last run streams a while under the writes before they stop.
-	for range 2 {
-		before := fileStamp(checkpoint)
-		waitUntil(t, d, 2*time.Minute, "checkpoint progress", func() bool { return fileStamp(checkpoint) != before })
-	}
+	waitCheckpoints(t, d, checkpoint, 2)
 	stop.Store(true)
 	wg.Wait()
 	mark := commitMarkOn(t, ctx, pg.DSN("crm"), `UPDATE customers SET name = 'last' WHERE id = (SELECT min(id) FROM customers)`)
@@ -210,6 +201,33 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatalf("warehouse: %d live rows (want %d), %d unmasked emails, %d wrong balance_cents, notes column %d", live, vip+plain, unmasked, wrongCents, notes)
 	}
 	t.Logf("%d writes, %d kills; %d VIP rows, %d others", writes.Load(), kills, vip, plain)
+}
+
+// killAfterCheckpoints kill -9s the daemon kills times, each at a random
+// moment up to 200 ms + spread after its checkpoint file changed, and
+// starts it again; after each kill it calls each with the killed daemon.
+// It returns the daemon running last.
+func killAfterCheckpoints(t *testing.T, d *daemonProc, cfg, checkpoint string, kills int, spread time.Duration, rng *rand.Rand,
+	each func(i int, d *daemonProc)) *daemonProc {
+	t.Helper()
+	for i := range kills {
+		waitCheckpoints(t, d, checkpoint, 1)
+		time.Sleep(200*time.Millisecond + time.Duration(rng.Int64N(int64(spread)))) // a random moment after it
+		d.kill()
+		each(i, d)
+		d = startDaemon(t, cfg)
+		d.waitAddr(t, time.Minute)
+	}
+	return d
+}
+
+// waitCheckpoints waits until the checkpoint file changed n times.
+func waitCheckpoints(t *testing.T, d *daemonProc, checkpoint string, n int) {
+	t.Helper()
+	for range n {
+		before := fileStamp(checkpoint)
+		waitUntil(t, d, 2*time.Minute, "checkpoint progress", func() bool { return fileStamp(checkpoint) != before })
+	}
 }
 
 // fileStamp is a file's modification time and size, "" when absent.

@@ -376,19 +376,10 @@ runtime: {checkpoint_interval: 50ms}
 	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 31))
 	kills := harness.Trials(4)
-	for i := range kills {
-		before := fileStamp(checkpoint)
-		waitUntil(t, d, 2*time.Minute, "checkpoint progress", func() bool { return fileStamp(checkpoint) != before })
-		time.Sleep(time.Duration(200+rng.IntN(1000)) * time.Millisecond) // a random moment after it
-		d.kill()
+	d = killAfterCheckpoints(t, d, cfg, checkpoint, kills, time.Second, rng, func(i int, _ *daemonProc) {
 		t.Logf("kill %d of %d after %d writes, clock %ds", i+1, kills, writes.Load(), clock.Load())
-		d = startDaemon(t, cfg)
-		d.waitAddr(t, time.Minute)
-	}
-	for range 2 {
-		before := fileStamp(checkpoint)
-		waitUntil(t, d, 2*time.Minute, "checkpoint progress", func() bool { return fileStamp(checkpoint) != before })
-	}
+	})
+	waitCheckpoints(t, d, checkpoint, 2)
 	stop.Store(true)
 	wg.Wait()
 	// An order far ahead moves the watermark past every window written.
