@@ -448,11 +448,12 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		return nil, fmt.Errorf("%s: results to write but no shape of %s known", o.opts.Name, o.opts.Input)
 	}
 	if len(emissions) > 0 || len(o.side) > 0 || o.rejects.Len() > 0 {
-		// What the window writes leaves only once the state that knows
-		// it is written: a replay need not pass through the states the
-		// results came from (a session's bounds, a group that emptied
-		// and came back), so the written results must be in the state
-		// it starts from, to be corrected or deleted.
+		// Invariants 4 and 5: what the window writes leaves only once
+		// the state that knows it is written. A replay need not pass
+		// through the states the results came from (a session's bounds,
+		// a group that emptied and came back), so the results in the
+		// sinks must be in the state it starts from, to be corrected or
+		// deleted there.
 		o.wmu.Lock()
 		cs, p, err := o.takeChanges()
 		err = o.write(cs, p, err)
