@@ -55,34 +55,37 @@ func flush(tx *bbolt.Tx, changes func(*changeSet) error) error {
 // Changes adds what changed since the last Changes (or Load) to cs and
 // forgets it: cs must be written.
 func (e *Engine) Changes(cs *changeSet) error {
+	cs.grow(bucketRows, len(e.dirtyRows))
+	cs.grow(bucketGroups, len(e.dirtyGroups))
+	var k, b []byte
+	var err error
 	for row := range e.dirtyRows {
+		k = append(k[:0], row...)
 		c := e.rows[row]
 		if c == nil {
-			cs.del(bucketRows, []byte(row))
+			cs.delCopy(bucketRows, k)
 			continue
 		}
-		b, err := c.encode()
-		if err != nil {
+		if b, err = c.appendTo(b[:0]); err != nil {
 			return err
 		}
-		cs.put(bucketRows, []byte(row), b)
+		cs.putCopy(bucketRows, k, b)
 	}
 	for ref := range e.dirtyGroups {
-		k := groupStoreKey(ref)
+		k = appendGroupStoreKey(k[:0], ref)
 		var g *group
 		w := e.windows[ref.b]
 		if w != nil {
 			g = w.groups[ref.key]
 		}
 		if g == nil {
-			cs.del(bucketGroups, k)
+			cs.delCopy(bucketGroups, k)
 			continue
 		}
-		b, err := g.encode(w.retained)
-		if err != nil {
+		if b, err = g.appendTo(b[:0], w.retained); err != nil {
 			return err
 		}
-		cs.put(bucketGroups, k, b)
+		cs.putCopy(bucketGroups, k, b)
 	}
 	clear(e.dirtyRows)
 	clear(e.dirtyGroups)
@@ -214,10 +217,11 @@ func buckets(tx *bbolt.Tx) (rows, groups, meta *bbolt.Bucket, err error) {
 	return rows, groups, meta, err
 }
 
-// groupStoreKey orders groups by window start, end, then group key: the
-// times with their sign bit flipped, big-endian.
-func groupStoreKey(r groupRef) []byte {
-	b := binary.BigEndian.AppendUint64(nil, uint64(r.b.Start)^(1<<63))
+// appendGroupStoreKey appends r's key in the groups bucket to b: groups
+// are ordered by window start, end, then group key (the times with their
+// sign bit flipped, big-endian).
+func appendGroupStoreKey(b []byte, r groupRef) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(r.b.Start)^(1<<63))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.b.End)^(1<<63))
 	return append(b, r.key...)
 }
@@ -230,12 +234,13 @@ func parseGroupStoreKey(k []byte) (groupRef, bool) {
 		key: string(k[16:])}, true
 }
 
-func (c *contribution) encode() ([]byte, error) {
+// appendTo appends c's encoding to b.
+func (c *contribution) appendTo(b []byte) ([]byte, error) {
 	flag := byte(0)
 	if c.deleted {
 		flag = 1
 	}
-	b := binform.AppendVersion(append(make([]byte, 0, 96), flag), c.in.Version)
+	b = binform.AppendVersion(append(b, flag), c.in.Version)
 	b = binary.AppendVarint(b, c.in.Time)
 	var err error
 	if b, err = appendValues(b, c.in.Group); err != nil {
@@ -286,8 +291,9 @@ func decodeContribution(v []byte) (*contribution, error) {
 	return c, r.Err()
 }
 
-func (g *group) encode(retained bool) ([]byte, error) {
-	b := binary.AppendUvarint(binary.AppendUvarint(nil, g.changes), g.gen)
+// appendTo appends g's encoding to b.
+func (g *group) appendTo(b []byte, retained bool) ([]byte, error) {
+	b = binary.AppendUvarint(binary.AppendUvarint(b, g.changes), g.gen)
 	b = binform.AppendVersion(b, g.origin)
 	flags := byte(0)
 	if g.emitted {
