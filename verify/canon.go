@@ -13,6 +13,28 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
+// AppendCanon appends Canon(v) to b, without allocating for the
+// commonest kinds of values (integers, text, decimals whose unscaled
+// value fits an int64), so a caller can look a value's text up in a map
+// keyed by it without making a string.
+func AppendCanon(b []byte, v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "NULL"...)
+	case int64:
+		return strconv.AppendInt(append(b, "int64:"...), x, 10)
+	case int32:
+		return strconv.AppendInt(append(b, "int32:"...), int64(x), 10)
+	case string:
+		return strconv.AppendQuote(append(b, "string:"...), x)
+	case pipeline.Decimal:
+		if x.IsFinite() && (x.Unscaled == nil || x.Unscaled.IsInt64()) {
+			return appendSmallDecimal(append(b, "dec:"...), x)
+		}
+	}
+	return append(b, Canon(v)...)
+}
+
 // Canon renders a record-model value in a canonical text form: equal values
 // render equally whatever representation detail a sink returns (decimal
 // trailing zeros, JSON whitespace and key order), and values a sink must
@@ -83,7 +105,10 @@ func canonDecimal(d pipeline.Decimal) string {
 // canonSmallDecimal is canonDecimal for an unscaled value that fits an
 // int64, without big arithmetic: trailing zeros of the fraction dropped,
 // then pipeline.Decimal's rendering.
-func canonSmallDecimal(d pipeline.Decimal) string {
+func canonSmallDecimal(d pipeline.Decimal) string { return string(appendSmallDecimal(nil, d)) }
+
+// appendSmallDecimal appends canonSmallDecimal(d) to out.
+func appendSmallDecimal(out []byte, d pipeline.Decimal) []byte {
 	var u int64
 	if d.Unscaled != nil {
 		u = d.Unscaled.Int64()
@@ -93,7 +118,7 @@ func canonSmallDecimal(d pipeline.Decimal) string {
 		u, scale = u/10, scale-1
 	}
 	if u == 0 {
-		return "0"
+		return append(out, '0')
 	}
 	var b [48]byte
 	digits := strconv.AppendUint(b[:0], absUint(u), 10)
@@ -102,7 +127,6 @@ func canonSmallDecimal(d pipeline.Decimal) string {
 			digits = append(digits, '0')
 		}
 	}
-	var out []byte
 	if u < 0 {
 		out = append(out, '-')
 	}
@@ -112,11 +136,9 @@ func canonSmallDecimal(d pipeline.Decimal) string {
 		}
 		out = append(out, digits[:len(digits)-int(scale)]...)
 		out = append(out, '.')
-		out = append(out, digits[len(digits)-int(scale):]...)
-	} else {
-		out = append(out, digits...)
+		return append(out, digits[len(digits)-int(scale):]...)
 	}
-	return string(out)
+	return append(out, digits...)
 }
 
 func absUint(u int64) uint64 {

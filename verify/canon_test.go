@@ -37,3 +37,17 @@ func TestCanonSmallDecimalMatchesBig(t *testing.T) {
 		}
 	}
 }
+
+// AppendCanon appends exactly Canon's text, fast paths and generic form
+// alike.
+func TestAppendCanonIsCanon(t *testing.T) {
+	vals := []any{nil, int64(-42), int32(7), int16(-3), "a\"b", "", true, 1.5, []byte{1, 2},
+		pipeline.Decimal{Unscaled: big.NewInt(-12300), Scale: 2}, pipeline.Decimal{Unscaled: nil, Scale: 3},
+		pipeline.Decimal{Unscaled: new(big.Int).Lsh(big.NewInt(1), 80), Scale: 4}, pipeline.Decimal{Special: pipeline.NaN},
+		pipeline.JSON(`{"b":1, "a":2}`), []any{int64(1), "x"}}
+	for _, v := range vals {
+		if got, want := string(AppendCanon([]byte("prefix|"), v)), "prefix|"+Canon(v); got != want {
+			t.Errorf("AppendCanon(%#v) = %q, want %q", v, got, want)
+		}
+	}
+}

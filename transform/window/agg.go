@@ -289,11 +289,12 @@ func (e *extreme) add(v any, _ int64, _ pipeline.Version) {
 	if e.vals == nil {
 		e.vals = map[string]*entry{}
 	}
-	k := verify.Canon(v)
-	en := e.vals[k]
+	var kb [64]byte
+	k := verify.AppendCanon(kb[:0], v)
+	en := e.vals[string(k)]
 	if en == nil {
 		en = &entry{v: v}
-		e.vals[k] = en
+		e.vals[string(k)] = en
 	}
 	en.n++
 	if e.best != nil && e.better(v, e.best.v) {
@@ -308,13 +309,14 @@ func (e *extreme) remove(v any, _ int64, _ pipeline.Version) {
 	if v == nil {
 		return
 	}
-	k := verify.Canon(v)
-	en := e.vals[k]
+	var kb [64]byte
+	k := verify.AppendCanon(kb[:0], v)
+	en := e.vals[string(k)]
 	if en == nil {
 		return
 	}
 	if en.n--; en.n == 0 {
-		delete(e.vals, k)
+		delete(e.vals, string(k))
 		if e.best == en {
 			e.best = nil
 		}

@@ -3,7 +3,6 @@ package window
 import (
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/verify"
@@ -101,6 +100,7 @@ type Engine struct {
 	dirtyRows   map[string]bool
 	dirtyGroups map[groupRef]bool
 	maxOrigin   pipeline.Version
+	assigned    []Bounds // Upsert's windows of a change (reused)
 }
 
 // groupRef names one group of one window.
@@ -128,6 +128,7 @@ type window struct {
 }
 
 type group struct {
+	name    string // groupKey(key)
 	key     []any
 	accs    []acc
 	rows    int64
@@ -198,8 +199,11 @@ func (e *Engine) Upsert(in Input) *Late {
 	}
 	e.retract(in.Row, in.Version)
 	var late *Late
-	c := &contribution{in: in, group: groupKey(in.Group)}
-	for _, b := range e.opts.Spec.Assign(in.Time, nil) {
+	c := &contribution{in: in}
+	var kb [128]byte
+	key := appendGroupKey(kb[:0], in.Group)
+	e.assigned = e.opts.Spec.Assign(in.Time, e.assigned[:0])
+	for _, b := range e.assigned {
 		if e.final(b, in.Strict) {
 			if late == nil {
 				late = &Late{}
@@ -215,7 +219,8 @@ func (e *Engine) Upsert(in Input) *Late {
 			late.Corrected = append(late.Corrected, b)
 		}
 		w := e.window(b)
-		g := e.group(w, c.group, in.Group)
+		g := e.group(w, key, in.Group)
+		c.group = g.name
 		for i, a := range g.accs {
 			a.add(in.Args[i], in.Time, in.Version)
 		}
@@ -231,6 +236,9 @@ func (e *Engine) Upsert(in Input) *Late {
 			c.retained = append(c.retained, b)
 		} else {
 			w.rows = append(w.rows, in.Row)
+			if c.windows == nil {
+				c.windows = make([]Bounds, 0, len(e.assigned))
+			}
 			c.windows = append(c.windows, b)
 		}
 	}
@@ -544,14 +552,14 @@ func (e *Engine) forgetRows(w *window) {
 }
 
 // Contribution returns what row contributes now; false for a row the
-// engine does not hold or holds as a tombstone.
+// engine does not hold or holds as a tombstone. It is the engine's own:
+// read it, do not change it, before the engine's next change.
 func (e *Engine) Contribution(row string) (*Input, bool) {
 	c := e.rows[row]
 	if c == nil || c.deleted {
 		return nil, false
 	}
-	in := c.in
-	return &in, true
+	return &c.in, true
 }
 
 // Truncate retracts every row whose change is older than version (a
@@ -579,13 +587,15 @@ func (e *Engine) Open() (windows, groups, rows int) {
 }
 
 // groupKey is the canonical text of a group's values.
-func groupKey(vals []any) string {
-	var b strings.Builder
+func groupKey(vals []any) string { return string(appendGroupKey(nil, vals)) }
+
+// appendGroupKey appends groupKey(vals) to b.
+func appendGroupKey(b []byte, vals []any) []byte {
 	for i, v := range vals {
 		if i > 0 {
-			b.WriteByte(0)
+			b = append(b, 0)
 		}
-		b.WriteString(verify.Canon(v))
+		b = verify.AppendCanon(b, v)
 	}
-	return b.String()
+	return b
 }

@@ -189,7 +189,8 @@ type engine interface {
 	// no longer held contributed, as a before image gives it (late:
 	// correct).
 	RetractPrior(prior Input, version pipeline.Version)
-	// Contribution is a row's current contribution.
+	// Contribution is a row's current contribution, to be read (not
+	// changed) before the engine's next change; false: none held.
 	Contribution(row string) (*Input, bool)
 	MaxOrigin() pipeline.Version
 	Watermark() int64
@@ -555,7 +556,8 @@ func (o *Operator) apply(r *pipeline.Record) error {
 // change does not carry (an unchanged TOAST value) comes from prev, the
 // row's contribution held.
 func (o *Operator) input(r *pipeline.Record, p *plan, img []any, key string, prev *Input) (Input, error) {
-	in := Input{Row: key, Version: r.Version, Group: make([]any, len(p.groups)), Args: make([]any, len(p.args))}
+	vals := make([]any, len(p.groups)+len(p.args)) // one allocation for both
+	in := Input{Row: key, Version: r.Version, Group: vals[:len(p.groups):len(p.groups)], Args: vals[len(p.groups):]}
 	value := func(col int, prior func(Input) any) (any, error) {
 		v := img[col]
 		if v != pipeline.UnchangedValue {

@@ -118,7 +118,7 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 			if c.deleted {
 				continue
 			}
-			g := e.group(w, c.group, c.in.Group)
+			g := e.group(w, []byte(c.group), c.in.Group)
 			for i, a := range g.accs {
 				a.add(c.in.Args[i], c.in.Time, c.in.Version)
 			}
@@ -143,7 +143,7 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 			return fmt.Errorf("window state: group %q: %w", k, r.Err())
 		}
 		w := e.window(ref.b)
-		g := e.group(w, ref.key, vals)
+		g := e.group(w, []byte(ref.key), vals)
 		g.changes, g.gen, g.origin = changes, gen, origin
 		e.seen(origin)
 		g.emitted, g.dirty, g.partial = flags&1 != 0, flags&2 != 0, flags&4 != 0
@@ -187,14 +187,14 @@ func loadWatermark(meta *bbolt.Bucket) (int64, error) {
 
 // group returns window w's group of key, made with its accumulators when
 // new.
-func (e *Engine) group(w *window, key string, vals []any) *group {
-	g := w.groups[key]
+func (e *Engine) group(w *window, key []byte, vals []any) *group {
+	g := w.groups[string(key)]
 	if g == nil {
-		g = &group{key: vals, accs: make([]acc, len(e.opts.Aggs))}
+		g = &group{name: string(key), key: vals, accs: make([]acc, len(e.opts.Aggs))}
 		for i, a := range e.opts.Aggs {
 			g.accs[i] = newAcc(a.Func)
 		}
-		w.groups[key] = g
+		w.groups[g.name] = g
 	}
 	return g
 }
