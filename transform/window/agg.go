@@ -415,6 +415,11 @@ func (o *ordered) result() any {
 // times and dates by instant, strings and bytes by bytes, false before
 // true.
 func compare(a, b any) int {
+	if ua, sa, ok := smallOf(a); ok {
+		if ub, sb, ok := smallOf(b); ok && sa == sb {
+			return cmpOrdered(ua, ub) // the same scale: no decimal arithmetic
+		}
+	}
 	if da, ok := toDecimal(a); ok {
 		if db, ok := toDecimal(b); ok {
 			return da.Cmp(db)
