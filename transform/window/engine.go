@@ -97,7 +97,7 @@ type Engine struct {
 	watermark int64
 	// What changed since the last Flush (store.go): rows and groups to
 	// write (or delete, when gone from the maps).
-	dirtyRows   map[string]bool
+	dirtyRows   map[string]*contribution // nil: gone
 	dirtyGroups map[groupRef]bool
 	maxOrigin   pipeline.Version
 	assigned    []Bounds // Upsert's windows of a change (reused)
@@ -155,13 +155,21 @@ type contribution struct {
 	deleted  bool
 }
 
+// windowAt is the i-th of c's windows then retained windows.
+func (c *contribution) windowAt(i int) Bounds {
+	if i < len(c.windows) {
+		return c.windows[i]
+	}
+	return c.retained[i-len(c.windows)]
+}
+
 // NoWatermark is the watermark before any: every window is open.
 const NoWatermark int64 = math.MinInt64
 
 // NewEngine makes an empty engine.
 func NewEngine(o EngineOptions) *Engine {
 	return &Engine{opts: o, windows: map[Bounds]*window{}, rows: map[string]*contribution{}, watermark: NoWatermark,
-		dirtyRows: map[string]bool{}, dirtyGroups: map[groupRef]bool{}}
+		dirtyRows: map[string]*contribution{}, dirtyGroups: map[groupRef]bool{}}
 }
 
 // Watermark is the engine's watermark (NoWatermark before any).
@@ -194,10 +202,11 @@ func (e *Engine) final(b Bounds, strict bool) bool {
 // the row's last one (a replay after a restart, or a snapshot row older
 // than a change already applied) changes nothing (Invariant 4).
 func (e *Engine) Upsert(in Input) *Late {
-	if c := e.rows[in.Row]; c != nil && !c.in.Version.Less(in.Version) {
+	old := e.rows[in.Row]
+	if old != nil && !old.in.Version.Less(in.Version) {
 		return nil
 	}
-	e.retract(in.Row, in.Version)
+	e.retractHeld(in.Row, old, in.Version)
 	var late *Late
 	c := &contribution{in: in}
 	var kb [128]byte
@@ -246,10 +255,10 @@ func (e *Engine) Upsert(in Input) *Late {
 		e.rows[in.Row] = c
 		// (A row only in retained windows is not held: RetractPrior takes
 		// it out of them.)
-		e.dirtyRows[in.Row] = true
-	} else if old := e.rows[in.Row]; old != nil {
+		e.dirtyRows[in.Row] = c
+	} else if old != nil {
 		old.in.Version = in.Version // the tombstone moves up: the change was seen
-		e.dirtyRows[in.Row] = true
+		e.dirtyRows[in.Row] = old
 	}
 	return late
 }
@@ -258,21 +267,26 @@ func (e *Engine) Upsert(in Input) *Late {
 // the row's last one changes nothing.
 func (e *Engine) Delete(row string, version pipeline.Version) {
 	if c := e.rows[row]; c != nil && c.in.Version.Less(version) {
-		e.retract(row, version)
+		e.retractHeld(row, c, version)
 	}
 }
 
 // retract takes out what row contributed, leaving its tombstone at
 // version.
 func (e *Engine) retract(row string, version pipeline.Version) {
-	c := e.rows[row]
+	e.retractHeld(row, e.rows[row], version)
+}
+
+// retractHeld is retract of row's contribution c (nil: none held).
+func (e *Engine) retractHeld(row string, c *contribution, version pipeline.Version) {
 	if c == nil || c.deleted {
 		return
 	}
 	added := c.in.Version
 	c.deleted, c.in.Version = true, version
-	e.dirtyRows[row] = true
-	for _, b := range slices.Concat(c.windows, c.retained) {
+	e.dirtyRows[row] = c
+	for i := range len(c.windows) + len(c.retained) {
+		b := c.windowAt(i)
 		w := e.windows[b]
 		if w == nil || e.final(b, false) {
 			continue // its results are final
@@ -545,8 +559,9 @@ func (e *Engine) forgetRows(w *window) {
 		}
 		if len(c.windows) == 0 {
 			delete(e.rows, row)
+			c = nil
 		}
-		e.dirtyRows[row] = true
+		e.dirtyRows[row] = c
 	}
 	w.rows = nil
 }

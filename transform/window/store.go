@@ -59,9 +59,8 @@ func (e *Engine) Changes(cs *changeSet) error {
 	cs.grow(bucketGroups, len(e.dirtyGroups))
 	var k, b []byte
 	var err error
-	for row := range e.dirtyRows {
+	for row, c := range e.dirtyRows {
 		k = append(k[:0], row...)
-		c := e.rows[row]
 		if c == nil {
 			cs.delCopy(bucketRows, k)
 			continue
