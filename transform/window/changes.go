@@ -2,9 +2,11 @@ package window
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 
 	"go.etcd.io/bbolt"
+	bbolterrors "go.etcd.io/bbolt/errors"
 )
 
 // changeSet is a state write: prepared (encoded) while the window is
@@ -12,6 +14,8 @@ import (
 // transaction commits and syncs. Per bucket, the keys to put (or delete:
 // a nil value); a key set twice keeps the later value.
 type changeSet struct {
+	// cleared are buckets emptied before the puts.
+	cleared []string
 	buckets map[string]*kvs
 	seq     int    // puts so far: the order of a key's values
 	slab    []byte // room for the copies putCopy makes
@@ -53,6 +57,15 @@ func (c *changeSet) put(bucket, k, v []byte) {
 
 func (c *changeSet) del(bucket, k []byte) { c.put(bucket, k, nil) }
 
+// clear empties bucket before the puts: the keys put before are gone
+// too.
+func (c *changeSet) clear(bucket []byte) {
+	c.cleared = append(c.cleared, string(bucket))
+	if l := c.buckets[string(bucket)]; l != nil {
+		*l = (*l)[:0]
+	}
+}
+
 // putCopy is put of copies of k and v (v not nil), which the caller may
 // then reuse.
 func (c *changeSet) putCopy(bucket, k, v []byte) {
@@ -81,6 +94,14 @@ func (c *changeSet) copy(b []byte) []byte {
 // a page only at the commit and keys put out of order into one page move
 // its tail each time.
 func (c *changeSet) apply(tx *bbolt.Tx) error {
+	for _, name := range c.cleared {
+		if err := tx.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bbolterrors.ErrBucketNotFound) {
+			return err
+		}
+		if _, err := tx.CreateBucket([]byte(name)); err != nil {
+			return err
+		}
+	}
 	for name, l := range c.buckets {
 		b, err := tx.CreateBucketIfNotExists([]byte(name))
 		if err != nil {
@@ -112,6 +133,9 @@ func (c *changeSet) apply(tx *bbolt.Tx) error {
 
 // then appends d's changes after c's.
 func (c *changeSet) then(d *changeSet) {
+	for _, name := range d.cleared {
+		c.clear([]byte(name))
+	}
 	for name, l := range d.buckets {
 		c.grow([]byte(name), len(*l))
 		slices.SortFunc(*l, func(a, b kv) int { return a.seq - b.seq })

@@ -101,6 +101,14 @@ type Engine struct {
 	dirtyGroups map[groupRef]bool
 	maxOrigin   pipeline.Version
 	assigned    []Bounds // Upsert's windows of a change (reused)
+	// The row logs (rowlog.go): the last write's seq, logs to delete,
+	// rows whose entries to mark gone, and whether the rows are still in
+	// the bucket of one key per row (a state written before the logs).
+	logSeq     uint64
+	deadLogs   []deadLog
+	leaving    []rowHome
+	legacyRows bool
+	scratch    []byte
 }
 
 // groupRef names one group of one window.
@@ -125,6 +133,7 @@ type window struct {
 	// expiredAt is the tag of the Advance that found the window expired
 	// (or, retained, gone); 0: not yet. Release then retains or drops it.
 	expiredAt uint64
+	log       rowLog // of the rows at home in it
 }
 
 type group struct {
@@ -153,6 +162,10 @@ type contribution struct {
 	// of their aggregates.
 	retained []Bounds
 	deleted  bool
+	// home is the window whose log holds its latest entry, when homed
+	// (rowlog.go).
+	home  Bounds
+	homed bool
 }
 
 // windowAt is the i-th of c's windows then retained windows.
@@ -209,6 +222,9 @@ func (e *Engine) Upsert(in Input) *Late {
 	e.retractHeld(in.Row, old, in.Version)
 	var late *Late
 	c := &contribution{in: in}
+	if old != nil {
+		c.home, c.homed = old.home, old.homed
+	}
 	var kb [128]byte
 	key := appendGroupKey(kb[:0], in.Group)
 	e.assigned = e.opts.Spec.Assign(in.Time, e.assigned[:0])
@@ -531,6 +547,7 @@ func (e *Engine) Reemit() {
 func (e *Engine) retain(w *window) {
 	w.retained, w.expiredAt = true, 0
 	e.forgetRows(w)
+	e.leaveLog(w)
 	for k := range w.groups {
 		e.dirtyGroups[groupRef{w.b, k}] = true
 	}
@@ -543,6 +560,7 @@ func (e *Engine) drop(w *window) {
 		e.dirtyGroups[groupRef{w.b, k}] = true // gone: deleted by Flush
 	}
 	e.forgetRows(w)
+	e.leaveLog(w)
 }
 
 // forgetRows takes window w out of its rows' windows, forgetting the rows
@@ -558,10 +576,10 @@ func (e *Engine) forgetRows(w *window) {
 			c.retained = append(c.retained, w.b)
 		}
 		if len(c.windows) == 0 {
-			delete(e.rows, row)
-			c = nil
+			e.forget(row, c, w.b)
 		}
-		e.dirtyRows[row] = c
+		// (A row that keeps windows is not written again: on load its
+		// windows no longer in the state are left out.)
 	}
 	w.rows = nil
 }

@@ -32,7 +32,7 @@ import (
 var bucketLate = []byte("late")
 
 // stateBuckets are the buckets of a window's state file.
-var stateBuckets = [][]byte{bucketRows, bucketGroups, bucketMeta, bucketEntries, bucketLate}
+var stateBuckets = [][]byte{bucketRows, bucketRowLog, bucketGroups, bucketMeta, bucketEntries, bucketLate}
 
 // pendingLate is a late stream change whose side output may not be
 // durable: its windows, and the batch that sent it (math.MaxUint64: sent

@@ -12,10 +12,16 @@ import (
 // The engine's state in a bbolt file, written with what changed
 // (Changes, Flush) and read back whole on start (Load):
 //
-//	rows/<row key>                 the row's contribution: tombstone flag,
-//	                               version, event time, group values, one
-//	                               argument per aggregate, its windows and
-//	                               the retained windows it reached
+//	rowlog/<start><end><seq>       the rows changed at write seq whose
+//	                               home is the window (rowlog.go): per row
+//	                               its key and contribution (tombstone
+//	                               flag, version, event time, group
+//	                               values, one argument per aggregate, its
+//	                               windows and the retained windows it
+//	                               reached), or a gone mark
+//	rows/<row key>                 a contribution, in a state written
+//	                               before the row logs (read, then moved
+//	                               into them)
 //	groups/<start><end><group key> a group's emission state: changes
 //	                               applied, generation, origin, whether its
 //	                               result is written (partial or final) and
@@ -55,21 +61,12 @@ func flush(tx *bbolt.Tx, changes func(*changeSet) error) error {
 // Changes adds what changed since the last Changes (or Load) to cs and
 // forgets it: cs must be written.
 func (e *Engine) Changes(cs *changeSet) error {
-	cs.grow(bucketRows, len(e.dirtyRows))
+	if err := e.rowChanges(cs); err != nil {
+		return err
+	}
 	cs.grow(bucketGroups, len(e.dirtyGroups))
 	var k, b []byte
 	var err error
-	for row, c := range e.dirtyRows {
-		k = append(k[:0], row...)
-		if c == nil {
-			cs.delCopy(bucketRows, k)
-			continue
-		}
-		if b, err = c.appendTo(b[:0]); err != nil {
-			return err
-		}
-		cs.putCopy(bucketRows, k, b)
-	}
 	for ref := range e.dirtyGroups {
 		k = appendGroupStoreKey(k[:0], ref)
 		var g *group
@@ -101,31 +98,6 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 		return nil, err
 	}
 	if e.watermark, err = loadWatermark(meta); err != nil {
-		return nil, err
-	}
-	err = rows.ForEach(func(k, v []byte) error {
-		c, err := decodeContribution(v)
-		if err != nil {
-			return fmt.Errorf("window state: row %q: %w", k, err)
-		}
-		row := string(k)
-		c.in.Row = row
-		e.rows[row] = c
-		for _, b := range c.windows {
-			w := e.window(b)
-			w.rows = append(w.rows, row)
-			if c.deleted {
-				continue
-			}
-			g := e.group(w, []byte(c.group), c.in.Group)
-			for i, a := range g.accs {
-				a.add(c.in.Args[i], c.in.Time, c.in.Version)
-			}
-			g.rows++
-		}
-		return nil
-	})
-	if err != nil {
 		return nil, err
 	}
 	err = groups.ForEach(func(k, v []byte) error {
@@ -163,11 +135,31 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	clear(e.dirtyGroups)
+	// A state written before the row logs holds a key per row: its rows
+	// are held, made dirty so the next write logs them, and the bucket is
+	// emptied then.
+	err = rows.ForEach(func(k, v []byte) error {
+		c, err := decodeContribution(v)
+		if err != nil {
+			return fmt.Errorf("window state: row %q: %w", k, err)
+		}
+		row := string(k)
+		if e.hold(row, c); e.rows[row] == c {
+			e.dirtyRows[row] = c
+		}
+		e.legacyRows = true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := e.loadLogs(tx); err != nil {
+		return nil, err
+	}
 	for _, w := range e.windows {
 		w.closed = e.watermark != NoWatermark && w.b.End <= e.watermark
 	}
-	clear(e.dirtyRows)
-	clear(e.dirtyGroups)
 	return e, nil
 }
 

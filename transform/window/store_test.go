@@ -45,6 +45,26 @@ func TestRetainedWindowsSurviveCrashesAndReplays(t *testing.T) {
 		func(tx *bbolt.Tx) (*Engine, error) { return Load(tx, opts) })
 }
 
+// Hopping windows: a row is in several windows and logged in the
+// latest-ending one; rows moved to earlier windows leave gone marks.
+func TestHoppingStateSurvivesCrashesAndReplays(t *testing.T) {
+	opts := EngineOptions{Spec: Spec{Size: time.Minute, Advance: 20 * time.Second}, Lateness: 30 * sec, Aggs: ordersEngine(0).opts.Aggs}
+	crashAndReplay(t, 13, func() *Engine { return NewEngine(opts) },
+		func(tx *bbolt.Tx) (*Engine, error) { return Load(tx, opts) })
+}
+
+// Logs rewritten at almost every write (compactLogs) give the same
+// results.
+func TestCompactedLogsSurviveCrashesAndReplays(t *testing.T) {
+	defer func(s int) { logSlack = s }(logSlack)
+	logSlack = 1
+	opts := EngineOptions{Spec: Spec{Size: time.Minute, Advance: 20 * time.Second}, Lateness: 30 * sec, Aggs: ordersEngine(0).opts.Aggs}
+	crashAndReplay(t, 17, func() *Engine { return NewEngine(opts) },
+		func(tx *bbolt.Tx) (*Engine, error) { return Load(tx, opts) })
+	crashAndReplay(t, 19, func() *Engine { return ordersEngine(30 * sec) },
+		func(tx *bbolt.Tx) (*Engine, error) { return Load(tx, ordersEngine(30*sec).opts) })
+}
+
 func crashAndReplay[E engineUnderTest](t *testing.T, seed uint64, fresh func() E, load func(*bbolt.Tx) (E, error)) {
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	for trial := range 30 {
@@ -160,5 +180,85 @@ func crashAndReplay[E engineUnderTest](t *testing.T, seed uint64, fresh func() E
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("trial %d (%d crashes): results differ\n got %v\nwant %v", trial, crashes, got, want)
 		}
+	}
+}
+
+// A state written before the row logs (one key per row) loads into the
+// same engine, and its first write moves the rows into the logs.
+func TestStateWithARowPerKeyMovesIntoTheLogs(t *testing.T) {
+	opts := EngineOptions{Spec: Spec{Size: time.Minute, Advance: 20 * time.Second}, Lateness: 30 * sec, Aggs: ordersEngine(0).opts.Aggs}
+	rng := rand.New(rand.NewPCG(5, 6))
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "w.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	e := NewEngine(opts)
+	clock := int64(0)
+	for i := range 300 {
+		clock += int64(rng.IntN(2)) * sec
+		row := fmt.Sprint("r", rng.IntN(40))
+		if rng.IntN(6) == 0 {
+			e.Delete(row, v(uint64(i+1)))
+		} else {
+			e.Upsert(order(row, clock-int64(rng.IntN(20))*sec, fmt.Sprint("g", rng.IntN(3)), fmt.Sprint(rng.IntN(100)), uint64(i+1)))
+		}
+		if i%10 == 0 {
+			e.Advance(clock - 10*sec)
+		}
+	}
+	if err := db.Update(e.Flush); err != nil {
+		t.Fatal(err)
+	}
+	load := func() *Engine {
+		var l *Engine
+		if err := db.View(func(tx *bbolt.Tx) (err error) { l, err = Load(tx, opts); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	want := show(load().Advance(1 << 62))
+	if len(want) == 0 {
+		t.Fatal("no results to compare")
+	}
+	// The same state as the earlier layout wrote it.
+	err = db.Update(func(tx *bbolt.Tx) error {
+		held := load()
+		rows := tx.Bucket(bucketRows)
+		for row, c := range held.rows {
+			b, err := c.appendTo(nil)
+			if err != nil {
+				return err
+			}
+			if err := rows.Put([]byte(row), b); err != nil {
+				return err
+			}
+		}
+		return tx.DeleteBucket(bucketRowLog)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := load()
+	if !legacy.legacyRows {
+		t.Fatal("the rows bucket was not read")
+	}
+	if err := db.Update(legacy.Flush); err != nil {
+		t.Fatal(err)
+	}
+	err = db.View(func(tx *bbolt.Tx) error {
+		if k, _ := tx.Bucket(bucketRows).Cursor().First(); k != nil {
+			t.Errorf("row %q still in the rows bucket after a write", k)
+		}
+		if logs := tx.Bucket(bucketRowLog); logs == nil || logs.Stats().KeyN == 0 {
+			t.Error("no row log after a write")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := show(load().Advance(1 << 62)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the move into the logs:\n got %v\nwant %v", got, want)
 	}
 }
