@@ -378,10 +378,12 @@ func (o *Operator) takeChanges() (*changeSet, progress, error) {
 // (wmu held); what fails is kept for the next write.
 func (o *Operator) write(cs *changeSet, p progress, encodeErr error) error {
 	all := o.retry
-	if all == nil {
+	switch {
+	case all == nil && cs != nil:
+		all = cs
+	case all == nil:
 		all = &changeSet{}
-	}
-	if cs != nil {
+	case cs != nil:
 		all.then(cs) // what Changes took is there even on an error
 	}
 	if encodeErr != nil {
