@@ -3,6 +3,7 @@ package window
 import (
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/verify"
@@ -95,12 +96,14 @@ type Engine struct {
 	windows   map[Bounds]*window
 	rows      map[string]*contribution
 	watermark int64
-	// What changed since the last Flush (store.go): rows and groups to
-	// write (or delete, when gone from the maps).
-	dirtyRows   map[string]*contribution // nil: gone
-	dirtyGroups map[groupRef]bool
-	maxOrigin   pipeline.Version
-	assigned    []Bounds // Upsert's windows of a change (reused)
+	// What changed since the last Flush (store.go): the rows to log
+	// (rowlog.go), by key.
+	dirtyRows map[string]*contribution
+	// stale lists the groups to write (or delete, their window dropped),
+	// each once (group.stale).
+	stale     []staleGroup
+	maxOrigin pipeline.Version
+	assigned  []Bounds // Upsert's windows of a change (reused)
 	// The row logs (rowlog.go): the last write's seq, logs to delete,
 	// rows whose entries to mark gone, and whether the rows are still in
 	// the bucket of one key per row (a state written before the logs).
@@ -122,7 +125,7 @@ type window struct {
 	groups map[string]*group
 	// changed holds the groups made dirty since the last emission pass
 	// looked at the window, so a pass does not scan every group.
-	changed map[string]bool
+	changed []*group
 	// rows lists the rows that contributed to it (a row may be listed
 	// twice, or have left since: drop checks each row's windows).
 	rows   []string
@@ -134,6 +137,7 @@ type window struct {
 	// (or, retained, gone); 0: not yet. Release then retains or drops it.
 	expiredAt uint64
 	log       rowLog // of the rows at home in it
+	dropped   bool   // gone from the engine: its groups are deleted
 }
 
 type group struct {
@@ -145,6 +149,8 @@ type group struct {
 	gen     uint64           // the highest generation (version[0]) among them
 	origin  pipeline.Version // the newest change's version
 	dirty   bool             // changed since its last emission
+	changed bool             // in its window's changed list
+	stale   bool             // in the engine's stale list: to be written
 	emitted bool             // its row is in the sinks
 	partial bool             // the row in the sinks is a partial result
 }
@@ -182,7 +188,7 @@ const NoWatermark int64 = math.MinInt64
 // NewEngine makes an empty engine.
 func NewEngine(o EngineOptions) *Engine {
 	return &Engine{opts: o, windows: map[Bounds]*window{}, rows: map[string]*contribution{}, watermark: NoWatermark,
-		dirtyRows: map[string]*contribution{}, dirtyGroups: map[groupRef]bool{}}
+		dirtyRows: map[string]*contribution{}}
 }
 
 // Watermark is the engine's watermark (NoWatermark before any).
@@ -251,9 +257,9 @@ func (e *Engine) Upsert(in Input) *Late {
 		}
 		g.rows++
 		g.touch(in.Version)
-		w.changed[c.group] = true
+		w.change(g)
 		e.seen(in.Version)
-		e.dirtyGroups[groupRef{b, c.group}] = true
+		e.markStale(w, g)
 		if w.retained {
 			// A retained window keeps no rows: what the row added there is
 			// retracted by the row while it is held (retract), or from its
@@ -316,9 +322,9 @@ func (e *Engine) retractHeld(row string, c *contribution, version pipeline.Versi
 		}
 		g.rows--
 		g.touch(version)
-		w.changed[c.group] = true
+		w.change(g)
 		e.seen(version)
-		e.dirtyGroups[groupRef{b, c.group}] = true
+		e.markStale(w, g)
 	}
 }
 
@@ -347,9 +353,9 @@ func (e *Engine) RetractPrior(prior Input, version pipeline.Version) {
 		}
 		g.rows--
 		g.touch(version)
-		w.changed[key] = true
+		w.change(g)
 		e.seen(version)
-		e.dirtyGroups[groupRef{b, key}] = true
+		e.markStale(w, g)
 	}
 }
 
@@ -387,7 +393,7 @@ func (e *Engine) seen(v pipeline.Version) {
 func (e *Engine) window(b Bounds) *window {
 	w := e.windows[b]
 	if w == nil {
-		w = &window{b: b, groups: map[string]*group{}, changed: map[string]bool{}}
+		w = &window{b: b, groups: map[string]*group{}}
 		e.windows[b] = w
 	}
 	return w
@@ -423,23 +429,23 @@ func (e *Engine) AdvanceTagged(wm int64, tag uint64) []Emission {
 	}
 	slices.SortFunc(closing, func(a, b *window) int { return cmpOrdered(a.b.Start, b.b.Start) })
 	for _, w := range closing {
-		var keys []string
+		var gs []*group
 		if !w.closed {
 			// Its close: every group changed since it was written, and
 			// every partial result.
-			for k, g := range w.groups {
+			for _, g := range w.groups {
 				if g.dirty || g.partial {
-					keys = append(keys, k)
+					gs = append(gs, g)
 				}
 			}
+			w.unchange()
 		} else {
-			keys = w.dirtyKeys()
+			gs = w.takeChanged()
 		}
-		clear(w.changed)
 		w.closed = true
-		slices.Sort(keys)
-		for _, k := range keys {
-			out = e.emit(w, k, true, out)
+		sortGroups(gs)
+		for _, g := range gs {
+			out = e.emit(w, g, true, out)
 		}
 		if w.expiredAt == 0 && (w.retained && e.gone(w.b) || !w.retained && e.expired(w.b)) {
 			w.expiredAt = tag
@@ -448,14 +454,13 @@ func (e *Engine) AdvanceTagged(wm int64, tag uint64) []Emission {
 	return out
 }
 
-// emit writes window w's group k (dirty, or partial on the close): its
+// emit writes window w's group g (dirty, or partial on the close): its
 // result, or a delete when it has no rows and its row was written. The
 // group stays, empty, until the window expires, so a row that comes back
 // continues its versions.
-func (e *Engine) emit(w *window, k string, final bool, out []Emission) []Emission {
-	g := w.groups[k]
+func (e *Engine) emit(w *window, g *group, final bool, out []Emission) []Emission {
 	g.dirty = false
-	e.dirtyGroups[groupRef{w.b, k}] = true // its emitted flags
+	e.markStale(w, g) // its emitted flags
 	if g.rows == 0 {
 		if g.emitted {
 			out = append(out, Emission{Window: w.b, Group: g.key, Version: g.version(final), Origin: g.origin, Delete: true})
@@ -485,25 +490,62 @@ func (e *Engine) Early() []Emission {
 	slices.SortFunc(open, func(a, b *window) int { return cmpOrdered(a.b.Start, b.b.Start) })
 	var out []Emission
 	for _, w := range open {
-		keys := w.dirtyKeys()
-		clear(w.changed)
-		slices.Sort(keys)
-		for _, k := range keys {
-			out = e.emit(w, k, false, out)
+		gs := w.takeChanged()
+		sortGroups(gs)
+		for _, g := range gs {
+			out = e.emit(w, g, false, out)
 		}
 	}
 	return out
 }
 
-// dirtyKeys returns the keys of w's changed groups still dirty.
-func (w *window) dirtyKeys() []string {
-	keys := make([]string, 0, len(w.changed))
-	for k := range w.changed {
-		if g := w.groups[k]; g != nil && g.dirty {
-			keys = append(keys, k)
+// change puts g in w's changed list (once).
+func (w *window) change(g *group) {
+	if !g.changed {
+		g.changed = true
+		w.changed = append(w.changed, g)
+	}
+}
+
+// unchange empties w's changed list.
+func (w *window) unchange() {
+	for _, g := range w.changed {
+		g.changed = false
+	}
+	w.changed = w.changed[:0]
+}
+
+// takeChanged returns w's changed groups still dirty, and empties the
+// list.
+func (w *window) takeChanged() []*group {
+	gs := make([]*group, 0, len(w.changed))
+	for _, g := range w.changed {
+		if g.dirty {
+			gs = append(gs, g)
 		}
 	}
-	return keys
+	w.unchange()
+	return gs
+}
+
+// sortGroups orders groups by key: results leave in a deterministic
+// order.
+func sortGroups(gs []*group) {
+	slices.SortFunc(gs, func(a, b *group) int { return strings.Compare(a.name, b.name) })
+}
+
+// staleGroup is a group to write, or to delete when its window is gone.
+type staleGroup struct {
+	w *window
+	g *group
+}
+
+// markStale lists window w's group g to be written by the next Changes.
+func (e *Engine) markStale(w *window, g *group) {
+	if !g.stale {
+		g.stale = true
+		e.stale = append(e.stale, staleGroup{w, g})
+	}
 }
 
 // Release drops the windows tagged expired by an Advance with a tag at
@@ -528,16 +570,16 @@ func (e *Engine) Release(upTo uint64) {
 // the same versions change nothing where they did.
 func (e *Engine) Reemit() {
 	for _, w := range e.windows {
-		for k, g := range w.groups {
+		for _, g := range w.groups {
 			if !w.closed && !g.emitted {
 				continue
 			}
 			g.dirty = true
-			w.changed[k] = true
+			w.change(g)
 			if g.rows == 0 {
 				g.emitted = true
 			}
-			e.dirtyGroups[groupRef{w.b, k}] = true
+			e.markStale(w, g)
 		}
 	}
 }
@@ -548,16 +590,17 @@ func (e *Engine) retain(w *window) {
 	w.retained, w.expiredAt = true, 0
 	e.forgetRows(w)
 	e.leaveLog(w)
-	for k := range w.groups {
-		e.dirtyGroups[groupRef{w.b, k}] = true
+	for _, g := range w.groups {
+		e.markStale(w, g)
 	}
 }
 
 // drop forgets window w and the contributions only it held.
 func (e *Engine) drop(w *window) {
 	delete(e.windows, w.b)
-	for k := range w.groups {
-		e.dirtyGroups[groupRef{w.b, k}] = true // gone: deleted by Flush
+	w.dropped = true
+	for _, g := range w.groups {
+		e.markStale(w, g) // gone: deleted by Flush
 	}
 	e.forgetRows(w)
 	e.leaveLog(w)

@@ -167,6 +167,7 @@ func (e *Engine) rowChanges(cs *changeSet) error {
 		}
 		c.home, c.homed = h, true
 	}
+	clear(e.dirtyRows)
 	for b, l := range blobs {
 		w := e.windows[b]
 		cs.put(bucketRowLog, appendLogKey(nil, b, e.logSeq), l.b)

@@ -64,17 +64,14 @@ func (e *Engine) Changes(cs *changeSet) error {
 	if err := e.rowChanges(cs); err != nil {
 		return err
 	}
-	cs.grow(bucketGroups, len(e.dirtyGroups))
+	cs.grow(bucketGroups, len(e.stale))
 	var k, b []byte
 	var err error
-	for ref := range e.dirtyGroups {
-		k = appendGroupStoreKey(k[:0], ref)
-		var g *group
-		w := e.windows[ref.b]
-		if w != nil {
-			g = w.groups[ref.key]
-		}
-		if g == nil {
+	for _, sg := range e.stale {
+		w, g := sg.w, sg.g
+		g.stale = false
+		k = appendGroupStoreKey(k[:0], groupRef{w.b, g.name})
+		if w.dropped {
 			cs.delCopy(bucketGroups, k)
 			continue
 		}
@@ -83,8 +80,7 @@ func (e *Engine) Changes(cs *changeSet) error {
 		}
 		cs.putCopy(bucketGroups, k, b)
 	}
-	clear(e.dirtyRows)
-	clear(e.dirtyGroups)
+	e.stale = e.stale[:0]
 	cs.put(bucketMeta, keyWatermark, binary.AppendVarint(nil, e.watermark))
 	return nil
 }
@@ -128,14 +124,13 @@ func Load(tx *bbolt.Tx, o EngineOptions) (*Engine, error) {
 			}
 		}
 		if g.dirty {
-			e.windows[ref.b].changed[ref.key] = true
+			w.change(g)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	clear(e.dirtyGroups)
 	// A state written before the row logs holds a key per row: its rows
 	// are held, made dirty so the next write logs them, and the bucket is
 	// emptied then.

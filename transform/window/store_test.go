@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
 )
 
 // engineUnderTest is what the crash test drives: Engine or Sessions.
@@ -260,5 +261,48 @@ func TestStateWithARowPerKeyMovesIntoTheLogs(t *testing.T) {
 	}
 	if got := show(load().Advance(1 << 62)); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after the move into the logs:\n got %v\nwant %v", got, want)
+	}
+}
+
+// A write holds what changed since the last one: with nothing changed it
+// adds no row log, and one changed row adds one entry.
+func TestAWriteHoldsOnlyWhatChanged(t *testing.T) {
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "w.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	e := ordersEngine(0)
+	for i := range 100 {
+		e.Upsert(order(fmt.Sprint("r", i), int64(i)*sec/10, fmt.Sprint("g", i%7), "1.5", uint64(i+1)))
+	}
+	count := func() (logs, entries int) {
+		err := db.View(func(tx *bbolt.Tx) error {
+			return tx.Bucket(bucketRowLog).ForEach(func(k, v []byte) error {
+				logs++
+				r := binform.NewReader(v)
+				for r.Len() > 0 {
+					r.Bytes()
+					r.Bytes()
+					entries++
+				}
+				return r.Err()
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return logs, entries
+	}
+	for i, want := range [][2]int{{1, 100}, {1, 100}, {2, 101}} {
+		if i == 2 {
+			e.Upsert(order("r5", 2*sec, "g1", "2.5", 1000))
+		}
+		if err := db.Update(e.Flush); err != nil {
+			t.Fatal(err)
+		}
+		if logs, entries := count(); logs != want[0] || entries != want[1] {
+			t.Fatalf("write %d: %d logs with %d entries, want %d with %d", i+1, logs, entries, want[0], want[1])
+		}
 	}
 }
