@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -62,15 +63,11 @@ func Append(b []byte, v any) ([]byte, error) {
 		return AppendString(append(b, tagJSON), string(x)), nil
 	case pipeline.Decimal:
 		b = binary.AppendVarint(append(b, tagDecimal, byte(x.Special)), int64(x.Scale))
-		var mag []byte
 		sign := byte(0)
-		if x.Unscaled != nil {
-			mag = x.Unscaled.Bytes()
-			if x.Unscaled.Sign() < 0 {
-				sign = 1
-			}
+		if x.Unscaled != nil && x.Unscaled.Sign() < 0 {
+			sign = 1
 		}
-		return AppendString(append(b, sign), string(mag)), nil
+		return appendMagnitude(append(b, sign), x.Unscaled), nil
 	case pipeline.UUID:
 		return append(append(b, tagUUID), x[:]...), nil
 	case pipeline.Date:
@@ -98,6 +95,22 @@ func Append(b []byte, v any) ([]byte, error) {
 		return append(b, tagUnchanged), nil
 	}
 	return nil, fmt.Errorf("binform: value of Go type %T is not in the record model", v)
+}
+
+// appendMagnitude appends the big-endian bytes of |u| without leading
+// zeros (what u.Bytes gives), length-prefixed, without allocating.
+func appendMagnitude(b []byte, u *big.Int) []byte {
+	if u == nil {
+		return append(b, 0)
+	}
+	n := (u.BitLen() + 7) / 8
+	b = binary.AppendUvarint(b, uint64(n))
+	words := u.Bits()
+	const wordBytes = bits.UintSize / 8
+	for i := n - 1; i >= 0; i-- {
+		b = append(b, byte(words[i/wordBytes]>>(8*(i%wordBytes))))
+	}
+	return b
 }
 
 // AppendString appends s, length-prefixed (Reader.Bytes reads it).

@@ -1,6 +1,7 @@
 package binform
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/big"
@@ -47,5 +48,22 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if !errors.Is(r.Err(), ErrCorrupt) {
 		t.Errorf("truncated bytes: %v", r.Err())
+	}
+}
+
+// A decimal's magnitude is written as big.Int.Bytes gives it, for values
+// of one word and of several, positive and negative.
+func TestDecimalMagnitudeIsBigEndianBytes(t *testing.T) {
+	for _, s := range []string{"0", "1", "-1", "255", "256", "-65535", "9223372036854775807", "-9223372036854775808",
+		"18446744073709551615", "18446744073709551616", "-340282366920938463463374607431768211457", "123456789012345678901234567890"} {
+		u, _ := new(big.Int).SetString(s, 10)
+		got := appendMagnitude(nil, u)
+		want := AppendString(nil, string(u.Bytes()))
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: %x, want %x", s, got, want)
+		}
+	}
+	if got := appendMagnitude(nil, nil); !bytes.Equal(got, AppendString(nil, "")) {
+		t.Errorf("nil: %x", got)
 	}
 }
