@@ -1,10 +1,12 @@
 package window
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"github.com/sluice-cdc/sluice/verify"
@@ -26,14 +28,35 @@ func appendAcc(b []byte, a acc) ([]byte, error) {
 		b = binary.AppendVarint(b, int64(x.scale))
 		return binform.AppendString(b, x.total.String()), nil
 	case *extreme:
-		keys := slices.Sorted(maps.Keys(x.vals))
-		b = binary.AppendUvarint(b, uint64(len(keys)))
-		for _, k := range keys {
+		// Every value with its count, in the order of their canonical
+		// text (an integer of ints before an equal value of vals).
+		type item struct {
+			k     string
+			v     any
+			n     int64
+			inVal bool
+		}
+		items := make([]item, 0, len(x.vals)+len(x.ints))
+		for k, en := range x.vals {
+			items = append(items, item{k, en.v, en.n, true})
+		}
+		for u, n := range x.ints {
+			v := x.intValue(u)
+			items = append(items, item{verify.Canon(v), v, n, false})
+		}
+		slices.SortFunc(items, func(a, b item) int {
+			if c := strings.Compare(a.k, b.k); c != 0 {
+				return c
+			}
+			return cmp.Compare(boolByte(a.inVal), boolByte(b.inVal))
+		})
+		b = binary.AppendUvarint(b, uint64(len(items)))
+		for _, it := range items {
 			var err error
-			if b, err = binform.Append(b, x.vals[k].v); err != nil {
+			if b, err = binform.Append(b, it.v); err != nil {
 				return nil, err
 			}
-			b = binary.AppendVarint(b, x.vals[k].n)
+			b = binary.AppendVarint(b, it.n)
 		}
 		return b, nil
 	case *distinct:
@@ -86,11 +109,13 @@ func readAcc(r *binform.Reader, a acc) error {
 		if n > uint64(r.Len()) {
 			return binform.ErrCorrupt
 		}
-		x.vals = make(map[string]*entry, n)
 		for range n {
 			v := r.Value()
-			x.vals[verify.Canon(v)] = &entry{v: v, n: r.Varint()}
+			if c := r.Varint(); r.Err() == nil && v != nil {
+				x.addN(v, c)
+			}
 		}
+		x.best, x.ibestOK = nil, false // found again by result
 	case *distinct:
 		n := r.Uvarint()
 		if n > uint64(r.Len()) {

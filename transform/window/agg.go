@@ -275,15 +275,99 @@ type entry struct {
 }
 
 // extreme keeps the multiset of values so that retracting the current
-// minimum (maximum) finds the next one.
+// minimum (maximum) finds the next one. Values that are int64s, or
+// decimals of one scale whose unscaled value fits an int64 (a column's
+// values, as a rule), are counted by that integer (ints), without a text
+// or an entry each; any other value by its canonical text (vals).
 type extreme struct {
 	max  bool
 	vals map[string]*entry
 	best *entry // nil: recompute
+	ints map[int64]int64
+	// kind is what ints holds, set by the first such value: int64s, or
+	// decimals of scale.
+	kind    intKind
+	scale   int32
+	ibest   int64
+	ibestOK bool // ibest is the best of ints (false: recompute)
+}
+
+type intKind uint8
+
+const (
+	intsNone intKind = iota
+	intsInt64
+	intsDecimal
+)
+
+// intOf returns v's integer in ints, when v belongs there; claim lets the
+// first such value set the kind.
+func (e *extreme) intOf(v any, claim bool) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		if e.kind == intsNone && claim {
+			e.kind = intsInt64
+		}
+		return x, e.kind == intsInt64
+	case pipeline.Decimal:
+		if x.Special != pipeline.Finite || x.Unscaled == nil || !x.Unscaled.IsInt64() {
+			return 0, false
+		}
+		if e.kind == intsNone && claim {
+			e.kind, e.scale = intsDecimal, x.Scale
+		}
+		return x.Unscaled.Int64(), e.kind == intsDecimal && x.Scale == e.scale
+	}
+	return 0, false
+}
+
+// rescale returns unscaled value u of scale from as an unscaled value of
+// scale to, when that is exact and fits an int64.
+func rescale(u int64, from, to int32) (int64, bool) {
+	if u == 0 {
+		return 0, true
+	}
+	for ; from < to; from++ {
+		if u > math.MaxInt64/10 || u < math.MinInt64/10 {
+			return 0, false
+		}
+		u *= 10
+	}
+	for ; from > to; from-- {
+		if u%10 != 0 {
+			return 0, false
+		}
+		u /= 10
+	}
+	return u, true
+}
+
+// intValue is integer u of ints as a value of the record model.
+func (e *extreme) intValue(u int64) any {
+	if e.kind == intsDecimal {
+		return pipeline.Decimal{Unscaled: big.NewInt(u), Scale: e.scale}
+	}
+	return u
 }
 
 func (e *extreme) add(v any, _ int64, _ pipeline.Version) {
-	if v == nil {
+	if v != nil {
+		e.addN(v, 1)
+	}
+}
+
+// addN counts v n times.
+func (e *extreme) addN(v any, n int64) {
+	if u, ok := e.intOf(v, true); ok {
+		if e.ints == nil {
+			e.ints = map[int64]int64{}
+		}
+		e.ints[u] += n
+		if len(e.ints) == 1 {
+			e.ibest, e.ibestOK = u, true
+		} else if e.ibestOK && (e.max && u > e.ibest || !e.max && u < e.ibest) {
+			e.ibest = u
+		}
 		return
 	}
 	if e.vals == nil {
@@ -296,7 +380,7 @@ func (e *extreme) add(v any, _ int64, _ pipeline.Version) {
 		en = &entry{v: v}
 		e.vals[string(k)] = en
 	}
-	en.n++
+	en.n += n
 	if e.best != nil && e.better(v, e.best.v) {
 		e.best = en
 	}
@@ -305,15 +389,49 @@ func (e *extreme) add(v any, _ int64, _ pipeline.Version) {
 	}
 }
 
+// remove takes out one value equal to v: where v is counted, else an
+// equal value of another scale (a value is counted as the first equal
+// one was, and a state loaded may count them apart).
 func (e *extreme) remove(v any, _ int64, _ pipeline.Version) {
 	if v == nil {
 		return
 	}
+	if u, ok := e.intOf(v, false); ok && e.takeInt(u) {
+		return
+	}
+	if e.takeVal(v) {
+		return
+	}
+	if x, ok := v.(pipeline.Decimal); ok && e.kind == intsDecimal && x.Special == pipeline.Finite && x.Unscaled != nil && x.Unscaled.IsInt64() {
+		if u, ok := rescale(x.Unscaled.Int64(), x.Scale, e.scale); ok {
+			e.takeInt(u)
+		}
+	}
+}
+
+// takeInt takes one u out of ints; false when it has none.
+func (e *extreme) takeInt(u int64) bool {
+	switch n := e.ints[u]; {
+	case n == 0:
+		return false
+	case n == 1:
+		delete(e.ints, u)
+		if e.ibest == u {
+			e.ibestOK = false
+		}
+	default:
+		e.ints[u] = n - 1
+	}
+	return true
+}
+
+// takeVal takes one value equal to v out of vals; false when it has none.
+func (e *extreme) takeVal(v any) bool {
 	var kb [64]byte
 	k := verify.AppendCanon(kb[:0], v)
 	en := e.vals[string(k)]
 	if en == nil {
-		return
+		return false
 	}
 	if en.n--; en.n == 0 {
 		delete(e.vals, string(k))
@@ -321,6 +439,7 @@ func (e *extreme) remove(v any, _ int64, _ pipeline.Version) {
 			e.best = nil
 		}
 	}
+	return true
 }
 
 func (e *extreme) better(a, b any) bool {
@@ -339,10 +458,25 @@ func (e *extreme) result() any {
 			}
 		}
 	}
-	if e.best == nil {
-		return nil
+	var best any
+	if e.best != nil {
+		best = e.best.v
 	}
-	return e.best.v
+	if len(e.ints) > 0 {
+		if !e.ibestOK {
+			first := true
+			for u := range e.ints {
+				if first || e.max && u > e.ibest || !e.max && u < e.ibest {
+					e.ibest, first = u, false
+				}
+			}
+			e.ibestOK = true
+		}
+		if iv := e.intValue(e.ibest); best == nil || e.better(iv, best) {
+			best = iv
+		}
+	}
+	return best
 }
 
 // distinct keeps the multiset of non-NULL values.
