@@ -1,6 +1,7 @@
 package window
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -112,6 +113,9 @@ type Engine struct {
 	leaving    []rowHome
 	legacyRows bool
 	scratch    []byte
+	// encodeErr is the first value Upsert could not encode: the next
+	// Changes fails with it.
+	encodeErr error
 }
 
 // groupRef names one group of one window.
@@ -159,8 +163,15 @@ type group struct {
 // to. A retracted one stays, as a tombstone at the retraction's version,
 // until its windows expire, so a replayed older change of the row is
 // recognised and ignored.
+//
+// Its group values and arguments are kept encoded (vals: appendValues of
+// each), a block the garbage collector does not scan: a window holds
+// many rows, and their values as boxed Go values would be scanned at
+// every collection.
 type contribution struct {
-	in      Input
+	time    int64
+	version pipeline.Version
+	vals    []byte
 	group   string
 	windows []Bounds
 	// retained are windows past the lateness that hold its contribution
@@ -222,12 +233,15 @@ func (e *Engine) final(b Bounds, strict bool) bool {
 // than a change already applied) changes nothing (Invariant 4).
 func (e *Engine) Upsert(in Input) *Late {
 	old := e.rows[in.Row]
-	if old != nil && !old.in.Version.Less(in.Version) {
+	if old != nil && !old.version.Less(in.Version) {
 		return nil
 	}
 	e.retractHeld(in.Row, old, in.Version)
-	var late *Late
-	c := &contribution{in: in}
+	var (
+		late *Late
+		err  error
+	)
+	c := &contribution{time: in.Time, version: in.Version}
 	if old != nil {
 		c.home, c.homed = old.home, old.homed
 	}
@@ -274,12 +288,15 @@ func (e *Engine) Upsert(in Input) *Late {
 		}
 	}
 	if len(c.windows) > 0 {
+		if c.vals, err = encodeInput(in); err != nil && e.encodeErr == nil {
+			e.encodeErr = fmt.Errorf("row %q: %w", in.Row, err) // reported by the next Changes
+		}
 		e.rows[in.Row] = c
 		// (A row only in retained windows is not held: RetractPrior takes
 		// it out of them.)
 		e.dirtyRows[in.Row] = c
 	} else if old != nil {
-		old.in.Version = in.Version // the tombstone moves up: the change was seen
+		old.version = in.Version // the tombstone moves up: the change was seen
 		e.dirtyRows[in.Row] = old
 	}
 	return late
@@ -288,7 +305,7 @@ func (e *Engine) Upsert(in Input) *Late {
 // Delete retracts what row contributed, at version; a version not above
 // the row's last one changes nothing.
 func (e *Engine) Delete(row string, version pipeline.Version) {
-	if c := e.rows[row]; c != nil && c.in.Version.Less(version) {
+	if c := e.rows[row]; c != nil && c.version.Less(version) {
 		e.retractHeld(row, c, version)
 	}
 }
@@ -304,9 +321,10 @@ func (e *Engine) retractHeld(row string, c *contribution, version pipeline.Versi
 	if c == nil || c.deleted {
 		return
 	}
-	added := c.in.Version
-	c.deleted, c.in.Version = true, version
+	added := c.version
+	c.deleted, c.version = true, version
 	e.dirtyRows[row] = c
+	args := c.args()
 	for i := range len(c.windows) + len(c.retained) {
 		b := c.windowAt(i)
 		w := e.windows[b]
@@ -317,8 +335,10 @@ func (e *Engine) retractHeld(row string, c *contribution, version pipeline.Versi
 		if g == nil {
 			continue
 		}
-		for i, a := range g.accs {
-			a.remove(c.in.Args[i], c.in.Time, added)
+		if len(args) == len(g.accs) { // (else encodeErr fails the next write)
+			for i, a := range g.accs {
+				a.remove(args[i], c.time, added)
+			}
 		}
 		g.rows--
 		g.touch(version)
@@ -628,14 +648,24 @@ func (e *Engine) forgetRows(w *window) {
 }
 
 // Contribution returns what row contributes now; false for a row the
-// engine does not hold or holds as a tombstone. It is the engine's own:
-// read it, do not change it, before the engine's next change.
+// engine does not hold or holds as a tombstone.
 func (e *Engine) Contribution(row string) (*Input, bool) {
 	c := e.rows[row]
 	if c == nil || c.deleted {
 		return nil, false
 	}
-	return &c.in, true
+	group, args, err := c.values()
+	if err != nil {
+		return nil, false // not written by encodeInput: Changes reports it
+	}
+	return &Input{Row: row, Time: c.time, Group: group, Args: args, Version: c.version}, true
+}
+
+// Held reports whether the engine holds row's contribution (not as a
+// tombstone).
+func (e *Engine) Held(row string) bool {
+	c := e.rows[row]
+	return c != nil && !c.deleted
 }
 
 // Truncate retracts every row whose change is older than version (a
@@ -643,7 +673,7 @@ func (e *Engine) Contribution(row string) (*Input, bool) {
 func (e *Engine) Truncate(version pipeline.Version) {
 	rows := make([]string, 0, len(e.rows))
 	for row, c := range e.rows {
-		if !c.deleted && c.in.Version.Less(version) {
+		if !c.deleted && c.version.Less(version) {
 			rows = append(rows, row)
 		}
 	}

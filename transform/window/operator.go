@@ -189,9 +189,12 @@ type engine interface {
 	// no longer held contributed, as a before image gives it (late:
 	// correct).
 	RetractPrior(prior Input, version pipeline.Version)
-	// Contribution is a row's current contribution, to be read (not
-	// changed) before the engine's next change; false: none held.
+	// Contribution is a row's current contribution (a copy); false: none
+	// held.
 	Contribution(row string) (*Input, bool)
+	// Held reports whether a row's contribution is held (Contribution
+	// without the copy).
+	Held(row string) bool
 	MaxOrigin() pipeline.Version
 	Watermark() int64
 	// Open reports the windows, groups and rows held.
@@ -512,7 +515,7 @@ func (o *Operator) apply(r *pipeline.Record) error {
 	case pipeline.OpDelete:
 		if r.Before != nil {
 			key := verify.RowKey(r.Table, r.Before)
-			if _, held := o.eng.Contribution(key); !held && o.opts.Late == LateCorrect {
+			if !o.eng.Held(key) && o.opts.Late == LateCorrect {
 				if err := o.retractPrior(r, p, key); err != nil {
 					return err
 				}
@@ -528,13 +531,15 @@ func (o *Operator) apply(r *pipeline.Record) error {
 		return nil // a shape: the plan follows it when its rows come
 	}
 	key := verify.RowKey(r.Table, img)
-	prev, held := o.eng.Contribution(key)
-	if r.Op == pipeline.OpUpdate && o.opts.Late == LateCorrect && !held {
+	if r.Op == pipeline.OpUpdate && o.opts.Late == LateCorrect && !o.eng.Held(key) {
 		if err := o.retractPrior(r, p, key); err != nil {
 			return err
 		}
 	}
-	in, err := o.input(r, p, img, key, prev)
+	in, err := o.input(r, p, img, key, func() *Input {
+		prev, _ := o.eng.Contribution(key)
+		return prev
+	})
 	if err != nil {
 		return err
 	}
@@ -555,17 +560,25 @@ func (o *Operator) apply(r *pipeline.Record) error {
 
 // input reads image img of row key (r's After, or its Before) as the
 // window's input: event time, group values and arguments. A value the
-// change does not carry (an unchanged TOAST value) comes from prev, the
-// row's contribution held.
-func (o *Operator) input(r *pipeline.Record, p *plan, img []any, key string, prev *Input) (Input, error) {
+// change does not carry (an unchanged TOAST value) comes from the row's
+// contribution held, which held gives (nil: none; held may be nil).
+func (o *Operator) input(r *pipeline.Record, p *plan, img []any, key string, held func() *Input) (Input, error) {
 	vals := make([]any, len(p.groups)+len(p.args)) // one allocation for both
 	in := Input{Row: key, Version: r.Version, Group: vals[:len(p.groups):len(p.groups)], Args: vals[len(p.groups):]}
+	var prev *Input
+	fetched := false
+	previous := func() *Input { // looked up only when a value needs it
+		if !fetched && held != nil {
+			prev, fetched = held(), true
+		}
+		return prev
+	}
 	value := func(col int, prior func(Input) any) (any, error) {
 		v := img[col]
 		if v != pipeline.UnchangedValue {
 			return v, nil
 		}
-		if prev == nil {
+		if previous() == nil {
 			return nil, fmt.Errorf("column %s: the change does not carry its value (an unchanged TOAST value) and the window holds no earlier one; ALTER TABLE %s REPLICA IDENTITY FULL makes every change carry it",
 				r.Table.Columns[col].Name, r.Table.ID)
 		}
@@ -579,7 +592,7 @@ func (o *Operator) input(r *pipeline.Record, p *plan, img []any, key string, pre
 		if err != nil {
 			return in, err
 		}
-		if v == nil && prev != nil {
+		if v == nil && previous() != nil {
 			in.Time = prev.Time
 		} else if in.Time, err = eventTime(v); err != nil {
 			return in, fmt.Errorf("column %s: %w", o.opts.EventTime, err)

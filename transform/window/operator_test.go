@@ -387,3 +387,29 @@ func TestOperatorCorrectsPastTheLateness(t *testing.T) {
 		t.Fatalf("a snapshot row past the lateness: %v", rj)
 	}
 }
+
+// An update that does not carry a value (an unchanged TOAST value) takes
+// it from the row the window holds, also after a restart; with no row
+// held it is a dead letter that names the fix.
+func TestOperatorTakesUnchangedValuesFromTheRowHeld(t *testing.T) {
+	o := revenue(t.TempDir())
+	op := openOp(t, o, false)
+	process(t, op, pipeline.Record{Op: pipeline.OpShape, Table: ordersTable},
+		ord(pipeline.OpInsert, 1, "EU", "10.00", 10*time.Second, 1))
+	op.Close()
+	op = openOp(t, o, true)
+	defer op.Close()
+	upd := ord(pipeline.OpUpdate, 1, "US", "10.00", 20*time.Second, 2)
+	upd.After[2] = pipeline.UnchangedValue // the amount
+	process(t, op, upd)
+	out, rj := process(t, op, ord(pipeline.OpInsert, 2, "US", "1.00", 70*time.Second, 3))
+	if got := strings.Join(results(t, out), "; "); rj != nil || got != "c 0s US [1 10.00 10.00] v1" {
+		t.Fatalf("the moved row with its held amount: %s (%v)", got, rj)
+	}
+	unknown := ord(pipeline.OpUpdate, 9, "EU", "1.00", 75*time.Second, 4)
+	unknown.After[2] = pipeline.UnchangedValue
+	_, rj = process(t, op, unknown)
+	if rj == nil || len(rj.Records) != 1 || !strings.Contains(rj.Records[0].Err.Error(), "REPLICA IDENTITY FULL") {
+		t.Fatalf("an unchanged value with no row held: %v", rj)
+	}
+}

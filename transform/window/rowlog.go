@@ -286,7 +286,6 @@ func (e *Engine) loadLogs(tx *bbolt.Tx) error {
 // one among its retained windows), its live contribution added to their
 // groups.
 func (e *Engine) hold(row string, c *contribution) {
-	c.in.Row = row
 	var windows, retained []Bounds
 	for _, b := range c.windows {
 		switch w := e.windows[b]; {
@@ -307,15 +306,16 @@ func (e *Engine) hold(row string, c *contribution) {
 		return // left with its windows
 	}
 	e.rows[row] = c
+	group, args, _ := c.values() // decoded by decodeContribution
 	for _, b := range c.windows {
 		w := e.windows[b]
 		w.rows = append(w.rows, row)
 		if c.deleted {
 			continue
 		}
-		g := e.group(w, []byte(c.group), c.in.Group)
+		g := e.group(w, []byte(c.group), group)
 		for i, a := range g.accs {
-			a.add(c.in.Args[i], c.in.Time, c.in.Version)
+			a.add(args[i], c.time, c.version)
 		}
 		g.rows++
 	}

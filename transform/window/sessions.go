@@ -227,6 +227,13 @@ func (s *Sessions) Truncate(version pipeline.Version) {
 	}
 }
 
+// Held reports whether the engine holds row's contribution (not as a
+// tombstone).
+func (s *Sessions) Held(row string) bool {
+	_, ok := s.Contribution(row)
+	return ok
+}
+
 // Contribution returns what row contributes now; false for a row the
 // engine does not hold or holds as a tombstone.
 func (s *Sessions) Contribution(row string) (*Input, bool) {

@@ -3,6 +3,7 @@ package window
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/bbolt"
 
@@ -61,6 +62,9 @@ func flush(tx *bbolt.Tx, changes func(*changeSet) error) error {
 // Changes adds what changed since the last Changes (or Load) to cs and
 // forgets it: cs must be written.
 func (e *Engine) Changes(cs *changeSet) error {
+	if err := e.encodeErr; err != nil {
+		return err
+	}
 	if err := e.rowChanges(cs); err != nil {
 		return err
 	}
@@ -226,15 +230,9 @@ func (c *contribution) appendTo(b []byte) ([]byte, error) {
 	if c.deleted {
 		flag = 1
 	}
-	b = binform.AppendVersion(append(b, flag), c.in.Version)
-	b = binary.AppendVarint(b, c.in.Time)
-	var err error
-	if b, err = appendValues(b, c.in.Group); err != nil {
-		return nil, err
-	}
-	if b, err = appendValues(b, c.in.Args); err != nil {
-		return nil, err
-	}
+	b = binform.AppendVersion(append(b, flag), c.version)
+	b = binary.AppendVarint(b, c.time)
+	b = append(b, c.vals...) // group values, then arguments
 	for _, ws := range [][]Bounds{c.windows, c.retained} {
 		b = binary.AppendUvarint(b, uint64(len(ws)))
 		for _, w := range ws {
@@ -260,10 +258,12 @@ func readBounds(r *binform.Reader) ([]Bounds, error) {
 func decodeContribution(v []byte) (*contribution, error) {
 	r := binform.NewReader(v)
 	c := &contribution{deleted: r.Byte() == 1}
-	c.in.Version = r.Version()
-	c.in.Time = r.Varint()
-	c.in.Group = readValues(r)
-	c.in.Args = readValues(r)
+	c.version = r.Version()
+	c.time = r.Varint()
+	rest := r.Rest()
+	group := readValues(r)
+	readValues(r)
+	c.vals = slices.Clone(rest[:len(rest)-r.Len()])
 	var err error
 	if c.windows, err = readBounds(r); err != nil {
 		return nil, err
@@ -273,8 +273,35 @@ func decodeContribution(v []byte) (*contribution, error) {
 			return nil, err
 		}
 	}
-	c.group = groupKey(c.in.Group)
+	c.group = groupKey(group)
 	return c, r.Err()
+}
+
+// encodeInput encodes in's group values and arguments as a contribution
+// keeps them.
+func encodeInput(in Input) ([]byte, error) {
+	b, err := appendValues(make([]byte, 0, 16*(len(in.Group)+len(in.Args))), in.Group)
+	if err != nil {
+		return nil, err
+	}
+	return appendValues(b, in.Args)
+}
+
+// values decodes c's group values and arguments.
+func (c *contribution) values() (group, args []any, err error) {
+	r := binform.NewReader(c.vals)
+	group, args = readValues(r), readValues(r)
+	return group, args, r.Err()
+}
+
+// args decodes c's arguments (none when they do not decode: Changes
+// reports the encoding's failure).
+func (c *contribution) args() []any {
+	_, args, err := c.values()
+	if err != nil {
+		return nil
+	}
+	return args
 }
 
 // appendTo appends g's encoding to b.
