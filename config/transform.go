@@ -152,6 +152,9 @@ type JoinTransform struct {
 	With []JoinLookup `yaml:"with" required:"true" min:"1" doc:"a list of lookups, e.g. - {table: public.customers, on: [customer_id], as: customer}"`
 	// StateDir holds the join's state; default <offsets.dir>/join/<output>.
 	StateDir string `yaml:"state_dir"`
+	// MaxStateBytes caps the state: past it the pipeline stops and says
+	// so; 0: no cap.
+	MaxStateBytes ByteSize `yaml:"max_state_bytes" default:"4GiB" min:"0"`
 }
 
 // JoinLookup is one looked-up table of a join (many-to-one: each from row

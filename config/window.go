@@ -51,6 +51,9 @@ type WindowTransform struct {
 	Aggregates []string `yaml:"aggregates" required:"true" min:"1" doc:"a list such as [orders = count(), revenue = sum(amount)]"`
 	// StateDir holds the window's state; default <offsets.dir>/window/<output>.
 	StateDir string `yaml:"state_dir"`
+	// MaxStateBytes caps the state: past it the pipeline stops and says
+	// so; 0: no cap.
+	MaxStateBytes ByteSize `yaml:"max_state_bytes" default:"4GiB" min:"0"`
 }
 
 // SessionWindow is sessions: runs of events each less than Gap after

@@ -29,7 +29,7 @@ import (
 // resetState, their state is removed first: a pipeline starting over
 // with a fresh snapshot rebuilds it. The returned func closes them; call
 // it even on error.
-func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, windows window.Observer, log *zap.Logger) ([]pipeline.NamedOperator, func(), error) {
+func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, windows window.Observer, state *obs.StateMetrics, log *zap.Logger) ([]pipeline.NamedOperator, func(), error) {
 	var ops []pipeline.NamedOperator
 	var closers []func() error
 	closeAll := func() {
@@ -45,7 +45,7 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, w
 					return nil, closeAll, fmt.Errorf("reset window %s: %w", w.Output, err)
 				}
 			}
-			op, err := openWindow(cfg, i, src, windows, log)
+			op, err := openWindow(cfg, i, src, windows, state, log)
 			if err != nil {
 				return nil, closeAll, &pipeline.OpenError{What: "transform " + transformName(cfg, i), Err: err}
 			}
@@ -67,7 +67,10 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, w
 				return nil, closeAll, fmt.Errorf("reset join %s: %w", j.Output, err)
 			}
 		}
-		opts := join.Options{Output: j.Output, From: j.From, Dir: j.StateDir, Log: log.Named("join")}
+		name := "join:" + j.Output
+		opts := join.Options{Output: j.Output, From: j.From, Dir: j.StateDir, Log: log.Named("join"),
+			MaxStateBytes: int64(j.MaxStateBytes), MaxStateSetting: fmt.Sprintf("transforms[%d].join.max_state_bytes", i),
+			StateSized: state.Operator(name, int64(j.MaxStateBytes))}
 		for _, l := range j.With {
 			opts.With = append(opts.With, join.Lookup{Table: l.Table, On: l.On, As: l.As, Columns: l.Columns})
 		}
@@ -76,7 +79,7 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, w
 			return nil, closeAll, &pipeline.OpenError{What: "transform join " + j.Output, Err: err}
 		}
 		closers = append(closers, op.Close)
-		ops = append(ops, pipeline.NamedOperator{Name: "join:" + j.Output, Operator: op})
+		ops = append(ops, pipeline.NamedOperator{Name: name, Operator: op})
 	}
 	return ops, closeAll, nil
 }
@@ -294,12 +297,14 @@ func (c chain) Records(recs []pipeline.Record) []pipeline.Record {
 
 // openWindow opens window transform i; its watermark holds while the
 // source backfills the windowed table.
-func openWindow(cfg *config.Config, i int, src pipeline.Source, obs window.Observer, log *zap.Logger) (*window.Operator, error) {
+func openWindow(cfg *config.Config, i int, src pipeline.Source, windows window.Observer, state *obs.StateMetrics, log *zap.Logger) (*window.Operator, error) {
 	w := cfg.Transforms[i].Window
+	name := transformName(cfg, i)
 	o := window.Options{
-		Name: transformName(cfg, i), Output: tableID(w.Output), Input: tableID(w.Table), EventTime: w.EventTime,
+		Name: name, Output: tableID(w.Output), Input: tableID(w.Table), EventTime: w.EventTime,
 		OutOfOrder: w.MaxOutOfOrderness.Std(), Lateness: w.AllowedLateness.Std(), IdleTimeout: w.IdleTimeout.Std(),
-		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), CorrectWithin: w.CorrectWithin.Std(), SideOutput: w.SideOutput, Dir: w.StateDir, Observer: obs, Log: log.Named("window"),
+		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), CorrectWithin: w.CorrectWithin.Std(), SideOutput: w.SideOutput, Dir: w.StateDir, Observer: windows, Log: log.Named("window"),
+		MaxStateBytes: int64(w.MaxStateBytes), MaxStateSetting: name + ".max_state_bytes", StateSized: state.Operator(name, int64(w.MaxStateBytes)),
 	}
 	if w.Emit == "early" {
 		o.Early = w.EarlyInterval.Std()

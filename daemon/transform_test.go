@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/config"
+	"github.com/sluice-cdc/sluice/obs"
 )
 
 // Columns and types are checked against the tables' shapes when the
@@ -36,7 +39,7 @@ transforms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, zap.NewNop())
+	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, nil, zap.NewNop())
 	defer closeOps()
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +95,7 @@ transforms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, zap.NewNop())
+	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, nil, zap.NewNop())
 	defer closeOps()
 	if err != nil {
 		t.Fatal(err)
@@ -110,5 +113,57 @@ transforms:
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %s in\n%s", want, got)
 		}
+	}
+}
+
+// Each stateful transform's state cap comes from its max_state_bytes
+// (default 4GiB) and is exported next to its size.
+func TestStateCapsReachTheOperatorsAndMetrics(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse(filepath.Join(dir, "pipe.yaml"), []byte(`pipeline: shop
+source:
+  generate: {changes: 10}
+sinks:
+  - duckdb: {path: ./db}
+transforms:
+  - window:
+      output: analytics.per_day
+      table: demo.orders
+      tumbling: 24h
+      aggregates: ["n = count()"]
+      max_state_bytes: 64MiB
+  - join:
+      output: demo.order_docs
+      from: demo.orders
+      with: [{table: demo.customers, on: [customer_id], as: customer}]
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	_, closeOps, err := buildTransforms(cfg, nil, false, nil, obs.NewStateMetrics(reg, "shop"), zap.NewNop())
+	defer closeOps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_operator_state_max_bytes" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "operator" {
+					caps[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	if want := map[string]float64{"transforms[0].window": 64 << 20, "join:demo.order_docs": 4 << 30}; !reflect.DeepEqual(caps, want) {
+		t.Fatalf("caps %v, want %v", caps, want)
 	}
 }

@@ -38,7 +38,13 @@ type Options struct {
 	With []Lookup
 	// Dir holds the state store; created when absent.
 	Dir string
-	Log *zap.Logger
+	// MaxStateBytes caps the state file (0: no cap): past it the
+	// pipeline stops, naming MaxStateSetting. StateSized is told its size
+	// after every write.
+	MaxStateBytes   int64
+	MaxStateSetting string
+	StateSized      func(bytes int64)
+	Log             *zap.Logger
 }
 
 // Join is the operator. It is used by one goroutine (the runtime's
@@ -82,7 +88,8 @@ func Open(opts Options) (*Join, error) {
 		return nil, fmt.Errorf("join %s: %d lookups; at most %d", opts.Output, len(opts.With), maxLookups)
 	}
 	st, err := statestore.Open(statestore.Spec{What: "join " + opts.Output, Dir: opts.Dir, File: "join.db",
-		Buckets: [][]byte{bucketRows, bucketIndex, bucketMeta}, Meta: bucketMeta, Needs: "every row of " + strings.Join(append([]string{opts.From}, lookupTables(opts.With)...), ", ")})
+		Buckets: [][]byte{bucketRows, bucketIndex, bucketMeta}, Meta: bucketMeta, Needs: "every row of " + strings.Join(append([]string{opts.From}, lookupTables(opts.With)...), ", "),
+		MaxBytes: opts.MaxStateBytes, Setting: opts.MaxStateSetting, Sized: opts.StateSized})
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +248,9 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 	})
 	if err != nil {
 		return nil, err
+	}
+	if _, err := j.st.Written(); err != nil {
+		return nil, err // past its cap: the pipeline stops before the batch's rows leave
 	}
 	return out, nil
 }

@@ -502,3 +502,36 @@ func TestSelfJoin(t *testing.T) {
 		t.Fatalf("after the manager became their own: %v", got)
 	}
 }
+
+// A state past max_state_bytes stops the pipeline: the batch that takes
+// it past returns a fatal error naming the join and the setting, and no
+// joined rows.
+func TestAStatePastItsCapStopsThePipeline(t *testing.T) {
+	o := orderDocs
+	o.MaxStateBytes, o.MaxStateSetting = 256<<10, "transforms[0].join.max_state_bytes"
+	var told int64
+	o.StateSized = func(n int64) { told = n }
+	j := openRun(t, o, t.TempDir(), false)
+	defer j.Close()
+	id := int64(0)
+	for batch := range 100 {
+		var in []pipeline.Record
+		for range 100 {
+			id++
+			in = append(in, rec(pipeline.OpInsert, orders, ver(uint64(id)), nil, order(id, id%50+1, strings.Repeat("n", 40))))
+		}
+		out, err := j.Process(context.Background(), in)
+		if err == nil {
+			continue
+		}
+		if !pipeline.IsFatal(err) || out != nil || !strings.Contains(err.Error(), "join public.order_docs: its state") ||
+			!strings.Contains(err.Error(), "raise transforms[0].join.max_state_bytes") {
+			t.Fatalf("batch %d past the cap: %v (fatal: %v, %d rows out)", batch, err, pipeline.IsFatal(err), len(out))
+		}
+		if told <= 256<<10 {
+			t.Fatalf("size told %d", told)
+		}
+		return
+	}
+	t.Fatalf("10,000 orders stayed under 256 KiB (%d bytes told)", told)
+}

@@ -3,7 +3,9 @@
 // guarded by row versions so the state may run ahead of the checkpoint
 // (Invariant 5), started over when the pipeline has no checkpoint and
 // refused when the pipeline resumes with no state, or with state built
-// for another definition (pipeline.StateOwner).
+// for another definition (pipeline.StateOwner). Its size is reported
+// after every write, and a state past its cap stops the pipeline
+// (Written) rather than fill the disk.
 package statestore
 
 import (
@@ -15,6 +17,8 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // Store is an operator's state file.
@@ -38,6 +42,13 @@ type Spec struct {
 	// Needs says what rebuilding the state reads ("every row of
 	// public.orders").
 	Needs string
+	// MaxBytes caps the state file's size (0: no cap); Setting names
+	// where it is set ("transforms[2].window.max_state_bytes").
+	MaxBytes int64
+	Setting  string
+	// Sized, when set, is told the state file's size after every write
+	// (a metric).
+	Sized func(bytes int64)
 }
 
 var keyDefinition = []byte("definition")
@@ -106,6 +117,42 @@ func (s *Store) Begin(resumed bool, def []byte) (startedOver bool, err error) {
 	startedOver = s.Stored != nil
 	s.Stored = bytes.Clone(def)
 	return startedOver, nil
+}
+
+// Written checks the state file's size after a write committed (the
+// pages in use up to the last one), and returns it: it is told to
+// Spec.Sized, and a size
+// past
+// Spec.MaxBytes is a fatal error that names the operator, the size and
+// the setting. The write is in the file, but the caller returns the
+// error before anything that depends on it leaves (results, the
+// checkpoint that covers it): nothing is lost, and a restart with a
+// higher cap goes on from there.
+func (s *Store) Written() (int64, error) {
+	size := s.Size()
+	if s.spec.Sized != nil {
+		s.spec.Sized(size)
+	}
+	if s.spec.MaxBytes > 0 && size > s.spec.MaxBytes {
+		return size, pipeline.Fatal(fmt.Errorf("%s: its state in %s is %s, past %s = %s; raise %s (or bound the state: a shorter lateness, fewer groups), then start sluice again: nothing was lost",
+			s.spec.What, s.spec.Dir, mib(size), s.spec.Setting, mib(s.spec.MaxBytes), s.spec.Setting))
+	}
+	return size, nil
+}
+
+// Size is the state file's size: the pages in use up to the last one.
+func (s *Store) Size() int64 {
+	var size int64
+	_ = s.DB.View(func(tx *bbolt.Tx) error { size = tx.Size(); return nil })
+	return size
+}
+
+// mib renders a size for people.
+func mib(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.1f GiB (%d bytes)", float64(n)/(1<<30), n)
+	}
+	return fmt.Sprintf("%.1f MiB (%d bytes)", float64(n)/(1<<20), n)
 }
 
 // Close releases the state file.

@@ -72,6 +72,12 @@ type Options struct {
 	SideOutput string
 	// Dir holds the state file.
 	Dir string
+	// MaxStateBytes caps the state file (0: no cap): past it the
+	// pipeline stops, naming MaxStateSetting. StateSized is told its size
+	// after every write.
+	MaxStateBytes   int64
+	MaxStateSetting string
+	StateSized      func(bytes int64)
 	// Backfilling lists the tables whose existing rows are being read
 	// for the first time (pipeline.Backfiller); nil: none. The watermark
 	// holds while the input is among them: historical rows arrive in key
@@ -230,7 +236,8 @@ func Open(o Options) (*Operator, error) {
 		return nil, fmt.Errorf("%s: late: correct needs a tumbling or hopping window, an event_time column and a positive correct_within", o.Name)
 	}
 	st, err := statestore.Open(statestore.Spec{What: o.Name, Dir: o.Dir, File: "window.db",
-		Buckets: stateBuckets, Meta: bucketMeta, Needs: "every row of " + o.Input.String()})
+		Buckets: stateBuckets, Meta: bucketMeta, Needs: "every row of " + o.Input.String(),
+		MaxBytes: o.MaxStateBytes, Setting: o.MaxStateSetting, Sized: o.StateSized})
 	if err != nil {
 		return nil, err
 	}
@@ -396,22 +403,20 @@ func (o *Operator) write(cs *changeSet, p progress, encodeErr error) error {
 	if len(all.buckets) == 0 {
 		return nil
 	}
-	var size int64
 	began := time.Now()
-	err := o.db.Update(func(tx *bbolt.Tx) error {
-		if err := all.apply(tx); err != nil {
-			return err
-		}
-		size = tx.Size()
-		return nil
-	})
+	err := o.db.Update(all.apply)
 	if err != nil {
 		o.retry = all
 		return fmt.Errorf("%s: write the state: %w", o.opts.Name, err)
 	}
 	o.retry = nil
+	took := time.Since(began)
+	size, err := o.st.Written()
+	if err != nil {
+		return err // past its cap: the pipeline stops before what the write covers leaves
+	}
 	if o.opts.Observer != nil {
-		o.opts.Observer.Progress(o.opts.Name, p.lag, p.windows, p.groups, p.rows, size, time.Since(began))
+		o.opts.Observer.Progress(o.opts.Name, p.lag, p.windows, p.groups, p.rows, size, took)
 	}
 	return nil
 }

@@ -413,3 +413,40 @@ func TestOperatorTakesUnchangedValuesFromTheRowHeld(t *testing.T) {
 		t.Fatalf("an unchanged value with no row held: %v", rj)
 	}
 }
+
+// A state past max_state_bytes stops the pipeline: the write that takes
+// it past (here a checkpoint's) returns a fatal error naming the window
+// and the setting.
+func TestOperatorStopsPastItsStateCap(t *testing.T) {
+	o := revenue(t.TempDir())
+	o.MaxStateBytes, o.MaxStateSetting = 256<<10, "transforms[0].window.max_state_bytes"
+	var told int64
+	o.StateSized = func(n int64) { told = n }
+	op := openOp(t, o, false)
+	defer op.Close()
+	process(t, op, pipeline.Record{Op: pipeline.OpShape, Table: ordersTable})
+	id := int64(0)
+	for batch := range 100 {
+		var recs []pipeline.Record
+		for range 100 {
+			id++
+			recs = append(recs, ord(pipeline.OpInsert, id, fmt.Sprint("region-", id), "1.00", time.Duration(id)*time.Millisecond, uint64(id)))
+		}
+		if _, err := op.Process(context.Background(), recs); err != nil {
+			t.Fatalf("batch %d: %v", batch, err)
+		}
+		err := op.Sync(context.Background())
+		if err == nil {
+			continue
+		}
+		if !pipeline.IsFatal(err) || !strings.Contains(err.Error(), "transforms[0].window: its state") ||
+			!strings.Contains(err.Error(), "raise transforms[0].window.max_state_bytes") {
+			t.Fatalf("past the cap: %v (fatal: %v)", err, pipeline.IsFatal(err))
+		}
+		if told <= 256<<10 {
+			t.Fatalf("size told %d", told)
+		}
+		return
+	}
+	t.Fatalf("10,000 groups stayed under 256 KiB (%d bytes told)", told)
+}
