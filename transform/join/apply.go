@@ -25,7 +25,7 @@ import (
 // applyRow applies an insert, update, read or delete and returns the keys
 // of the rows it touched (the old and the new key when an update changed
 // the key).
-func (j *Join) applyRow(st state, r *pipeline.Record, isFrom bool) ([][]byte, error) {
+func (j *Join) applyRow(st joinState, r *pipeline.Record, isFrom bool) ([][]byte, error) {
 	t := r.Table
 	name := t.ID.String()
 	if r.Op == pipeline.OpDelete {
@@ -73,14 +73,14 @@ func rowKey(t *pipeline.Table, img []any) ([]byte, error) {
 
 // stale reports whether a change at v is not newer than the stored row or
 // predates the table's last truncate.
-func stale(st state, table string, old *entry, v pipeline.Version) bool {
+func stale(st joinState, table string, old *entry, v pipeline.Version) bool {
 	if old != nil && !old.version.Less(v) {
 		return true
 	}
 	return v.Less(st.barrier(table))
 }
 
-func (j *Join) upsert(st state, table string, key []byte, r *pipeline.Record, isFrom bool) error {
+func (j *Join) upsert(st joinState, table string, key []byte, r *pipeline.Record, isFrom bool) error {
 	old, err := st.get(table, key)
 	if err != nil || stale(st, table, old, r.Version) {
 		return err
@@ -107,7 +107,7 @@ func (j *Join) upsert(st state, table string, key []byte, r *pipeline.Record, is
 }
 
 // remove leaves a versioned tombstone holding the key columns.
-func (j *Join) remove(st state, table string, key []byte, r *pipeline.Record, isFrom bool) error {
+func (j *Join) remove(st joinState, table string, key []byte, r *pipeline.Record, isFrom bool) error {
 	old, err := st.get(table, key)
 	if err != nil || stale(st, table, old, r.Version) {
 		return err
@@ -130,7 +130,7 @@ func (j *Join) remove(st state, table string, key []byte, r *pipeline.Record, is
 
 // relink moves a from-table row's index entries from what old refers to
 // to what now refers to (either may be nil).
-func (j *Join) relink(st state, key []byte, old, now *entry) error {
+func (j *Join) relink(st joinState, key []byte, old, now *entry) error {
 	for n := range j.opts.With {
 		was, err := j.lookupKey(old, n)
 		if err != nil {
@@ -183,7 +183,7 @@ func (j *Join) lookupKey(e *entry, n int) ([]byte, error) {
 // is new and cleared nothing. A replayed truncate cleared its rows before
 // the crash and they are no longer known, so its outputs are all sent
 // again.
-func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) truncate(st joinState, r *pipeline.Record, isFrom bool, lookupN []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	name := r.Table.ID.String()
 	barrier := st.barrier(name)
 	fresh := barrier.Less(r.Version) // not seen before: not a replay
@@ -239,7 +239,7 @@ func (j *Join) truncate(st state, r *pipeline.Record, isFrom bool, lookupN []int
 }
 
 // emitAll emits every joined row that refers to a row of the lookups ns.
-func (j *Join) emitAll(st state, r *pipeline.Record, ns []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) emitAll(st joinState, r *pipeline.Record, ns []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	for _, n := range ns {
 		b, err := st.index(n)
 		if err != nil {
@@ -277,7 +277,7 @@ func fromKeyOf(k []byte) []byte {
 
 // emitReferrers emits the joined rows that refer to the looked-up rows
 // keys and are not in seen.
-func (j *Join) emitReferrers(st state, r *pipeline.Record, lookupN []int, keys [][]byte, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) emitReferrers(st joinState, r *pipeline.Record, lookupN []int, keys [][]byte, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	for _, n := range lookupN {
 		for _, lk := range keys {
 			fks, err := st.referrers(n, lk)
@@ -299,7 +299,7 @@ func (j *Join) emitReferrers(st state, r *pipeline.Record, lookupN []int, keys [
 
 // emit appends the joined row of the from-table row fk as the state now
 // holds it: an upsert of the row with its looked-up rows, or a delete.
-func (j *Join) emit(st state, r *pipeline.Record, fk []byte, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) emit(st joinState, r *pipeline.Record, fk []byte, out []pipeline.Record) ([]pipeline.Record, error) {
 	e, err := st.get(j.opts.From, fk)
 	if err != nil || e == nil {
 		return out, err
@@ -341,7 +341,7 @@ func (j *Join) emit(st state, r *pipeline.Record, fk []byte, out []pipeline.Reco
 }
 
 // row builds the output image of a live from-table row.
-func (j *Join) row(st state, e *entry) ([]any, error) {
+func (j *Join) row(st joinState, e *entry) ([]any, error) {
 	cols := j.out.Columns
 	nFrom := len(cols) - len(j.opts.With)
 	img := make([]any, len(cols))

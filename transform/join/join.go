@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
-	"github.com/sluice-cdc/sluice/transform/statestore"
+	"github.com/sluice-cdc/sluice/transform/state"
 )
 
 // Lookup is one table joined to the from table.
@@ -52,7 +52,7 @@ type Options struct {
 type Join struct {
 	opts    Options
 	log     *zap.Logger
-	st      *statestore.Store
+	st      *state.Store
 	db      *bbolt.DB
 	outName [2]string // schema, table
 
@@ -87,7 +87,7 @@ func Open(opts Options) (*Join, error) {
 	if len(opts.With) > maxLookups {
 		return nil, fmt.Errorf("join %s: %d lookups; at most %d", opts.Output, len(opts.With), maxLookups)
 	}
-	st, err := statestore.Open(statestore.Spec{What: "join " + opts.Output, Dir: opts.Dir, File: "join.db",
+	st, err := state.Open(state.Spec{What: "join " + opts.Output, Dir: opts.Dir, File: "join.db",
 		Buckets: [][]byte{bucketRows, bucketIndex, bucketMeta}, Meta: bucketMeta, Needs: "every row of " + strings.Join(append([]string{opts.From}, lookupTables(opts.With)...), ", "),
 		MaxBytes: opts.MaxStateBytes, Setting: opts.MaxStateSetting, Sized: opts.StateSized})
 	if err != nil {
@@ -277,7 +277,7 @@ const fanOutWarn = 100_000
 // when r is a looked-up row, and every row that refers to a lookup whose
 // embedded columns r's new shape changed. Each output row is emitted once
 // per input (seen).
-func (j *Join) apply(st state, r *pipeline.Record, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) apply(st joinState, r *pipeline.Record, out []pipeline.Record) ([]pipeline.Record, error) {
 	name := r.Table.ID.String()
 	isFrom := name == j.opts.From
 	var lookupN []int
@@ -317,7 +317,7 @@ func (e *emitted) add(k []byte) bool {
 	return true
 }
 
-func (j *Join) applyAndEmit(st state, r *pipeline.Record, isFrom bool, lookupN, refresh []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) applyAndEmit(st joinState, r *pipeline.Record, isFrom bool, lookupN, refresh []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	var err error
 	if r.Op == pipeline.OpTruncate {
 		if out, err = j.truncate(st, r, isFrom, lookupN, seen, out); err != nil {
@@ -358,7 +358,7 @@ func (j *Join) applyAndEmit(st state, r *pipeline.Record, isFrom bool, lookupN, 
 // observeShape records a new shape of an input table and rebuilds the
 // output shape. It returns the lookups whose embedded columns differ from
 // the previous shape's (none for a table seen for the first time).
-func (j *Join) observeShape(st state, t *pipeline.Table, isFrom bool, lookupN []int) ([]int, error) {
+func (j *Join) observeShape(st joinState, t *pipeline.Table, isFrom bool, lookupN []int) ([]int, error) {
 	name := t.ID.String()
 	if (!isFrom || j.from == t) && (len(lookupN) == 0 || j.lookups[name] == t) {
 		return nil, nil

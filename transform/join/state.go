@@ -88,7 +88,7 @@ func decodeEntry(b []byte) (*entry, error) {
 // state is the store seen through one write transaction, with the rows
 // it reads and writes cached: a row is decoded once and written once per
 // transaction however often the batch touches it (flush writes them).
-type state struct {
+type joinState struct {
 	tx    *bbolt.Tx
 	cache map[string]*cachedRow
 }
@@ -100,17 +100,17 @@ type cachedRow struct {
 	dirty bool
 }
 
-func newState(tx *bbolt.Tx) state { return state{tx: tx, cache: map[string]*cachedRow{}} }
+func newState(tx *bbolt.Tx) joinState { return joinState{tx: tx, cache: map[string]*cachedRow{}} }
 
 func cacheKey(table string, key []byte) string { return table + "\x00" + string(key) }
 
-func (s state) table(name string) (*bbolt.Bucket, error) {
+func (s joinState) table(name string) (*bbolt.Bucket, error) {
 	return s.tx.Bucket(bucketRows).CreateBucketIfNotExists([]byte(name))
 }
 
 // get returns the row, nil when the store has none. The entry is shared
 // with the cache: change it only to put it back.
-func (s state) get(table string, key []byte) (*entry, error) {
+func (s joinState) get(table string, key []byte) (*entry, error) {
 	ck := cacheKey(table, key)
 	if c, ok := s.cache[ck]; ok {
 		return c.e, nil
@@ -128,14 +128,14 @@ func (s state) get(table string, key []byte) (*entry, error) {
 	return e, nil
 }
 
-func (s state) put(table string, key []byte, e *entry) error {
+func (s joinState) put(table string, key []byte, e *entry) error {
 	s.cache[cacheKey(table, key)] = &cachedRow{table: table, key: key, e: e, dirty: true}
 	return nil
 }
 
 // flush writes the rows put since the last flush, in key order, and
 // empties the cache (a truncate then reads the bucket directly).
-func (s state) flush() error {
+func (s joinState) flush() error {
 	keys := make([]string, 0, len(s.cache))
 	for k, c := range s.cache {
 		if c.dirty {
@@ -161,7 +161,7 @@ func (s state) flush() error {
 	return nil
 }
 
-func (s state) barrier(table string) pipeline.Version {
+func (s joinState) barrier(table string) pipeline.Version {
 	v := s.tx.Bucket(bucketMeta).Get([]byte("barrier:" + table))
 	if v == nil {
 		return pipeline.Version{}
@@ -169,7 +169,7 @@ func (s state) barrier(table string) pipeline.Version {
 	return binform.NewReader(v).Version()
 }
 
-func (s state) setBarrier(table string, v pipeline.Version) error {
+func (s joinState) setBarrier(table string, v pipeline.Version) error {
 	return s.tx.Bucket(bucketMeta).Put([]byte("barrier:"+table), binform.AppendVersion(nil, v))
 }
 
@@ -178,11 +178,11 @@ func indexKey(lk, fk []byte) []byte {
 	return append(append(b, lk...), fk...)
 }
 
-func (s state) index(n int) (*bbolt.Bucket, error) {
+func (s joinState) index(n int) (*bbolt.Bucket, error) {
 	return s.tx.Bucket(bucketIndex).CreateBucketIfNotExists([]byte{byte(n)})
 }
 
-func (s state) link(n int, lk, fk []byte, on bool) error {
+func (s joinState) link(n int, lk, fk []byte, on bool) error {
 	b, err := s.index(n)
 	if err != nil {
 		return err
@@ -194,7 +194,7 @@ func (s state) link(n int, lk, fk []byte, on bool) error {
 }
 
 // referrers returns the from-table keys whose rows refer to lookup n's row lk.
-func (s state) referrers(n int, lk []byte) ([][]byte, error) {
+func (s joinState) referrers(n int, lk []byte) ([][]byte, error) {
 	b, err := s.index(n)
 	if err != nil {
 		return nil, err
@@ -210,7 +210,7 @@ func (s state) referrers(n int, lk []byte) ([][]byte, error) {
 
 // putShape stores a table's columns, so a restarted join knows the shapes
 // before the source sends a row of every table again.
-func (s state) putShape(t *pipeline.Table) error {
+func (s joinState) putShape(t *pipeline.Table) error {
 	b, err := binform.AppendShape(nil, t)
 	if err != nil {
 		return err
@@ -218,7 +218,7 @@ func (s state) putShape(t *pipeline.Table) error {
 	return s.tx.Bucket(bucketMeta).Put([]byte("shape:"+t.ID.String()), b)
 }
 
-func (s state) shape(id pipeline.TableID) (*pipeline.Table, error) {
+func (s joinState) shape(id pipeline.TableID) (*pipeline.Table, error) {
 	v := s.tx.Bucket(bucketMeta).Get([]byte("shape:" + id.String()))
 	if v == nil {
 		return nil, nil

@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"github.com/sluice-cdc/sluice/transform/scope"
-	"github.com/sluice-cdc/sluice/transform/statestore"
+	"github.com/sluice-cdc/sluice/transform/state"
 	"github.com/sluice-cdc/sluice/verify"
 )
 
@@ -122,7 +122,7 @@ type Observer interface {
 type Operator struct {
 	opts Options
 	log  *zap.Logger
-	st   *statestore.Store
+	st   *state.Store
 	db   *bbolt.DB
 	eng  engine
 	// out is the results' shape; outDirty: not yet stored.
@@ -235,7 +235,7 @@ func Open(o Options) (*Operator, error) {
 	if o.Late == LateCorrect && (o.Spec.Gap > 0 || o.EventTime == "" || o.CorrectWithin <= 0) {
 		return nil, fmt.Errorf("%s: late: correct needs a tumbling or hopping window, an event_time column and a positive correct_within", o.Name)
 	}
-	st, err := statestore.Open(statestore.Spec{What: o.Name, Dir: o.Dir, File: "window.db",
+	st, err := state.Open(state.Spec{What: o.Name, Dir: o.Dir, File: "window.db",
 		Buckets: stateBuckets, Meta: bucketMeta, Needs: "every row of " + o.Input.String(),
 		MaxBytes: o.MaxStateBytes, Setting: o.MaxStateSetting, Sized: o.StateSized})
 	if err != nil {

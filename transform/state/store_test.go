@@ -1,4 +1,4 @@
-package statestore
+package state
 
 import (
 	"bytes"

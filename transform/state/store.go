@@ -1,4 +1,4 @@
-// Package statestore is the durable state of the stateful transforms (the
+// Package state is the durable state of the stateful transforms (the
 // join, the windows): one bbolt file per operator, whose writes are
 // guarded by row versions so the state may run ahead of the checkpoint
 // (Invariant 5), started over when the pipeline has no checkpoint and
@@ -6,7 +6,7 @@
 // for another definition (pipeline.StateOwner). Its size is reported
 // after every write, and a state past its cap stops the pipeline
 // (Written) rather than fill the disk.
-package statestore
+package state
 
 import (
 	"bytes"
