@@ -88,7 +88,7 @@ func Open(opts Options) (*Join, error) {
 		return nil, fmt.Errorf("join %s: %d lookups; at most %d", opts.Output, len(opts.With), maxLookups)
 	}
 	st, err := state.Open(state.Spec{What: "join " + opts.Output, Dir: opts.Dir, File: "join.db",
-		Buckets: [][]byte{bucketRows, bucketIndex, bucketMeta}, Meta: bucketMeta, Needs: "every row of " + strings.Join(append([]string{opts.From}, lookupTables(opts.With)...), ", "),
+		Spaces: []state.Space{{Name: string(bucketRows)}, {Name: string(bucketIndex)}, {Name: string(bucketMeta)}}, Meta: string(bucketMeta), Needs: "every row of " + strings.Join(append([]string{opts.From}, lookupTables(opts.With)...), ", "),
 		MaxBytes: opts.MaxStateBytes, Setting: opts.MaxStateSetting, Sized: opts.StateSized})
 	if err != nil {
 		return nil, err

@@ -21,12 +21,14 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
-// Store is an operator's state file.
+// Store is an operator's state file: its key spaces (Spec.Spaces), read
+// and written in transactions (View, Update; keys.go).
 type Store struct {
 	DB *bbolt.DB
 	// Stored is the definition the state was built for; nil: none.
 	Stored []byte
 	spec   Spec
+	spaces map[string]Space
 }
 
 // Spec describes an operator's state.
@@ -35,10 +37,10 @@ type Spec struct {
 	What string
 	// Dir and File locate the state.
 	Dir, File string
-	// Buckets are the top-level buckets; Meta, one of them, holds the
+	// Spaces are the top-level key spaces; Meta, one of them, holds the
 	// definition under the key "definition".
-	Buckets [][]byte
-	Meta    []byte
+	Spaces []Space
+	Meta   string
 	// Needs says what rebuilding the state reads ("every row of
 	// public.orders").
 	Needs string
@@ -70,9 +72,12 @@ func Open(s Spec) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%s: open state %s: %w", s.What, path, err)
 	}
-	st := &Store{DB: db, spec: s}
+	st := &Store{DB: db, spec: s, spaces: map[string]Space{}}
+	for _, sp := range s.Spaces {
+		st.spaces[sp.Name] = sp
+	}
 	err = db.View(func(tx *bbolt.Tx) error {
-		if m := tx.Bucket(s.Meta); m != nil {
+		if m := tx.Bucket([]byte(s.Meta)); m != nil {
 			st.Stored = bytes.Clone(m.Get(keyDefinition))
 		}
 		return nil
@@ -101,15 +106,21 @@ func (s *Store) Begin(resumed bool, def []byte) (startedOver bool, err error) {
 		return false, nil
 	}
 	err = s.DB.Update(func(tx *bbolt.Tx) error {
-		for _, name := range s.spec.Buckets {
-			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
-				return err
+		for _, sp := range s.spec.Spaces {
+			names := [][]byte{[]byte(sp.Name)}
+			if sp.TTL > 0 {
+				names = append(names, ttlIndex(sp.Name))
 			}
-			if _, err := tx.CreateBucket(name); err != nil {
-				return err
+			for _, name := range names {
+				if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
+					return err
+				}
+				if _, err := tx.CreateBucket(name); err != nil {
+					return err
+				}
 			}
 		}
-		return tx.Bucket(s.spec.Meta).Put(keyDefinition, def)
+		return tx.Bucket([]byte(s.spec.Meta)).Put(keyDefinition, def)
 	})
 	if err != nil {
 		return false, fmt.Errorf("%s: start the state over: %w", s.spec.What, err)

@@ -14,8 +14,8 @@ import (
 // operator, the size and the setting; every write's size reaches Sized.
 func TestAStatePastItsCapStopsThePipeline(t *testing.T) {
 	var sizes []int64
-	st, err := Open(Spec{What: "window analytics.revenue", Dir: t.TempDir(), File: "s.db", Buckets: [][]byte{[]byte("rows"), []byte("meta")},
-		Meta: []byte("meta"), MaxBytes: 256 << 10, Setting: "transforms[0].window.max_state_bytes", Sized: func(n int64) { sizes = append(sizes, n) }})
+	st, err := Open(Spec{What: "window analytics.revenue", Dir: t.TempDir(), File: "s.db", Spaces: []Space{{Name: "rows"}, {Name: "meta"}},
+		Meta: "meta", MaxBytes: 256 << 10, Setting: "transforms[0].window.max_state_bytes", Sized: func(n int64) { sizes = append(sizes, n) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
+	"github.com/sluice-cdc/sluice/transform/state"
 )
 
 // Late changes. A change too late for its windows is counted, and under
@@ -33,6 +34,16 @@ var bucketLate = []byte("late")
 
 // stateBuckets are the buckets of a window's state file.
 var stateBuckets = [][]byte{bucketRows, bucketRowLog, bucketGroups, bucketMeta, bucketEntries, bucketLate}
+
+// stateSpaces are stateBuckets as the state store's key spaces (none
+// with a TTL: windows expire by the watermark).
+func stateSpaces() []state.Space {
+	out := make([]state.Space, len(stateBuckets))
+	for i, b := range stateBuckets {
+		out[i] = state.Space{Name: string(b)}
+	}
+	return out
+}
 
 // pendingLate is a late stream change whose side output may not be
 // durable: its windows, and the batch that sent it (math.MaxUint64: sent

@@ -236,7 +236,7 @@ func Open(o Options) (*Operator, error) {
 		return nil, fmt.Errorf("%s: late: correct needs a tumbling or hopping window, an event_time column and a positive correct_within", o.Name)
 	}
 	st, err := state.Open(state.Spec{What: o.Name, Dir: o.Dir, File: "window.db",
-		Buckets: stateBuckets, Meta: bucketMeta, Needs: "every row of " + o.Input.String(),
+		Spaces: stateSpaces(), Meta: string(bucketMeta), Needs: "every row of " + o.Input.String(),
 		MaxBytes: o.MaxStateBytes, Setting: o.MaxStateSetting, Sized: o.StateSized})
 	if err != nil {
 		return nil, err

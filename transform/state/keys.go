@@ -1,0 +1,227 @@
+package state
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/bbolt"
+)
+
+// Space is a top-level key space of an operator's state.
+type Space struct {
+	Name string
+	// TTL, when positive, is how long a key lives after its last Put, in
+	// the clock the operator gives its writes (Update's now: the source's
+	// event time, so a replay expires what the first run expired). Past
+	// it Get does not see the key, and writes sweep it away (Invariant
+	// S1).
+	TTL time.Duration
+}
+
+// Invariant S1: a key space with a TTL holds, besides its keys, an index
+// <name>\x00ttl of (expiry, key). Every Put and Delete keeps the two in
+// step in the same transaction; a key's value starts with its expiry, so
+// a Put of a key already there finds its old index entry.
+
+// sweepPerWrite bounds the expired keys one write deletes per space, so a
+// write after a long pause does not stall: the rest go with the next
+// writes (Get already hides them).
+var sweepPerWrite = 10000
+
+// Tx is one transaction on an operator's state: reads, and writes when
+// it comes from Update.
+type Tx struct {
+	tx  *bbolt.Tx
+	st  *Store
+	now int64 // Unix microseconds: Update's clock
+}
+
+// Bolt is the transaction itself, for an operator whose state has a
+// layout of its own (the window's row logs). Keys it writes into a
+// space with a TTL bypass the TTL.
+func (t *Tx) Bolt() *bbolt.Tx { return t.tx }
+
+// Keys is a key space, or a space nested in one, in a transaction.
+type Keys struct {
+	b   *bbolt.Bucket
+	idx *bbolt.Bucket // the TTL index; nil: no TTL
+	ttl int64
+	tx  *Tx
+}
+
+// Space returns the declared key space name; an undeclared name is an
+// error (a typo would otherwise keep state nobody reads).
+func (t *Tx) Space(name string) (*Keys, error) {
+	sp, ok := t.st.spaces[name]
+	if !ok {
+		return nil, fmt.Errorf("%s: no key space %q in its state", t.st.spec.What, name)
+	}
+	b := t.tx.Bucket([]byte(name))
+	if b == nil {
+		return nil, fmt.Errorf("%s: key space %q is missing from %s (started over?)", t.st.spec.What, name, t.st.spec.Dir)
+	}
+	k := &Keys{b: b, tx: t}
+	if sp.TTL > 0 {
+		k.idx, k.ttl = t.tx.Bucket(ttlIndex(name)), sp.TTL.Microseconds()
+	}
+	return k, nil
+}
+
+func ttlIndex(space string) []byte { return []byte(space + "\x00ttl") }
+
+// Nested returns the space nested in k under name, made when absent in a
+// write (nil, with no error, when absent in a read). A nested space has
+// no TTL of its own.
+func (k *Keys) Nested(name []byte) (*Keys, error) {
+	if k.idx != nil {
+		return nil, errors.New("a key space with a TTL has no nested spaces")
+	}
+	b := k.b.Bucket(name)
+	if b == nil && k.tx.tx.Writable() {
+		var err error
+		if b, err = k.b.CreateBucket(name); err != nil {
+			return nil, err
+		}
+	}
+	if b == nil {
+		return nil, nil
+	}
+	return &Keys{b: b, tx: k.tx}, nil
+}
+
+// Get returns key's value (nil: none, or expired). The value is valid
+// for the transaction only.
+func (k *Keys) Get(key []byte) []byte {
+	v := k.b.Get(key)
+	if v == nil || k.idx == nil {
+		return v
+	}
+	if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) <= k.tx.now {
+		return nil
+	}
+	return v[8:]
+}
+
+// Put sets key's value; with a TTL the key lives until now + TTL.
+func (k *Keys) Put(key, value []byte) error {
+	if k.idx == nil {
+		return k.b.Put(key, value)
+	}
+	if err := k.unindex(key); err != nil {
+		return err
+	}
+	exp := k.tx.now + k.ttl
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(value)), uint64(exp))
+	if err := k.b.Put(key, append(v, value...)); err != nil {
+		return err
+	}
+	return k.idx.Put(indexKey(exp, key), nil)
+}
+
+// Delete removes key (no error when absent).
+func (k *Keys) Delete(key []byte) error {
+	if k.idx != nil {
+		if err := k.unindex(key); err != nil {
+			return err
+		}
+	}
+	return k.b.Delete(key)
+}
+
+// unindex removes key's TTL index entry, when the key is there.
+func (k *Keys) unindex(key []byte) error {
+	if old := k.b.Get(key); len(old) >= 8 {
+		return k.idx.Delete(indexKey(int64(binary.BigEndian.Uint64(old)), key))
+	}
+	return nil
+}
+
+func indexKey(exp int64, key []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(key)), uint64(exp)^(1<<63)), key...)
+}
+
+// Scan calls fn with every live key starting with prefix, in key order,
+// and its value (valid during the call). A nested space is not a key.
+func (k *Keys) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	c := k.b.Cursor()
+	for key, v := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, v = c.Next() {
+		if v == nil {
+			continue // a nested space
+		}
+		if k.idx != nil {
+			if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) <= k.tx.now {
+				continue
+			}
+			v = v[8:]
+		}
+		if err := fn(key, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Len is the number of keys in k, expired ones not yet swept included.
+func (k *Keys) Len() int { return k.b.Stats().KeyN }
+
+// sweep deletes up to sweepPerWrite keys of k expired at the
+// transaction's clock.
+func (k *Keys) sweep() error {
+	c := k.idx.Cursor()
+	for n := 0; n < sweepPerWrite; n++ {
+		ik, _ := c.First()
+		if ik == nil || len(ik) < 8 {
+			return nil
+		}
+		if exp := int64(binary.BigEndian.Uint64(ik) ^ (1 << 63)); exp > k.tx.now {
+			return nil
+		}
+		key := bytes.Clone(ik[8:])
+		if err := k.idx.Delete(ik); err != nil {
+			return err
+		}
+		if err := k.b.Delete(key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Update runs fn in a write transaction at now (the operator's clock for
+// the TTLs: the event time of what it applies), sweeps the keys expired
+// at now, commits, and checks the state's size (Written): past the cap it
+// is a fatal error, returned after the commit.
+func (s *Store) Update(now time.Time, fn func(*Tx) error) error {
+	err := s.DB.Update(func(btx *bbolt.Tx) error {
+		tx := &Tx{tx: btx, st: s, now: now.UnixMicro()}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		for _, sp := range s.spec.Spaces {
+			if sp.TTL <= 0 {
+				continue
+			}
+			k, err := tx.Space(sp.Name)
+			if err != nil {
+				return err
+			}
+			if err := k.sweep(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = s.Written()
+	return err
+}
+
+// View runs fn in a read transaction at now (what a TTL hides).
+func (s *Store) View(now time.Time, fn func(*Tx) error) error {
+	return s.DB.View(func(btx *bbolt.Tx) error { return fn(&Tx{tx: btx, st: s, now: now.UnixMicro()}) })
+}
