@@ -198,7 +198,7 @@ func (j *Join) truncate(st joinState, r *pipeline.Record, isFrom bool, lookupN [
 		}
 		var drop [][]byte
 		var dropped []*entry
-		err = b.ForEach(func(k, v []byte) error {
+		err = b.Scan(nil, func(k, v []byte) error {
 			e, err := decodeEntry(v)
 			if err != nil {
 				return err
@@ -241,12 +241,12 @@ func (j *Join) truncate(st joinState, r *pipeline.Record, isFrom bool, lookupN [
 // emitAll emits every joined row that refers to a row of the lookups ns.
 func (j *Join) emitAll(st joinState, r *pipeline.Record, ns []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	for _, n := range ns {
-		b, err := st.index(n)
+		b, err := st.lookupIndex(n)
 		if err != nil {
 			return out, err
 		}
 		var keys [][]byte
-		err = b.ForEach(func(k, _ []byte) error {
+		err = b.Scan(nil, func(k, _ []byte) error {
 			if fk := fromKeyOf(k); fk != nil && seen.add(fk) {
 				keys = append(keys, fk)
 			}

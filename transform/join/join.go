@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
-	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -53,7 +53,6 @@ type Join struct {
 	opts    Options
 	log     *zap.Logger
 	st      *state.Store
-	db      *bbolt.DB
 	outName [2]string // schema, table
 
 	from    *pipeline.Table            // the from table's latest shape
@@ -93,15 +92,14 @@ func Open(opts Options) (*Join, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := st.DB
-	j := &Join{opts: opts, log: opts.Log, st: st, db: db, outName: [2]string{schema, table}, lookups: map[string]*pipeline.Table{},
+	j := &Join{opts: opts, log: opts.Log, st: st, outName: [2]string{schema, table}, lookups: map[string]*pipeline.Table{},
 		inputs: map[[2]string]bool{}}
 	for _, name := range append([]string{opts.From}, lookupTables(opts.With)...) {
 		id := tableID(name)
 		j.inputs[[2]string{id.Schema, id.Table}] = true
 	}
-	if err := db.Update(j.load); err != nil {
-		_ = db.Close()
+	if err := st.View(time.Time{}, j.load); err != nil {
+		_ = st.Close()
 		return nil, fmt.Errorf("join %s: %w", opts.Output, err)
 	}
 	return j, nil
@@ -129,15 +127,12 @@ func (j *Join) definition() []byte {
 	return b
 }
 
-// load creates the buckets and reads the stored definition and shapes.
-func (j *Join) load(tx *bbolt.Tx) error {
-	for _, name := range [][]byte{bucketRows, bucketIndex, bucketMeta} {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-			return err
-		}
+// load reads the stored shapes.
+func (j *Join) load(tx *state.Tx) error {
+	st, err := newState(tx)
+	if err != nil {
+		return err
 	}
-	st := newState(tx)
-	var err error
 	if j.from, err = st.shape(j.fromID()); err != nil {
 		return err
 	}
@@ -228,8 +223,12 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 		return in, nil
 	}
 	out := make([]pipeline.Record, 0, len(in)+len(in)/2)
-	err := j.db.Update(func(tx *bbolt.Tx) error {
-		st := newState(tx)
+	// The join's key spaces have no TTL: the clock is not read.
+	err := j.st.Update(time.Time{}, func(tx *state.Tx) error {
+		st, err := newState(tx)
+		if err != nil {
+			return err
+		}
 		for i := range in {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -248,9 +247,6 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 	})
 	if err != nil {
 		return nil, err
-	}
-	if _, err := j.st.Written(); err != nil {
-		return nil, err // past its cap: the pipeline stops before the batch's rows leave
 	}
 	return out, nil
 }

@@ -1,15 +1,13 @@
 package join
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
+	"github.com/sluice-cdc/sluice/transform/state"
 )
 
 // The state store (bbolt, one file per join):
@@ -89,8 +87,8 @@ func decodeEntry(b []byte) (*entry, error) {
 // it reads and writes cached: a row is decoded once and written once per
 // transaction however often the batch touches it (flush writes them).
 type joinState struct {
-	tx    *bbolt.Tx
-	cache map[string]*cachedRow
+	rows, index, meta *state.Keys // the key spaces
+	cache             map[string]*cachedRow
 }
 
 type cachedRow struct {
@@ -100,12 +98,23 @@ type cachedRow struct {
 	dirty bool
 }
 
-func newState(tx *bbolt.Tx) joinState { return joinState{tx: tx, cache: map[string]*cachedRow{}} }
+func newState(tx *state.Tx) (joinState, error) {
+	s := joinState{cache: map[string]*cachedRow{}}
+	var err error
+	if s.rows, err = tx.Space(string(bucketRows)); err != nil {
+		return s, err
+	}
+	if s.index, err = tx.Space(string(bucketIndex)); err != nil {
+		return s, err
+	}
+	s.meta, err = tx.Space(string(bucketMeta))
+	return s, err
+}
 
 func cacheKey(table string, key []byte) string { return table + "\x00" + string(key) }
 
-func (s joinState) table(name string) (*bbolt.Bucket, error) {
-	return s.tx.Bucket(bucketRows).CreateBucketIfNotExists([]byte(name))
+func (s joinState) table(name string) (*state.Keys, error) {
+	return s.rows.Nested([]byte(name))
 }
 
 // get returns the row, nil when the store has none. The entry is shared
@@ -116,7 +125,7 @@ func (s joinState) get(table string, key []byte) (*entry, error) {
 		return c.e, nil
 	}
 	var e *entry
-	if b := s.tx.Bucket(bucketRows).Bucket([]byte(table)); b != nil {
+	if b := s.rows.Lookup([]byte(table)); b != nil {
 		if v := b.Get(key); v != nil {
 			var err error
 			if e, err = decodeEntry(v); err != nil {
@@ -162,7 +171,7 @@ func (s joinState) flush() error {
 }
 
 func (s joinState) barrier(table string) pipeline.Version {
-	v := s.tx.Bucket(bucketMeta).Get([]byte("barrier:" + table))
+	v := s.meta.Get([]byte("barrier:" + table))
 	if v == nil {
 		return pipeline.Version{}
 	}
@@ -170,7 +179,7 @@ func (s joinState) barrier(table string) pipeline.Version {
 }
 
 func (s joinState) setBarrier(table string, v pipeline.Version) error {
-	return s.tx.Bucket(bucketMeta).Put([]byte("barrier:"+table), binform.AppendVersion(nil, v))
+	return s.meta.Put([]byte("barrier:"+table), binform.AppendVersion(nil, v))
 }
 
 func indexKey(lk, fk []byte) []byte {
@@ -178,12 +187,12 @@ func indexKey(lk, fk []byte) []byte {
 	return append(append(b, lk...), fk...)
 }
 
-func (s joinState) index(n int) (*bbolt.Bucket, error) {
-	return s.tx.Bucket(bucketIndex).CreateBucketIfNotExists([]byte{byte(n)})
+func (s joinState) lookupIndex(n int) (*state.Keys, error) {
+	return s.index.Nested([]byte{byte(n)})
 }
 
 func (s joinState) link(n int, lk, fk []byte, on bool) error {
-	b, err := s.index(n)
+	b, err := s.lookupIndex(n)
 	if err != nil {
 		return err
 	}
@@ -195,17 +204,17 @@ func (s joinState) link(n int, lk, fk []byte, on bool) error {
 
 // referrers returns the from-table keys whose rows refer to lookup n's row lk.
 func (s joinState) referrers(n int, lk []byte) ([][]byte, error) {
-	b, err := s.index(n)
+	b, err := s.lookupIndex(n)
 	if err != nil {
 		return nil, err
 	}
 	prefix := indexKey(lk, nil)
 	var out [][]byte
-	c := b.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+	err = b.Scan(prefix, func(k, _ []byte) error {
 		out = append(out, append([]byte{}, k[len(prefix):]...))
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // putShape stores a table's columns, so a restarted join knows the shapes
@@ -215,11 +224,11 @@ func (s joinState) putShape(t *pipeline.Table) error {
 	if err != nil {
 		return err
 	}
-	return s.tx.Bucket(bucketMeta).Put([]byte("shape:"+t.ID.String()), b)
+	return s.meta.Put([]byte("shape:"+t.ID.String()), b)
 }
 
 func (s joinState) shape(id pipeline.TableID) (*pipeline.Table, error) {
-	v := s.tx.Bucket(bucketMeta).Get([]byte("shape:" + id.String()))
+	v := s.meta.Get([]byte("shape:" + id.String()))
 	if v == nil {
 		return nil, nil
 	}

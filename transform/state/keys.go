@@ -72,24 +72,32 @@ func (t *Tx) Space(name string) (*Keys, error) {
 
 func ttlIndex(space string) []byte { return []byte(space + "\x00ttl") }
 
-// Nested returns the space nested in k under name, made when absent in a
-// write (nil, with no error, when absent in a read). A nested space has
-// no TTL of its own.
+// Nested returns the space nested in k under name, made when absent (in
+// a write transaction). A nested space has no TTL of its own.
 func (k *Keys) Nested(name []byte) (*Keys, error) {
 	if k.idx != nil {
 		return nil, errors.New("a key space with a TTL has no nested spaces")
 	}
-	b := k.b.Bucket(name)
-	if b == nil && k.tx.tx.Writable() {
-		var err error
-		if b, err = k.b.CreateBucket(name); err != nil {
-			return nil, err
-		}
+	if b := k.b.Bucket(name); b != nil {
+		return &Keys{b: b, tx: k.tx}, nil
 	}
-	if b == nil {
-		return nil, nil
+	b, err := k.b.CreateBucket(name)
+	if err != nil {
+		return nil, err
 	}
 	return &Keys{b: b, tx: k.tx}, nil
+}
+
+// Lookup returns the space nested in k under name; nil when absent.
+func (k *Keys) Lookup(name []byte) *Keys {
+	if k.idx != nil {
+		return nil
+	}
+	b := k.b.Bucket(name)
+	if b == nil {
+		return nil
+	}
+	return &Keys{b: b, tx: k.tx}
 }
 
 // Get returns key's value (nil: none, or expired). The value is valid
@@ -148,8 +156,8 @@ func indexKey(exp int64, key []byte) []byte {
 func (k *Keys) Scan(prefix []byte, fn func(key, value []byte) error) error {
 	c := k.b.Cursor()
 	for key, v := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, v = c.Next() {
-		if v == nil {
-			continue // a nested space
+		if v == nil && k.b.Bucket(key) != nil {
+			continue // a nested space (an empty value may read as nil too)
 		}
 		if k.idx != nil {
 			if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) <= k.tx.now {

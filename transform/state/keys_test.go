@@ -159,7 +159,7 @@ func TestASweepIsBounded(t *testing.T) {
 }
 
 // Undeclared spaces are refused; a space with a TTL has no nested
-// spaces.
+// spaces; a scan tells a key with an empty value from a nested space.
 func TestSpacesAreDeclared(t *testing.T) {
 	st := openKeys(t, t.TempDir())
 	defer st.Close()
@@ -178,6 +178,17 @@ func TestSpacesAreDeclared(t *testing.T) {
 		n, err := plain.Nested([]byte("x"))
 		if err != nil || n.Put([]byte("k"), []byte("v")) != nil {
 			t.Errorf("a nested space: %v", err)
+		}
+		// A scan gives keys with empty values, not nested spaces.
+		if err := plain.Put([]byte("e"), nil); err != nil {
+			return err
+		}
+		var keys []string
+		if err := plain.Scan(nil, func(k, _ []byte) error { keys = append(keys, string(k)); return nil }); err != nil {
+			return err
+		}
+		if strings.Join(keys, ",") != "e" {
+			t.Errorf("scanned %v", keys)
 		}
 		return nil
 	})

@@ -76,7 +76,20 @@ func Open(s Spec) (*Store, error) {
 	for _, sp := range s.Spaces {
 		st.spaces[sp.Name] = sp
 	}
-	err = db.View(func(tx *bbolt.Tx) error {
+	err = db.Update(func(tx *bbolt.Tx) error {
+		// The declared spaces, made when absent (a new file, or a space
+		// added since the file was written).
+		for _, sp := range s.Spaces {
+			names := [][]byte{[]byte(sp.Name)}
+			if sp.TTL > 0 {
+				names = append(names, ttlIndex(sp.Name))
+			}
+			for _, name := range names {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return err
+				}
+			}
+		}
 		if m := tx.Bucket([]byte(s.Meta)); m != nil {
 			st.Stored = bytes.Clone(m.Get(keyDefinition))
 		}
