@@ -1,11 +1,14 @@
 // Package state is the durable state of the stateful transforms (the
-// join, the windows): one bbolt file per operator, whose writes are
-// guarded by row versions so the state may run ahead of the checkpoint
-// (Invariant 5), started over when the pipeline has no checkpoint and
-// refused when the pipeline resumes with no state, or with state built
-// for another definition (pipeline.StateOwner). Its size is reported
-// after every write, and a state past its cap stops the pipeline
-// (Written) rather than fill the disk.
+// join, the windows): one bbolt file per operator holding its declared
+// key spaces (Spec.Spaces), read and written in transactions (View,
+// Update) through Keys, with a TTL per key space in the operator's clock
+// (keys.go). Writes are guarded by row versions so the state may run
+// ahead of the checkpoint (Invariant 5); the state starts over when the
+// pipeline has no checkpoint and is refused when the pipeline resumes
+// with no state, or with state built for another definition
+// (pipeline.StateOwner). Its size is reported after every write, and a
+// state past its cap stops the pipeline (Written) rather than fill the
+// disk.
 package state
 
 import (

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -123,7 +122,6 @@ type Operator struct {
 	opts Options
 	log  *zap.Logger
 	st   *state.Store
-	db   *bbolt.DB
 	eng  engine
 	// out is the results' shape; outDirty: not yet stored.
 	out      *pipeline.Table
@@ -241,7 +239,7 @@ func Open(o Options) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Operator{opts: o, log: o.Log, st: st, db: st.DB, rejects: scope.Rejects{Op: o.Name, Policy: scope.DLQ},
+	return &Operator{opts: o, log: o.Log, st: st, rejects: scope.Rejects{Op: o.Name, Policy: scope.DLQ},
 		maxSeen: NoWatermark, lastInput: NoWatermark,
 		pending: map[pipeline.Version]*pendingLate{}, pendingDirty: map[pipeline.Version]bool{}}, nil
 }
@@ -286,7 +284,8 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 	if startedOver {
 		o.log.Info("window state started over: the pipeline has no checkpoint, so every table is read again", zap.String("window", o.opts.Name))
 	}
-	err = o.db.View(func(tx *bbolt.Tx) error {
+	err = o.st.View(time.Time{}, func(stx *state.Tx) error {
+		tx := stx.Bolt() // the window's own layout (store.go, rowlog.go)
 		var err error
 		eo := EngineOptions{Spec: o.opts.Spec, Aggs: o.aggs(), Lateness: o.opts.Lateness.Microseconds()}
 		if o.opts.Late == LateCorrect {
@@ -404,19 +403,19 @@ func (o *Operator) write(cs *changeSet, p progress, encodeErr error) error {
 		return nil
 	}
 	began := time.Now()
-	err := o.db.Update(all.apply)
-	if err != nil {
+	// The window's key spaces have no TTL (windows expire by the
+	// watermark): the clock is not read.
+	err := o.st.Update(time.Time{}, func(tx *state.Tx) error { return all.apply(tx.Bolt()) })
+	if err != nil && !pipeline.IsFatal(err) {
 		o.retry = all
 		return fmt.Errorf("%s: write the state: %w", o.opts.Name, err)
 	}
 	o.retry = nil
-	took := time.Since(began)
-	size, err := o.st.Written()
 	if err != nil {
-		return err // past its cap: the pipeline stops before what the write covers leaves
+		return err // written, but past its cap: the pipeline stops before what the write covers leaves
 	}
 	if o.opts.Observer != nil {
-		o.opts.Observer.Progress(o.opts.Name, p.lag, p.windows, p.groups, p.rows, size, took)
+		o.opts.Observer.Progress(o.opts.Name, p.lag, p.windows, p.groups, p.rows, o.st.Size(), time.Since(began))
 	}
 	return nil
 }
