@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -36,7 +37,26 @@ var sweepPerWrite = 10000
 type Tx struct {
 	tx  *bbolt.Tx
 	st  *Store
-	now int64 // Unix microseconds: Update's clock
+	now int64 // Unix microseconds: the clock of the TTLs (noClock: unset)
+}
+
+// noClock is the clock of a transaction given the zero time: no key is
+// expired, and a Put into a space with a TTL is an error.
+const noClock = math.MinInt64
+
+func clock(now time.Time) int64 {
+	if now.IsZero() {
+		return noClock
+	}
+	return now.UnixMicro()
+}
+
+// At moves the transaction's clock to now (the event time of the change
+// being applied); the zero time leaves it.
+func (t *Tx) At(now time.Time) {
+	if !now.IsZero() {
+		t.now = now.UnixMicro()
+	}
 }
 
 // Bolt is the transaction itself, for an operator whose state has a
@@ -117,6 +137,9 @@ func (k *Keys) Get(key []byte) []byte {
 func (k *Keys) Put(key, value []byte) error {
 	if k.idx == nil {
 		return k.b.Put(key, value)
+	}
+	if k.tx.now == noClock {
+		return errors.New("a key with a TTL put with no clock (the change has no event time)")
 	}
 	if err := k.unindex(key); err != nil {
 		return err
@@ -199,12 +222,13 @@ func (k *Keys) sweep() error {
 }
 
 // Update runs fn in a write transaction at now (the operator's clock for
-// the TTLs: the event time of what it applies), sweeps the keys expired
-// at now, commits, and checks the state's size (Written): past the cap it
-// is a fatal error, returned after the commit.
+// the TTLs: the event time of what it applies; Tx.At moves it; the zero
+// time: no clock, no key expired), sweeps the keys expired at the clock
+// fn left, commits, and checks the state's size (Written): past the cap
+// it is a fatal error, returned after the commit.
 func (s *Store) Update(now time.Time, fn func(*Tx) error) error {
 	err := s.DB.Update(func(btx *bbolt.Tx) error {
-		tx := &Tx{tx: btx, st: s, now: now.UnixMicro()}
+		tx := &Tx{tx: btx, st: s, now: clock(now)}
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -231,5 +255,5 @@ func (s *Store) Update(now time.Time, fn func(*Tx) error) error {
 
 // View runs fn in a read transaction at now (what a TTL hides).
 func (s *Store) View(now time.Time, fn func(*Tx) error) error {
-	return s.DB.View(func(btx *bbolt.Tx) error { return fn(&Tx{tx: btx, st: s, now: now.UnixMicro()}) })
+	return s.DB.View(func(btx *bbolt.Tx) error { return fn(&Tx{tx: btx, st: s, now: clock(now)}) })
 }

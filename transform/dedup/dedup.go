@@ -1,0 +1,267 @@
+// Package dedup is the dedup transform: of the rows of its tables that
+// carry the same key (an expression, such as an outbox table's
+// after.event_id) within a TTL of source time, the first row passes and
+// the others are dropped, with their later updates and deletes, and
+// counted.
+//
+// What happens to each operation of a table it applies to:
+//
+//	insert, read, update  the key is evaluated on the new row. NULL: the
+//	                      record passes. A key no row had within the TTL
+//	                      (or that this row had): the record passes, and
+//	                      the row holds the key for a TTL from now. A key
+//	                      another row holds: the record is dropped, and
+//	                      the row is remembered as a duplicate for a TTL
+//	                      (its later changes are dropped too)
+//	delete                dropped when the row is a remembered duplicate,
+//	                      else passes (the row that held a key keeps it
+//	                      until its TTL runs out: an outbox row deleted
+//	                      right after it was written still dedups the
+//	                      event)
+//	truncate, heartbeat, shape   pass
+//
+// The clock of the TTLs is the records' event time (the source's commit
+// time), so a replay decides as the first run did. Records pass through
+// untouched: versions, positions and acknowledgements are the input's
+// (Invariants 1, 4).
+//
+// Effectively-once (Invariant 5): the state is written, in one
+// transaction with the batch's decisions, before the batch leaves
+// Process, so it may run ahead of the checkpoint. A replay is decided
+// from it as before: the row that holds a key passes again (the same
+// record; sinks take it idempotently) and a duplicate is dropped again.
+package dedup
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/transform/eval"
+	"github.com/sluice-cdc/sluice/transform/scope"
+	"github.com/sluice-cdc/sluice/transform/state"
+	"github.com/sluice-cdc/sluice/verify"
+)
+
+// Options define a dedup.
+type Options struct {
+	// Name names it in errors, logs and metrics ("transforms[2].dedup").
+	Name   string
+	Tables scope.Tables
+	// Key is the expression whose value identifies an event.
+	Key string
+	// TTL is how long, in source time, a row holds its key after its
+	// last change, and a duplicate is remembered.
+	TTL time.Duration
+	// Policy is what a record whose key cannot be evaluated does.
+	Policy scope.Policy
+	// Dir holds the state file.
+	Dir string
+	// MaxStateBytes caps the state (0: no cap), named by
+	// MaxStateSetting; StateSized is told its size after every write.
+	MaxStateBytes   int64
+	MaxStateSetting string
+	StateSized      func(bytes int64)
+	// Dropped, when set, counts the records dropped.
+	Dropped func(n int)
+	Log     *zap.Logger
+}
+
+// The key spaces: seen holds, per table and key, the row that holds it;
+// dups, per table and row, the duplicates (Invariant D1: a row is in
+// dups only if another row held its key when it came, and then every
+// later change of it is dropped until its TTL runs out).
+const (
+	spaceSeen = "seen"
+	spaceDups = "dups"
+	spaceMeta = "meta"
+)
+
+// Dedup is the operator. It is used by one goroutine (the runtime's
+// transform stage); Close releases its state.
+type Dedup struct {
+	opts    Options
+	st      *state.Store
+	progs   scope.Shapes[*eval.Program]
+	rejects scope.Rejects
+	begun   bool
+}
+
+// Open opens (or creates) the state in opts.Dir; Begin must be called
+// before the first Process.
+func Open(o Options) (*Dedup, error) {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.TTL <= 0 {
+		return nil, fmt.Errorf("%s: the ttl must be positive", o.Name)
+	}
+	st, err := state.Open(state.Spec{What: o.Name, Dir: o.Dir, File: "dedup.db",
+		Spaces: []state.Space{{Name: spaceSeen, TTL: o.TTL}, {Name: spaceDups, TTL: o.TTL}, {Name: spaceMeta}}, Meta: spaceMeta,
+		Needs: "the rows of its tables changed within the ttl", MaxBytes: o.MaxStateBytes, Setting: o.MaxStateSetting, Sized: o.StateSized})
+	if err != nil {
+		return nil, err
+	}
+	return &Dedup{opts: o, st: st, rejects: scope.Rejects{Op: o.Name, Policy: o.Policy}}, nil
+}
+
+// definition is what the state was built for: the key and the TTL.
+func (d *Dedup) definition() []byte {
+	b, _ := json.Marshal(struct {
+		Key string `json:"key"`
+		TTL string `json:"ttl"`
+	}{d.opts.Key, d.opts.TTL.String()})
+	return b
+}
+
+// Begin starts the state over without a checkpoint (every row is read
+// again), and with one refuses state built for another key or TTL.
+func (d *Dedup) Begin(_ context.Context, resumed bool) error {
+	startedOver, err := d.st.Begin(resumed, d.definition())
+	if err != nil {
+		return err
+	}
+	if startedOver {
+		d.opts.Log.Info("dedup state started over: the pipeline has no checkpoint, so every table is read again", zap.String("dedup", d.opts.Name))
+	}
+	d.begun = true
+	return nil
+}
+
+// Close releases the state file.
+func (d *Dedup) Close() error { return d.st.Close() }
+
+// Snapshot returns nil: the state is its own durable store, written
+// before the batch leaves Process (Invariant 5).
+func (*Dedup) Snapshot() ([]byte, error) { return nil, nil }
+
+// Restore accepts only the nil state Snapshot returns.
+func (d *Dedup) Restore(b []byte) error {
+	if len(b) > 0 {
+		return fmt.Errorf("%s: unexpected checkpoint state", d.opts.Name)
+	}
+	return nil
+}
+
+func (d *Dedup) program(t *pipeline.Table) (*eval.Program, error) {
+	return d.progs.Get(t, func(t *pipeline.Table) (*eval.Program, error) { return eval.Compile(d.opts.Key, t, nil) })
+}
+
+// Shape returns t unchanged, or the error its records get (the key does
+// not compile against it, or the table has no primary key).
+func (d *Dedup) Shape(t *pipeline.Table) (*pipeline.Table, error) {
+	if !d.opts.Tables.Match(t.ID) {
+		return t, nil
+	}
+	if _, err := d.program(t); err != nil {
+		return nil, &scope.FieldError{Field: "key", Table: t.ID, Err: err}
+	}
+	if len(t.KeyIdx) == 0 {
+		return nil, &scope.FieldError{Field: "tables", Table: t.ID, Err: fmt.Errorf("table %s has no primary key: a duplicate row cannot be told from the row itself", t.ID)}
+	}
+	return t, nil
+}
+
+// Process drops the duplicates of the batch, writing what it learnt
+// before it returns (one transaction, synced).
+func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
+	if !d.begun {
+		return nil, fmt.Errorf("%s: Process before Begin", d.opts.Name)
+	}
+	applies := false
+	for i := range in {
+		if d.applies(&in[i]) {
+			applies = true
+			break
+		}
+	}
+	if !applies {
+		return in, nil
+	}
+	out := in[:0]
+	dropped := 0
+	err := d.st.Update(time.Time{}, func(tx *state.Tx) error {
+		seen, err := tx.Space(spaceSeen)
+		if err != nil {
+			return err
+		}
+		dups, err := tx.Space(spaceDups)
+		if err != nil {
+			return err
+		}
+		for i := range in {
+			r := &in[i]
+			if !d.applies(r) {
+				out = scope.Pass(out, in, i)
+				continue
+			}
+			tx.At(r.EventTime)
+			keep, err := d.decide(r, seen, dups)
+			if err != nil {
+				if err := d.rejects.Add(r, err); err != nil {
+					return err
+				}
+				continue
+			}
+			if keep {
+				out = scope.Pass(out, in, i)
+			} else {
+				dropped++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if dropped > 0 && d.opts.Dropped != nil {
+		d.opts.Dropped(dropped)
+	}
+	return d.rejects.Result(out)
+}
+
+// applies reports whether r is a data record of one of the tables.
+func (d *Dedup) applies(r *pipeline.Record) bool {
+	return r.Table != nil && r.Op.IsData() && d.opts.Tables.Match(r.Table.ID)
+}
+
+// decide reports whether r passes, and records what it learnt.
+func (d *Dedup) decide(r *pipeline.Record, seen, dups *state.Keys) (bool, error) {
+	img := r.After
+	if r.Op == pipeline.OpDelete {
+		img = r.Before
+	}
+	if img == nil {
+		return true, nil
+	}
+	table := r.Table.ID.String()
+	row := []byte(table + "\x00" + verify.RowKey(r.Table, img))
+	if dups.Get(row) != nil {
+		// A duplicate's later change (D1); the mark lives on from now.
+		return false, dups.Put(row, []byte{1})
+	}
+	if r.Op == pipeline.OpDelete {
+		return true, nil
+	}
+	p, err := d.program(r.Table)
+	if err != nil {
+		return false, &scope.FieldError{Field: "key", Table: r.Table.ID, Err: err}
+	}
+	v, err := p.Eval(r)
+	if err != nil {
+		return false, err
+	}
+	if v == nil {
+		return true, nil // no key: not an event to dedup
+	}
+	key := []byte(table + "\x00" + verify.Canon(v))
+	holder := seen.Get(key)
+	if holder == nil || string(holder) == string(row) {
+		return true, seen.Put(key, row) // this row holds the key from now
+	}
+	return false, dups.Put(row, []byte{1})
+}

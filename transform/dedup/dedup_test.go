@@ -1,0 +1,224 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/transform/scope"
+)
+
+var outbox = &pipeline.Table{
+	ID: pipeline.TableID{Schema: "public", Table: "outbox"},
+	Columns: []pipeline.Column{
+		{Name: "id", Type: pipeline.TypeInt64, Key: true},
+		{Name: "event_id", Type: pipeline.TypeString, Nullable: true},
+		{Name: "n", Type: pipeline.TypeInt64, Nullable: true},
+	},
+	KeyIdx: []int{0},
+}
+
+var t0 = time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+
+func ver(n uint64) pipeline.Version { return pipeline.Version{0, n, 0, 1} }
+
+// rec is a change of outbox row id with event ev ("" is NULL) at t0+at.
+func rec(op pipeline.Op, id int64, ev string, at time.Duration, v uint64) pipeline.Record {
+	var e any = ev
+	if ev == "" {
+		e = nil
+	}
+	row := []any{id, e, int64(v)}
+	r := pipeline.Record{Op: op, Table: outbox, Version: ver(v), EventTime: t0.Add(at)}
+	if op == pipeline.OpDelete {
+		r.Before = row
+	} else {
+		r.After = row
+	}
+	return r
+}
+
+func options(dir string, dropped *int) Options {
+	tables, _ := scope.NewTables([]string{"public.outbox"})
+	return Options{Name: "transforms[0].dedup", Tables: tables, Key: "after.event_id", TTL: time.Minute, Dir: dir,
+		Policy: scope.DLQ, Dropped: func(n int) { *dropped += n }}
+}
+
+func open(t *testing.T, o Options, resumed bool) *Dedup {
+	t.Helper()
+	d, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Begin(context.Background(), resumed); err != nil {
+		d.Close()
+		t.Fatal(err)
+	}
+	return d
+}
+
+// passed renders the records out of a batch: op, row, version.
+func passed(t *testing.T, d *Dedup, in ...pipeline.Record) ([]string, *pipeline.Rejects) {
+	t.Helper()
+	out, err := d.Process(context.Background(), slices.Clone(in))
+	var rj *pipeline.Rejects
+	if err != nil && !errors.As(err, &rj) {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range out {
+		img := r.After
+		if img == nil {
+			img = r.Before
+		}
+		if img == nil {
+			got = append(got, r.Op.String())
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s %d v%d", r.Op, img[0], r.Version[1]))
+	}
+	return got, rj
+}
+
+func TestDuplicatesAreDroppedWithTheirLaterChanges(t *testing.T) {
+	dropped := 0
+	dir := t.TempDir()
+	o := options(dir, &dropped)
+	d := open(t, o, false)
+	got, _ := passed(t, d,
+		rec(pipeline.OpInsert, 1, "A", 0, 1),
+		rec(pipeline.OpInsert, 2, "A", time.Second, 2), // a duplicate of event A
+		rec(pipeline.OpInsert, 3, "B", time.Second, 3),
+		rec(pipeline.OpUpdate, 2, "A", 2*time.Second, 4), // the duplicate's later changes
+		rec(pipeline.OpDelete, 2, "A", 3*time.Second, 5),
+		rec(pipeline.OpUpdate, 1, "A", 3*time.Second, 6), // the row that holds A
+		rec(pipeline.OpInsert, 4, "", 3*time.Second, 7), // no key
+		pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: t0.Add(4 * time.Second)})
+	if want := []string{"c 1 v1", "c 3 v3", "u 1 v6", "c 4 v7", pipeline.OpHeartbeat.String()}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("first batch: %v, want %v", got, want)
+	}
+	if dropped != 3 {
+		t.Fatalf("dropped %d, want 3", dropped)
+	}
+	// The row that held A is deleted (an outbox row is, right after it
+	// is written): A is still held until a minute after its last change.
+	got, _ = passed(t, d,
+		rec(pipeline.OpDelete, 1, "A", 10*time.Second, 8),
+		rec(pipeline.OpInsert, 5, "A", 62*time.Second, 9), // within the TTL of row 1's update at 3 s
+		rec(pipeline.OpInsert, 6, "A", 64*time.Second, 10), // past it: a new event A
+		rec(pipeline.OpInsert, 7, "B", 64*time.Second, 11)) // B: held by row 3 since 1 s, past its TTL
+	if want := []string{"d 1 v8", "c 6 v10", "c 7 v11"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("second batch: %v, want %v", got, want)
+	}
+	// Kill and resume: a replay of the first batch decides as before.
+	d.Close()
+	d = open(t, o, true)
+	got, _ = passed(t, d, rec(pipeline.OpInsert, 6, "A", 64*time.Second, 10), rec(pipeline.OpInsert, 5, "A", 62*time.Second, 9))
+	if want := []string{"c 6 v10"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("replay after a restart: %v, want %v", got, want)
+	}
+	d.Close()
+	// Without a checkpoint the state starts over.
+	d = open(t, o, false)
+	defer d.Close()
+	got, _ = passed(t, d, rec(pipeline.OpInsert, 5, "A", 62*time.Second, 9))
+	if want := []string{"c 5 v9"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after starting over: %v, want %v", got, want)
+	}
+}
+
+// A key that cannot be evaluated sends its record to the dead-letter
+// queue; tables it does not apply to pass untouched.
+func TestKeyErrorsAndOtherTables(t *testing.T) {
+	dropped := 0
+	o := options(t.TempDir(), &dropped)
+	o.Key = `after.event_id + "x" ?? "none"`
+	d := open(t, o, false)
+	defer d.Close()
+	other := rec(pipeline.OpInsert, 1, "A", 0, 1)
+	other.Table = &pipeline.Table{ID: pipeline.TableID{Schema: "public", Table: "orders"}, Columns: outbox.Columns, KeyIdx: []int{0}}
+	got, rj := passed(t, d, other, rec(pipeline.OpInsert, 2, "A", 0, 2), rec(pipeline.OpInsert, 3, "", 0, 3))
+	if want := []string{"c 1 v1", "c 2 v2"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("passed %v, want %v", got, want)
+	}
+	if rj == nil || len(rj.Records) != 1 || rj.Records[0].Record.Version != ver(3) || !strings.Contains(rj.Records[0].Err.Error(), "transforms[0].dedup") {
+		t.Fatalf("rejects: %+v", rj)
+	}
+}
+
+// Effectively-once: batches of events written twice (by rows of their
+// own), processed with kills at random moments and replays from an older
+// checkpoint, pass what a run without kills passes: per event, its first
+// row and that row's changes.
+func TestKillsAndReplaysPassWhatOneRunPasses(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 30 {
+		var batches [][]pipeline.Record
+		v, clock, id := uint64(0), time.Duration(0), int64(0)
+		holder := map[int64]bool{}
+		var rows []int64
+		for range 25 {
+			var b []pipeline.Record
+			for range 1 + rng.IntN(8) {
+				v++
+				clock += time.Duration(rng.IntN(3)) * time.Second
+				switch {
+				case len(rows) > 0 && rng.IntN(4) == 0:
+					r := rows[rng.IntN(len(rows))]
+					op := pipeline.OpUpdate
+					if rng.IntN(2) == 0 {
+						op = pipeline.OpDelete
+					}
+					b = append(b, rec(op, r, fmt.Sprint("e", r/2), clock, v))
+				default:
+					id++
+					rows = append(rows, id)
+					holder[id] = id%2 == 0 // rows 2k and 2k+1 carry event k
+					b = append(b, rec(pipeline.OpInsert, id, fmt.Sprint("e", id/2), clock, v))
+				}
+			}
+			batches = append(batches, b)
+		}
+		run := func(kills bool) map[string]bool {
+			dropped := 0
+			o := options(t.TempDir(), &dropped)
+			d := open(t, o, false)
+			out := map[string]bool{}
+			checkpoint := 0
+			for i := 0; i < len(batches); i++ {
+				got, _ := passed(t, d, batches[i]...)
+				for _, g := range got {
+					out[g] = true
+				}
+				if rng.IntN(3) == 0 {
+					checkpoint = i + 1 - rng.IntN(min(3, i+1))
+				}
+				if kills && rng.IntN(5) == 0 {
+					d.Close()
+					d = open(t, o, true)
+					i = checkpoint - 1
+				}
+			}
+			d.Close()
+			return out
+		}
+		want, got := run(false), run(true)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("trial %d: with kills %d records passed, without %d", trial, len(got), len(want))
+		}
+		// Every passed insert is its event's first row.
+		for g := range want {
+			var row, ver int64
+			if _, err := fmt.Sscanf(g, "c %d v%d", &row, &ver); err == nil && !holder[row] && row != 1 {
+				t.Fatalf("trial %d: the duplicate row %d passed", trial, row)
+			}
+		}
+	}
+}
