@@ -99,7 +99,7 @@ func TestDuplicatesAreDroppedWithTheirLaterChanges(t *testing.T) {
 		rec(pipeline.OpUpdate, 2, "A", 2*time.Second, 4), // the duplicate's later changes
 		rec(pipeline.OpDelete, 2, "A", 3*time.Second, 5),
 		rec(pipeline.OpUpdate, 1, "A", 3*time.Second, 6), // the row that holds A
-		rec(pipeline.OpInsert, 4, "", 3*time.Second, 7), // no key
+		rec(pipeline.OpInsert, 4, "", 3*time.Second, 7),  // no key
 		pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: t0.Add(4 * time.Second)})
 	if want := []string{"c 1 v1", "c 3 v3", "u 1 v6", "c 4 v7", pipeline.OpHeartbeat.String()}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("first batch: %v, want %v", got, want)
@@ -111,7 +111,7 @@ func TestDuplicatesAreDroppedWithTheirLaterChanges(t *testing.T) {
 	// is written): A is still held until a minute after its last change.
 	got, _ = passed(t, d,
 		rec(pipeline.OpDelete, 1, "A", 10*time.Second, 8),
-		rec(pipeline.OpInsert, 5, "A", 62*time.Second, 9), // within the TTL of row 1's update at 3 s
+		rec(pipeline.OpInsert, 5, "A", 62*time.Second, 9),  // within the TTL of row 1's update at 3 s
 		rec(pipeline.OpInsert, 6, "A", 64*time.Second, 10), // past it: a new event A
 		rec(pipeline.OpInsert, 7, "B", 64*time.Second, 11)) // B: held by row 3 since 1 s, past its TTL
 	if want := []string{"d 1 v8", "c 6 v10", "c 7 v11"}; !reflect.DeepEqual(got, want) {
