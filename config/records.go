@@ -31,6 +31,8 @@ func (d *decoder) validateRecordTransforms(c *Config) {
 		switch {
 		case t.Filter != nil:
 			d.checkExpr(base+".where", t.Filter.Where)
+		case t.Dedup != nil:
+			d.checkExpr(base+".key", t.Dedup.Key)
 		case t.Project != nil:
 			if (t.Project.Keep == nil) == (t.Project.Drop == nil) {
 				d.errAt(base, "set exactly one of keep and drop", "keep: [columns to keep], or drop: [columns to leave out]")
@@ -104,6 +106,8 @@ func transformTables(t *Transform) []string {
 		return t.Mask.Tables
 	case t.Route != nil:
 		return t.Route.Tables
+	case t.Dedup != nil:
+		return t.Dedup.Tables
 	}
 	return nil
 }

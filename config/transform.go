@@ -3,6 +3,7 @@ package config
 import (
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -18,6 +19,7 @@ type Transform struct {
 	Mask    *MaskTransform    `yaml:"mask"`
 	Route   *RouteTransform   `yaml:"route"`
 	Window  *WindowTransform  `yaml:"window"`
+	Dedup   *DedupTransform   `yaml:"dedup"`
 }
 
 // Kind returns the transform's kind ("filter", "join", ...).
@@ -41,6 +43,8 @@ func (t *Transform) Kind() string {
 		return "route"
 	case t.Window != nil:
 		return "window"
+	case t.Dedup != nil:
+		return "dedup"
 	}
 	return ""
 }
@@ -138,6 +142,26 @@ type RouteRule struct {
 }
 
 func (*Transform) exclusive() {}
+
+// DedupTransform passes, of the rows of its tables that carry the same
+// key within TTL of source time, the first, and drops the others with
+// their later changes (an upstream that writes an event twice, such as
+// an outbox table).
+type DedupTransform struct {
+	Tables []string `yaml:"tables"`
+	// Key is the expression whose value identifies an event.
+	Key string `yaml:"key" required:"true" doc:"an expression, e.g. after.event_id"`
+	// TTL is how long, in source time, a row holds its key after its
+	// last change, and a duplicate is remembered.
+	TTL     Duration `yaml:"ttl" required:"true" min:"1s" doc:"a duration such as 24h"`
+	OnError string   `yaml:"on_error" default:"dlq" enum:"dlq|fail"`
+	// StateDir holds its state; default <offsets.dir>/dedup/<its index
+	// in transforms>.
+	StateDir string `yaml:"state_dir"`
+	// MaxStateBytes caps the state: past it the pipeline stops and says
+	// so; 0: no cap.
+	MaxStateBytes ByteSize `yaml:"max_state_bytes" default:"4GiB" min:"0"`
+}
 
 // JoinTransform denormalises: each row of From becomes a row of Output
 // with, per lookup, the row it refers to embedded as an object.
@@ -237,7 +261,14 @@ func (d *decoder) validateTransforms(c *Config) {
 // directories.
 func resolveTransformPaths(c *Config, abs func(string) string) {
 	resolveWindowPaths(c, abs)
-	for _, t := range c.Transforms {
+	for i, t := range c.Transforms {
+		if dd := t.Dedup; dd != nil {
+			if dd.StateDir == "" {
+				dd.StateDir = filepath.Join(c.Offsets.Dir, "dedup", strconv.Itoa(i))
+			} else {
+				dd.StateDir = abs(dd.StateDir)
+			}
+		}
 		if j := t.Join; j != nil {
 			if j.StateDir == "" {
 				j.StateDir = filepath.Join(c.Offsets.Dir, "join", j.Output)

@@ -164,7 +164,7 @@ func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logge
 	if err != nil {
 		return err
 	}
-	ops, closeOps, err := buildTransforms(cfg, src, flags.ResetOffsets, obs.NewWindowMetrics(reg, cfg.Pipeline), obs.NewStateMetrics(reg, cfg.Pipeline), log)
+	ops, closeOps, err := buildTransforms(cfg, src, flags.ResetOffsets, obs.NewWindowMetrics(reg, cfg.Pipeline), obs.NewOperatorMetrics(reg, cfg.Pipeline), log)
 	defer closeOps()
 	if err != nil {
 		return err

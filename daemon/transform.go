@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sources/generate"
 	"github.com/sluice-cdc/sluice/transform/compute"
+	"github.com/sluice-cdc/sluice/transform/dedup"
 	"github.com/sluice-cdc/sluice/transform/eval"
 	"github.com/sluice-cdc/sluice/transform/filter"
 	"github.com/sluice-cdc/sluice/transform/join"
@@ -29,7 +30,7 @@ import (
 // resetState, their state is removed first: a pipeline starting over
 // with a fresh snapshot rebuilds it. The returned func closes them; call
 // it even on error.
-func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, windows window.Observer, state *obs.StateMetrics, log *zap.Logger) ([]pipeline.NamedOperator, func(), error) {
+func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, windows window.Observer, metrics *obs.OperatorMetrics, log *zap.Logger) ([]pipeline.NamedOperator, func(), error) {
 	var ops []pipeline.NamedOperator
 	var closers []func() error
 	closeAll := func() {
@@ -45,7 +46,21 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, w
 					return nil, closeAll, fmt.Errorf("reset window %s: %w", w.Output, err)
 				}
 			}
-			op, err := openWindow(cfg, i, src, windows, state, log)
+			op, err := openWindow(cfg, i, src, windows, metrics, log)
+			if err != nil {
+				return nil, closeAll, &pipeline.OpenError{What: "transform " + transformName(cfg, i), Err: err}
+			}
+			closers = append(closers, op.Close)
+			ops = append(ops, pipeline.NamedOperator{Name: transformName(cfg, i), Operator: op})
+			continue
+		}
+		if dd := t.Dedup; dd != nil {
+			if resetState {
+				if err := os.RemoveAll(dd.StateDir); err != nil {
+					return nil, closeAll, fmt.Errorf("reset %s: %w", transformName(cfg, i), err)
+				}
+			}
+			op, err := openDedup(cfg, i, metrics, log)
 			if err != nil {
 				return nil, closeAll, &pipeline.OpenError{What: "transform " + transformName(cfg, i), Err: err}
 			}
@@ -70,7 +85,7 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, w
 		name := "join:" + j.Output
 		opts := join.Options{Output: j.Output, From: j.From, Dir: j.StateDir, Log: log.Named("join"),
 			MaxStateBytes: int64(j.MaxStateBytes), MaxStateSetting: fmt.Sprintf("transforms[%d].join.max_state_bytes", i),
-			StateSized: state.Operator(name, int64(j.MaxStateBytes))}
+			StateSized: metrics.StateSized(name, int64(j.MaxStateBytes))}
 		for _, l := range j.With {
 			opts.With = append(opts.With, join.Lookup{Table: l.Table, On: l.On, As: l.As, Columns: l.Columns})
 		}
@@ -82,6 +97,23 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, w
 		ops = append(ops, pipeline.NamedOperator{Name: name, Operator: op})
 	}
 	return ops, closeAll, nil
+}
+
+// openDedup opens dedup transform i.
+func openDedup(cfg *config.Config, i int, metrics *obs.OperatorMetrics, log *zap.Logger) (*dedup.Dedup, error) {
+	dd := cfg.Transforms[i].Dedup
+	name := transformName(cfg, i)
+	tables, err := scope.NewTables(dd.Tables)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := scope.ParsePolicy(dd.OnError)
+	if err != nil {
+		return nil, err
+	}
+	return dedup.Open(dedup.Options{Name: name, Tables: tables, Key: dd.Key, TTL: dd.TTL.Std(), Policy: policy, Dir: dd.StateDir,
+		MaxStateBytes: int64(dd.MaxStateBytes), MaxStateSetting: name + ".max_state_bytes",
+		StateSized: metrics.StateSized(name, int64(dd.MaxStateBytes)), Dropped: metrics.Dropped(name), Log: log.Named("dedup")})
 }
 
 // transformName names transform i by its config path, e.g.
@@ -250,7 +282,9 @@ func sourceShapes(ctx context.Context, cfg *config.Config) ([]*pipeline.Table, e
 // chain is the record transforms of a config as a verify.Transform: a
 // set of their own, so verification never shares an operator with the
 // running pipeline. Joins and windows are left out (they add tables of
-// their own and pass the captured ones through).
+// their own and pass the captured ones through), and so are dedups: which
+// rows they dropped is in their state, which the running pipeline holds
+// (a dedup'd table's dropped duplicates show as rows its sinks lack).
 type chain []pipeline.NamedOperator
 
 // recordChain builds the config's record transforms; nil when there are
@@ -258,7 +292,7 @@ type chain []pipeline.NamedOperator
 func recordChain(cfg *config.Config) (verify.Transform, error) {
 	var c chain
 	for i := range cfg.Transforms {
-		if cfg.Transforms[i].Join != nil || cfg.Transforms[i].Window != nil {
+		if t := &cfg.Transforms[i]; t.Join != nil || t.Window != nil || t.Dedup != nil {
 			continue
 		}
 		op, err := recordTransform(cfg, i)
@@ -297,14 +331,14 @@ func (c chain) Records(recs []pipeline.Record) []pipeline.Record {
 
 // openWindow opens window transform i; its watermark holds while the
 // source backfills the windowed table.
-func openWindow(cfg *config.Config, i int, src pipeline.Source, windows window.Observer, state *obs.StateMetrics, log *zap.Logger) (*window.Operator, error) {
+func openWindow(cfg *config.Config, i int, src pipeline.Source, windows window.Observer, metrics *obs.OperatorMetrics, log *zap.Logger) (*window.Operator, error) {
 	w := cfg.Transforms[i].Window
 	name := transformName(cfg, i)
 	o := window.Options{
 		Name: name, Output: tableID(w.Output), Input: tableID(w.Table), EventTime: w.EventTime,
 		OutOfOrder: w.MaxOutOfOrderness.Std(), Lateness: w.AllowedLateness.Std(), IdleTimeout: w.IdleTimeout.Std(),
 		GroupBy: w.GroupBy, Late: window.LatePolicy(w.Late), CorrectWithin: w.CorrectWithin.Std(), SideOutput: w.SideOutput, Dir: w.StateDir, Observer: windows, Log: log.Named("window"),
-		MaxStateBytes: int64(w.MaxStateBytes), MaxStateSetting: name + ".max_state_bytes", StateSized: state.Operator(name, int64(w.MaxStateBytes)),
+		MaxStateBytes: int64(w.MaxStateBytes), MaxStateSetting: name + ".max_state_bytes", StateSized: metrics.StateSized(name, int64(w.MaxStateBytes)),
 	}
 	if w.Emit == "early" {
 		o.Early = w.EarlyInterval.Std()

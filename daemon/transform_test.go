@@ -70,6 +70,36 @@ transforms:
 	}
 }
 
+// A dedup's key is checked against the tables' shapes at start.
+func TestDedupKeyCheckedAgainstShapes(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse(filepath.Join(dir, "pipe.yaml"), []byte(`pipeline: shop
+source:
+  generate: {changes: 10}
+sinks:
+  - duckdb: {path: ./db}
+transforms:
+  - dedup:
+      tables: [demo.orders]
+      key: after.event_idd
+      ttl: 1h
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, nil, zap.NewNop())
+	defer closeOps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = checkTransforms(context.Background(), cfg, ops)
+	var errs *config.Errors
+	if !errors.As(err, &errs) || len(errs.List) != 1 ||
+		!strings.Contains(errs.Error(), `pipe.yaml:9:12: transforms[0].dedup.key: table demo.orders: column "event_idd" of demo.orders does not exist`) {
+		t.Fatalf("check: %v", err)
+	}
+}
+
 // A window's columns are checked against the table's shape at start too.
 func TestWindowCheckedAgainstShapes(t *testing.T) {
 	dir := t.TempDir()
@@ -136,12 +166,13 @@ transforms:
       output: demo.order_docs
       from: demo.orders
       with: [{table: demo.customers, on: [customer_id], as: customer}]
+  - dedup: {tables: [demo.events], key: after.id, ttl: 1h}
 `), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	_, closeOps, err := buildTransforms(cfg, nil, false, nil, obs.NewStateMetrics(reg, "shop"), zap.NewNop())
+	_, closeOps, err := buildTransforms(cfg, nil, false, nil, obs.NewOperatorMetrics(reg, "shop"), zap.NewNop())
 	defer closeOps()
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +194,7 @@ transforms:
 			}
 		}
 	}
-	if want := map[string]float64{"transforms[0].window": 64 << 20, "join:demo.order_docs": 4 << 30}; !reflect.DeepEqual(caps, want) {
+	if want := map[string]float64{"transforms[0].window": 64 << 20, "join:demo.order_docs": 4 << 30, "transforms[2].dedup": 4 << 30}; !reflect.DeepEqual(caps, want) {
 		t.Fatalf("caps %v, want %v", caps, want)
 	}
 }

@@ -2,35 +2,49 @@ package obs
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// StateMetrics are the sizes of the stateful transforms' state files
-// (the joins', the windows'), next to the caps that stop the pipeline.
-type StateMetrics struct {
+// OperatorMetrics are the stateful transforms' measurements: the size of
+// each one's state file next to the cap that stops the pipeline (joins,
+// windows, dedups), and what the dedups dropped.
+type OperatorMetrics struct {
 	size, max *prometheus.GaugeVec
+	dropped   *prometheus.CounterVec
 }
 
-// NewStateMetrics creates the state metrics of pipeline and registers
-// them with reg (none when reg is nil).
-func NewStateMetrics(reg prometheus.Registerer, pipeline string) *StateMetrics {
+// NewOperatorMetrics creates the operator metrics of pipeline and
+// registers them with reg (none when reg is nil).
+func NewOperatorMetrics(reg prometheus.Registerer, pipeline string) *OperatorMetrics {
 	cl := prometheus.Labels{"pipeline": pipeline}
-	m := &StateMetrics{
+	m := &OperatorMetrics{
 		size: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_operator_state_bytes",
 			Help: "Size of a stateful transform's state file, after its last write.", ConstLabels: cl}, []string{"operator"}),
 		max: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_operator_state_max_bytes",
 			Help: "The state size past which the pipeline stops (max_state_bytes; 0: no cap).", ConstLabels: cl}, []string{"operator"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_dedup_dropped_total",
+			Help: "Records a dedup transform dropped: rows carrying a key another row held, and their later changes.", ConstLabels: cl}, []string{"transform"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.size, m.max)
+		reg.MustRegister(m.size, m.max, m.dropped)
 	}
 	return m
 }
 
-// Operator returns what operator's state store tells its size to, and
-// records its cap. A nil StateMetrics gives nil.
-func (m *StateMetrics) Operator(operator string, maxBytes int64) func(int64) {
+// StateSized returns what operator's state store tells its size to, and
+// records its cap. A nil OperatorMetrics gives nil.
+func (m *OperatorMetrics) StateSized(operator string, maxBytes int64) func(int64) {
 	if m == nil {
 		return nil
 	}
 	m.max.WithLabelValues(operator).Set(float64(maxBytes))
 	g := m.size.WithLabelValues(operator)
 	return func(n int64) { g.Set(float64(n)) }
+}
+
+// Dropped returns what dedup transform counts its dropped records with.
+// A nil OperatorMetrics gives nil.
+func (m *OperatorMetrics) Dropped(transform string) func(int) {
+	if m == nil {
+		return nil
+	}
+	c := m.dropped.WithLabelValues(transform)
+	return func(n int) { c.Add(float64(n)) }
 }
