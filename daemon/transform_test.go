@@ -15,6 +15,18 @@ import (
 	"github.com/sluice-cdc/sluice/obs"
 )
 
+// buildAndCheck opens cfg's transforms and checks them against the
+// tables' shapes, as the daemon does at start.
+func buildAndCheck(t *testing.T, cfg *config.Config) error {
+	t.Helper()
+	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, nil, zap.NewNop())
+	defer closeOps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return checkTransforms(context.Background(), cfg, ops)
+}
+
 // Columns and types are checked against the tables' shapes when the
 // pipeline starts, and every problem is a config error at its place.
 func TestTransformsCheckedAgainstShapes(t *testing.T) {
@@ -39,12 +51,7 @@ transforms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, nil, zap.NewNop())
-	defer closeOps()
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = checkTransforms(context.Background(), cfg, ops)
+	err = buildAndCheck(t, cfg)
 	var errs *config.Errors
 	if !errors.As(err, &errs) {
 		t.Fatalf("check: %v", err)
@@ -87,12 +94,7 @@ transforms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, nil, zap.NewNop())
-	defer closeOps()
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = checkTransforms(context.Background(), cfg, ops)
+	err = buildAndCheck(t, cfg)
 	var errs *config.Errors
 	if !errors.As(err, &errs) || len(errs.List) != 1 ||
 		!strings.Contains(errs.Error(), `pipe.yaml:9:12: transforms[0].dedup.key: table demo.orders: column "event_idd" of demo.orders does not exist`) {
@@ -125,12 +127,7 @@ transforms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, closeOps, err := buildTransforms(cfg, nil, false, nil, nil, zap.NewNop())
-	defer closeOps()
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = checkTransforms(context.Background(), cfg, ops)
+	err = buildAndCheck(t, cfg)
 	var errs *config.Errors
 	if !errors.As(err, &errs) || len(errs.List) != 2 {
 		t.Fatalf("check: %v", err)

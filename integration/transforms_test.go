@@ -155,16 +155,7 @@ runtime: {checkpoint_interval: 50ms}
 	waitCheckpoints(t, d, checkpoint, 2)
 	stop.Store(true)
 	wg.Wait()
-	mark := commitMarkOn(t, ctx, pg.DSN("crm"), `UPDATE customers SET name = 'last' WHERE id = (SELECT min(id) FROM customers)`)
-	waitSlotConfirmed(t, ctx, pg.DSN("crm"), "sluice_shaped", mark, d)
-	d.signal(syscall.SIGTERM)
-	if code := d.wait(t, time.Minute); code != 0 {
-		t.Fatalf("exit %d:\n%s", code, d.logs())
-	}
-	logs.WriteString(d.logs())
-	if strings.Contains(logs.String(), "record sent to the dead-letter queue") {
-		t.Fatalf("a record went to the dead-letter queue:\n%s", logs.String())
-	}
+	stopDrained(t, ctx, d, pg.DSN("crm"), "sluice_shaped", `UPDATE customers SET name = 'last' WHERE id = (SELECT min(id) FROM customers)`, &logs)
 
 	expectVerifyEqual(t, cfg)
 
@@ -201,6 +192,25 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatalf("warehouse: %d live rows (want %d), %d unmasked emails, %d wrong balance_cents, notes column %d", live, vip+plain, unmasked, wrongCents, notes)
 	}
 	t.Logf("%d writes, %d kills; %d VIP rows, %d others", writes.Load(), kills, vip, plain)
+}
+
+// stopDrained commits markSQL on dsn, waits until the pipeline's slot
+// confirmed it (everything before it is in the sinks), stops the daemon
+// with SIGTERM and adds its logs to logs (the earlier runs'); a non-zero
+// exit or a record sent to the dead-letter queue in any run fails the
+// test.
+func stopDrained(t *testing.T, ctx context.Context, d *daemonProc, dsn, slot, markSQL string, logs *strings.Builder) {
+	t.Helper()
+	mark := commitMarkOn(t, ctx, dsn, markSQL)
+	waitSlotConfirmed(t, ctx, dsn, slot, mark, d)
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, d.logs())
+	}
+	logs.WriteString(d.logs())
+	if strings.Contains(logs.String(), "record sent to the dead-letter queue") {
+		t.Fatalf("a record went to the dead-letter queue:\n%s", logs.String())
+	}
 }
 
 // killAfterCheckpoints kill -9s the daemon kills times, each at a random
