@@ -282,9 +282,9 @@ func sourceShapes(ctx context.Context, cfg *config.Config) ([]*pipeline.Table, e
 // chain is the record transforms of a config as a verify.Transform: a
 // set of their own, so verification never shares an operator with the
 // running pipeline. Joins and windows are left out (they add tables of
-// their own and pass the captured ones through), and so are dedups: which
-// rows they dropped is in their state, which the running pipeline holds
-// (a dedup'd table's dropped duplicates show as rows its sinks lack).
+// their own and pass the captured ones through). A dedup's tables are
+// left out of the comparison (unverifiable): which rows it dropped is in
+// its state, not in the source.
 type chain []pipeline.NamedOperator
 
 // recordChain builds the config's record transforms; nil when there are
@@ -292,7 +292,14 @@ type chain []pipeline.NamedOperator
 func recordChain(cfg *config.Config) (verify.Transform, error) {
 	var c chain
 	for i := range cfg.Transforms {
-		if t := &cfg.Transforms[i]; t.Join != nil || t.Window != nil || t.Dedup != nil {
+		if t := &cfg.Transforms[i]; t.Join != nil || t.Window != nil {
+			continue
+		} else if t.Dedup != nil {
+			tables, err := scope.NewTables(t.Dedup.Tables)
+			if err != nil {
+				return nil, err
+			}
+			c = append(c, pipeline.NamedOperator{Name: transformName(cfg, i), Operator: unverifiable{tables}})
 			continue
 		}
 		op, err := recordTransform(cfg, i)
@@ -310,12 +317,31 @@ func recordChain(cfg *config.Config) (verify.Transform, error) {
 func (c chain) Shape(t *pipeline.Table) (*pipeline.Table, error) {
 	for _, op := range c {
 		var err error
-		if t, err = op.Operator.(shaper).Shape(t); err != nil {
-			return nil, err
+		if t, err = op.Operator.(shaper).Shape(t); err != nil || t == nil {
+			return nil, err // nil: no sink's rows of t are compared
 		}
 	}
 	return t, nil
 }
+
+// unverifiable stands for a dedup in the verify chain: its tables reach
+// no comparison (Shape gives nil), since the duplicates it dropped are
+// rows of the source that its sinks lack; records pass untouched.
+type unverifiable struct{ tables scope.Tables }
+
+func (u unverifiable) Shape(t *pipeline.Table) (*pipeline.Table, error) {
+	if u.tables.Match(t.ID) {
+		return nil, nil
+	}
+	return t, nil
+}
+
+func (unverifiable) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
+	return in, nil
+}
+
+func (unverifiable) Snapshot() ([]byte, error) { return nil, nil }
+func (unverifiable) Restore([]byte) error      { return nil }
 
 func (c chain) Records(recs []pipeline.Record) []pipeline.Record {
 	for _, op := range c {

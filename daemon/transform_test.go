@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/config"
 	"github.com/sluice-cdc/sluice/obs"
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // buildAndCheck opens cfg's transforms and checks them against the
@@ -193,5 +194,33 @@ transforms:
 	}
 	if want := map[string]float64{"transforms[0].window": 64 << 20, "join:demo.order_docs": 4 << 30, "transforms[2].dedup": 4 << 30}; !reflect.DeepEqual(caps, want) {
 		t.Fatalf("caps %v, want %v", caps, want)
+	}
+}
+
+// In the verify chain a dedup's tables reach no comparison (their sinks
+// lack the duplicates it dropped); other tables pass it unchanged.
+func TestVerifyLeavesDedupedTablesOut(t *testing.T) {
+	cfg, err := config.Parse(filepath.Join(t.TempDir(), "pipe.yaml"), []byte(`pipeline: shop
+source:
+  generate: {changes: 10}
+sinks:
+  - duckdb: {path: ./db}
+transforms:
+  - dedup: {tables: [demo.events], key: after.id, ttl: 1h}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := recordChain(cfg)
+	if err != nil || c == nil {
+		t.Fatalf("chain %v, %v", c, err)
+	}
+	events := &pipeline.Table{ID: pipeline.TableID{Schema: "demo", Table: "events"}}
+	orders := &pipeline.Table{ID: pipeline.TableID{Schema: "demo", Table: "orders"}}
+	if got, err := c.Shape(events); got != nil || err != nil {
+		t.Fatalf("demo.events: %v, %v", got, err)
+	}
+	if got, err := c.Shape(orders); got != orders || err != nil {
+		t.Fatalf("demo.orders: %v, %v", got, err)
 	}
 }
