@@ -181,6 +181,18 @@ type Settler interface {
 	Settled(n uint64)
 }
 
+// Checkpointed is implemented by operators that may forget state once no
+// restart can hand again the inputs it came from (a dedup's expired keys:
+// transform/dedup).
+type Checkpointed interface {
+	// Checkpointed tells the operator that a stored checkpoint covers the
+	// inputs of the first n batches its Process returned in this run (counted
+	// from 1): a restart resumes after them. It is called from the
+	// checkpoint goroutine after the checkpoint is stored, concurrently
+	// with Process, and must not block.
+	Checkpointed(n uint64)
+}
+
 // Syncer is implemented by StateOwners that write their state at
 // checkpoints rather than with every batch (transform/window). Before it
 // stores a checkpoint, the runtime calls Sync from the checkpoint

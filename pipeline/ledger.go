@@ -184,31 +184,32 @@ func (l *ledger) paceLocked() {
 }
 
 // lowWater pops the contiguous durable prefix and returns the newest
-// checkpointable position in it (nil when the prefix holds none), and the
-// seq of the last popped entry.
+// checkpointable position in it (nil when the prefix holds none), and how
+// many batches of the run that position covers (those up to its own).
 //
 // Invariant 1 and 2: only positions whose batch and every earlier batch are
 // durable are returned, and only positions the source marked as transaction
 // boundaries (non-nil Pos).
-func (l *ledger) lowWater() Position {
+func (l *ledger) lowWater() (Position, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var pos Position
+	var covers uint64
 	n := 0
 	for n < len(l.entries) && l.entries[n].done {
 		if l.entries[n].pos != nil {
-			pos = l.entries[n].pos
+			pos, covers = l.entries[n].pos, l.firstSeq+uint64(n)
 		}
 		n++
 	}
 	if n == 0 {
-		return nil
+		return nil, 0
 	}
 	// Keep a non-nil position pending only if it was not returned: we
 	// return it now, so the prefix can go.
 	l.entries = append(l.entries[:0:0], l.entries[n:]...)
 	l.firstSeq += uint64(n)
-	return pos
+	return pos, covers
 }
 
 // settled is how many batches, counted from the first of the run, are

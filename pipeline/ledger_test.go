@@ -36,8 +36,8 @@ func TestLedgerGrowWaitsForRoom(t *testing.T) {
 	if n, bytes := l.inFlight(); n != 0 || bytes != 0 {
 		t.Fatalf("after done: %d records, %d bytes in flight", n, bytes)
 	}
-	if pos := l.lowWater(); string(pos) != "b" {
-		t.Fatalf("low water %q", pos)
+	if pos, covers := l.lowWater(); string(pos) != "b" || covers != b {
+		t.Fatalf("low water %q covering %d batches, want b covering %d", pos, covers, b)
 	}
 
 	c, _ := l.acquire(ctx, 9, 0, nil)

@@ -230,3 +230,64 @@ func TestAStopWithoutTheOperatorsStateFails(t *testing.T) {
 		t.Fatalf("a checkpoint was stored: %s", store.cp.Position)
 	}
 }
+
+// cpOp records the last record of each batch it was given, and what
+// Checkpointed reports.
+type cpOp struct {
+	mu      sync.Mutex
+	last    []int64 // per batch (from 1): its last record's number
+	reports []uint64
+}
+
+func (c *cpOp) Process(_ context.Context, in []Record) ([]Record, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last = append(c.last, in[len(in)-1].After[1].(int64))
+	return in, nil
+}
+func (*cpOp) Snapshot() ([]byte, error) { return nil, nil }
+func (*cpOp) Restore([]byte) error      { return nil }
+func (c *cpOp) Checkpointed(n uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reports = append(c.reports, n)
+}
+
+// Checkpointed reports, after each stored checkpoint, exactly the batches
+// it covers: the n-th batch ends at the record the checkpoint names.
+func TestCheckpointedNamesTheBatchesCovered(t *testing.T) {
+	src := &feedSource{total: 300, size: 10, keys: 50}
+	sink := newMemSink("a", nil)
+	sink.delay = func() time.Duration { return time.Millisecond }
+	op := &cpOp{}
+	var committed []int64
+	store := &memStore{}
+	store.hook = func(cp Checkpoint) error {
+		var p struct{ N int64 }
+		if err := json.Unmarshal(cp.Position, &p); err != nil {
+			return err
+		}
+		op.mu.Lock()
+		committed = append(committed, p.N)
+		op.mu.Unlock()
+		return nil
+	}
+	rt, err := New(fastConfig(), src, []NamedSink{{Name: "a", Sink: sink}}, store,
+		Options{Operators: []NamedOperator{{Name: "cp", Operator: op}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if len(op.reports) == 0 || len(op.reports) != len(committed) || op.reports[len(op.reports)-1] != uint64(len(op.last)) {
+		t.Fatalf("reports %v for %d checkpoints over %d batches", op.reports, len(committed), len(op.last))
+	}
+	for i, n := range op.reports {
+		if op.last[n-1] != committed[i] {
+			t.Fatalf("report %d: batch %d ends at record %d, the checkpoint names %d", i, n, op.last[n-1], committed[i])
+		}
+	}
+}

@@ -133,6 +133,8 @@ type Runtime struct {
 	written    map[string]int64
 	runErr     error
 	pendingPos Position
+	// pendingCovers is how many batches of the run pendingPos covers.
+	pendingCovers uint64
 }
 
 // Options carries the runtime's optional collaborators.

@@ -208,8 +208,8 @@ func (r *Runtime) commitLoop(ctx context.Context, durable <-chan struct{}) error
 
 // commit stores the newest durable position and then acks the source.
 func (r *Runtime) commit(ctx context.Context) error {
-	if pos := r.ledger.lowWater(); pos != nil {
-		r.pendingPos = pos
+	if pos, covers := r.ledger.lowWater(); pos != nil {
+		r.pendingPos, r.pendingCovers = pos, covers
 	}
 	if n := r.ledger.settled(); n > 0 {
 		for _, op := range r.ops {
@@ -246,6 +246,11 @@ func (r *Runtime) commit(ctx context.Context) error {
 	r.obs.CheckpointCommitted(time.Since(t0), cp.CommittedAt, cp.Seq)
 	if r.tap != nil {
 		r.tap.Committed(r.pendingPos)
+	}
+	for _, op := range r.ops {
+		if c, ok := op.Operator.(Checkpointed); ok {
+			c.Checkpointed(r.pendingCovers)
+		}
 	}
 	r.mu.Lock()
 	r.lastCP = cp

@@ -30,12 +30,18 @@
 // Process, so it may run ahead of the checkpoint. A replay is decided
 // from it as before: the row that holds a key passes again (the same
 // record; sinks take it idempotently) and a duplicate is dropped again.
+// Invariant D2: a write sweeps only keys expired before the earliest
+// event time of the batches a restart could hand again (those after the
+// last stored checkpoint: pipeline.Checkpointed), so a replayed change
+// finds every key it found the first time, expired or not by its own
+// clock as before.
 package dedup
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -89,6 +95,20 @@ type Dedup struct {
 	progs   scope.Shapes[*eval.Program]
 	rejects scope.Rejects
 	begun   bool
+
+	// D2: batches counts Process calls in this run; firsts holds, per
+	// batch not yet covered by a checkpoint (and the last one covered),
+	// its earliest event time; horizon is what a write may sweep.
+	mu      sync.Mutex
+	batches uint64
+	firsts  []batchTime
+	horizon time.Time
+}
+
+// batchTime is a batch's earliest event time.
+type batchTime struct {
+	n uint64
+	t time.Time
 }
 
 // Open opens (or creates) the state in opts.Dir; Begin must be called
@@ -172,6 +192,7 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 	if !d.begun {
 		return nil, fmt.Errorf("%s: Process before Begin", d.opts.Name)
 	}
+	horizon := d.note(in)
 	applies := false
 	for i := range in {
 		if d.applies(&in[i]) {
@@ -193,6 +214,7 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 		if err != nil {
 			return err
 		}
+		tx.SweepUntil(horizon) // D2
 		for i := range in {
 			r := &in[i]
 			if !d.applies(r) {
@@ -222,6 +244,48 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 		d.opts.Dropped(dropped)
 	}
 	return d.rejects.Result(out)
+}
+
+// note counts batch in and keeps its earliest event time; it returns the
+// sweep horizon (D2).
+func (d *Dedup) note(in []pipeline.Record) time.Time {
+	var first time.Time
+	for i := range in {
+		if t := in[i].EventTime; !t.IsZero() && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.batches++
+	if !first.IsZero() {
+		d.firsts = append(d.firsts, batchTime{d.batches, first})
+	}
+	return d.horizon
+}
+
+// Checkpointed learns that a stored checkpoint covers the first n batches:
+// the horizon moves to the earliest event time from the last of them on
+// (D2). A restart hands again only the batches after n, whose changes
+// come no earlier than those of batch n.
+func (d *Dedup) Checkpointed(n uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i := 0
+	for i+1 < len(d.firsts) && d.firsts[i+1].n <= n {
+		i++
+	}
+	if len(d.firsts) == 0 || d.firsts[i].n > n {
+		return // no batch with changes is covered yet
+	}
+	d.firsts = d.firsts[i:]
+	h := d.firsts[0].t
+	for _, b := range d.firsts[1:] {
+		if b.t.Before(h) {
+			h = b.t
+		}
+	}
+	d.horizon = h
 }
 
 // applies reports whether r is a data record of one of the tables.

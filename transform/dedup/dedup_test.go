@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/transform/scope"
+	"github.com/sluice-cdc/sluice/transform/state"
 )
 
 var outbox = &pipeline.Table{
@@ -220,5 +221,52 @@ func TestKillsAndReplaysPassWhatOneRunPasses(t *testing.T) {
 				t.Fatalf("trial %d: the duplicate row %d passed", trial, row)
 			}
 		}
+	}
+}
+
+// D2: a write sweeps no key a change after the last stored checkpoint
+// could still find: a replay after a restart finds an event's key even
+// when a later change, before the crash, was past its TTL. Once a
+// checkpoint covers that later change, the key goes.
+func TestKeysAReplayCanFindAreNotSwept(t *testing.T) {
+	dropped := 0
+	o := options(t.TempDir(), &dropped)
+	d := open(t, o, false)
+	passed(t, d, rec(pipeline.OpInsert, 1, "E", 0, 1))             // batch 1: row 1 holds E until 1m
+	passed(t, d, rec(pipeline.OpInsert, 9, "F", 2*time.Minute, 3)) // batch 2: past E's TTL
+	d.Close()                                                      // a kill before any checkpoint
+	d = open(t, o, true)
+	defer d.Close()
+	// The replay: a duplicate of E written at 30 s (between the two
+	// batches) is dropped, as it was in the first run.
+	if got, _ := passed(t, d, rec(pipeline.OpInsert, 2, "E", 30*time.Second, 2), rec(pipeline.OpInsert, 9, "F", 2*time.Minute, 3)); !reflect.DeepEqual(got, []string{"c 9 v3"}) {
+		t.Fatalf("replay: %v", got)
+	}
+	seenKeys := func() int {
+		n := 0
+		err := d.st.View(time.Time{}, func(tx *state.Tx) error {
+			k, err := tx.Space(spaceSeen)
+			if err != nil {
+				return err
+			}
+			n = k.Len()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	passed(t, d, rec(pipeline.OpInsert, 10, "G", 3*time.Minute, 4))
+	if n := seenKeys(); n != 3 {
+		t.Fatalf("%d keys before a checkpoint covers the replayed batch, want E, F and G", n)
+	}
+	// A checkpoint covers both batches of this run: the horizon is the
+	// second's earliest change (3 m), so the next write sweeps E (expired
+	// at 1 m) and F (at 3 m), and keeps G.
+	d.Checkpointed(2)
+	passed(t, d, rec(pipeline.OpInsert, 11, "H", 4*time.Minute, 5))
+	if n := seenKeys(); n != 2 {
+		t.Fatalf("%d keys after a checkpoint covering both batches, want G and H", n)
 	}
 }

@@ -38,6 +38,18 @@ type Tx struct {
 	tx  *bbolt.Tx
 	st  *Store
 	now int64 // Unix microseconds: the clock of the TTLs (noClock: unset)
+	// until bounds what the write sweeps (SweepUntil); limited: set.
+	until   int64
+	limited bool
+}
+
+// SweepUntil bounds the keys this write sweeps to those expired at
+// horizon (the zero time: none), however far the clock goes: an operator
+// whose inputs may be handed again (a replay after a restart) keeps the
+// keys a replayed change could still see, which Get hides by the clock
+// all the same.
+func (t *Tx) SweepUntil(horizon time.Time) {
+	t.until, t.limited = clock(horizon), true
 }
 
 // noClock is the clock of a transaction given the zero time: no key is
@@ -207,7 +219,8 @@ func (k *Keys) sweep() error {
 		if ik == nil || len(ik) < 8 {
 			return nil
 		}
-		if exp := int64(binary.BigEndian.Uint64(ik) ^ (1 << 63)); exp > k.tx.now {
+		exp := int64(binary.BigEndian.Uint64(ik) ^ (1 << 63))
+		if exp > k.tx.now || k.tx.limited && (k.tx.until == noClock || exp > k.tx.until) {
 			return nil
 		}
 		key := bytes.Clone(ik[8:])
