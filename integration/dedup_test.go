@@ -235,10 +235,11 @@ runtime: {checkpoint_interval: 50ms}
 // An outbox written without end, each event twice and each row deleted
 // soon after it was written (the outbox pattern): with a TTL the dedup's
 // state stops growing while the events keep coming. Its size
-// (sluice_operator_state_bytes, sampled) at the end is within half again
-// of what it was at 40% of the run, past two TTLs, while the events
-// written more than doubled. CI runs 60 s with a 6 s TTL; SLUICE_SOAK=20m
-// runs 20 minutes with a 2-minute TTL.
+// (sluice_operator_state_bytes, sampled) grows from 40% of the run (past
+// four TTLs) to the end by at most a third of what the events written
+// grew by (with no sweep it grows as they do), whatever the writer's pace
+// on the machine. CI runs 60 s with a 6 s TTL; SLUICE_SOAK=20m runs 20
+// minutes with a 2-minute TTL.
 func TestDedupStateStaysBounded(t *testing.T) {
 	run := time.Minute
 	if v, err := time.ParseDuration(os.Getenv("SLUICE_SOAK")); err == nil && v > 0 {
@@ -332,11 +333,13 @@ offsets: {dir: ./offsets}
 		lines = append(lines, fmt.Sprintf("%s: %.0f KiB, %d events", s.at, s.bytes/1024, s.events))
 	}
 	t.Logf("ttl %s, state size sampled every %s:\n%s", ttl, every, strings.Join(lines, "\n"))
-	if at40.bytes == 0 || last.events < 2*at40.events {
+	eventsGrew := float64(last.events) / float64(max(at40.events, 1))
+	if at40.bytes == 0 || eventsGrew < 1.5 {
 		t.Fatalf("nothing to compare: %+v at 40%%, %+v at the end", at40, last)
 	}
-	if last.bytes > 1.5*at40.bytes {
-		t.Fatalf("the state grew from %.0f KiB at %s to %.0f KiB at the end, with a TTL of %s", at40.bytes/1024, at40.at, last.bytes/1024, ttl)
+	if grew := last.bytes / at40.bytes; grew > 1+(eventsGrew-1)/3 {
+		t.Fatalf("the state grew %.2f times (%.0f KiB at %s to %.0f KiB) while the events grew %.2f times, with a TTL of %s",
+			grew, at40.bytes/1024, at40.at, last.bytes/1024, eventsGrew, ttl)
 	}
 	d.signal(syscall.SIGTERM)
 	if code := d.wait(t, time.Minute); code != 0 {

@@ -126,3 +126,23 @@ func TestLedgerPacesTheRecordCapBySinkThroughput(t *testing.T) {
 		t.Fatalf("unpaced cap %d", fixed.limit)
 	}
 }
+
+// A position covers the batches up to its own: durable batches after it
+// that carry none (a transaction not yet ended) are handed again after a
+// restart, so lowWater does not count them.
+func TestLowWaterCoversUpToItsPosition(t *testing.T) {
+	ctx := context.Background()
+	l := newLedger(100, 1<<20, pacing{})
+	a, _ := l.acquire(ctx, 1, 10, Position("a"))
+	b, _ := l.acquire(ctx, 1, 10, nil)
+	l.done(a)
+	l.done(b)
+	if pos, covers := l.lowWater(); string(pos) != "a" || covers != a {
+		t.Fatalf("low water %q covering %d batches, want a covering %d", pos, covers, a)
+	}
+	c, _ := l.acquire(ctx, 1, 10, Position("c"))
+	l.done(c)
+	if pos, covers := l.lowWater(); string(pos) != "c" || covers != c {
+		t.Fatalf("low water %q covering %d batches, want c covering %d", pos, covers, c)
+	}
+}

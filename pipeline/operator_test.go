@@ -107,21 +107,35 @@ func (s *settleOp) Settled(n uint64) {
 	s.mu.Unlock()
 }
 
-// Settled reports, never going back, how many of the batches Process was
-// given are durable, and ends at all of them.
-func TestSettlerLearnsWhatIsDurable(t *testing.T) {
-	src := &feedSource{total: 300, size: 10, keys: 50}
+// runOp runs 300 records in batches of 10 from a feedSource through op
+// into one sink that takes a millisecond per write, checkpointing into
+// store.
+func runOp(t *testing.T, name string, op Operator, src *feedSource, store *memStore) {
+	t.Helper()
 	sink := newMemSink("a", nil)
 	sink.delay = func() time.Duration { return time.Millisecond }
-	op := &settleOp{}
-	rt, err := New(fastConfig(), src, []NamedSink{{Name: "a", Sink: sink}}, &memStore{},
-		Options{Operators: []NamedOperator{{Name: "settle", Operator: op}}})
+	rt, err := New(fastConfig(), src, []NamedSink{{Name: "a", Sink: sink}}, store,
+		Options{Operators: []NamedOperator{{Name: name, Operator: op}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// storedRecord is the record a stored checkpoint of a feedSource names.
+func storedRecord(cp Checkpoint) (int64, error) {
+	var p struct{ N int64 }
+	err := json.Unmarshal(cp.Position, &p)
+	return p.N, err
+}
+
+// Settled reports, never going back, how many of the batches Process was
+// given are durable, and ends at all of them.
+func TestSettlerLearnsWhatIsDurable(t *testing.T) {
+	op := &settleOp{}
+	runOp(t, "settle", op, &feedSource{total: 300, size: 10, keys: 50}, &memStore{})
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	if len(op.settled) == 0 || !slices.IsSorted(op.settled) || op.settled[len(op.settled)-1] != op.batches || op.batches != 30 {
@@ -180,19 +194,17 @@ func TestCheckpointsWaitForOperatorsState(t *testing.T) {
 			}
 		}
 	}}
-	sink := newMemSink("a", nil)
-	sink.delay = func() time.Duration { return time.Millisecond }
 	var commits int
 	store := &memStore{}
 	store.hook = func(cp Checkpoint) error {
-		var p struct{ N int64 }
-		if err := json.Unmarshal(cp.Position, &p); err != nil {
+		n, err := storedRecord(cp)
+		if err != nil {
 			return err
 		}
 		op.mu.Lock()
 		defer op.mu.Unlock()
-		if p.N > op.synced {
-			t.Errorf("checkpoint at record %d, the operator's state covers %d", p.N, op.synced)
+		if n > op.synced {
+			t.Errorf("checkpoint at record %d, the operator's state covers %d", n, op.synced)
 		}
 		if op.failed < op.fail {
 			t.Errorf("a checkpoint stored while the operator's Sync fails")
@@ -200,14 +212,7 @@ func TestCheckpointsWaitForOperatorsState(t *testing.T) {
 		commits++
 		return nil
 	}
-	rt, err := New(fastConfig(), src, []NamedSink{{Name: "a", Sink: sink}}, store,
-		Options{Operators: []NamedOperator{{Name: "sync", Operator: op}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	runOp(t, "sync", op, src, store)
 	if op.failed != 1 || commits == 0 || op.synced != 299 || string(store.cp.Position) != `{"n":299}` {
 		t.Fatalf("%d failed syncs, %d commits, state covers %d, last checkpoint %s", op.failed, commits, op.synced, store.cp.Position)
 	}
@@ -256,30 +261,20 @@ func (c *cpOp) Checkpointed(n uint64) {
 // Checkpointed reports, after each stored checkpoint, exactly the batches
 // it covers: the n-th batch ends at the record the checkpoint names.
 func TestCheckpointedNamesTheBatchesCovered(t *testing.T) {
-	src := &feedSource{total: 300, size: 10, keys: 50}
-	sink := newMemSink("a", nil)
-	sink.delay = func() time.Duration { return time.Millisecond }
 	op := &cpOp{}
 	var committed []int64
 	store := &memStore{}
 	store.hook = func(cp Checkpoint) error {
-		var p struct{ N int64 }
-		if err := json.Unmarshal(cp.Position, &p); err != nil {
+		n, err := storedRecord(cp)
+		if err != nil {
 			return err
 		}
 		op.mu.Lock()
-		committed = append(committed, p.N)
+		committed = append(committed, n)
 		op.mu.Unlock()
 		return nil
 	}
-	rt, err := New(fastConfig(), src, []NamedSink{{Name: "a", Sink: sink}}, store,
-		Options{Operators: []NamedOperator{{Name: "cp", Operator: op}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	runOp(t, "cp", op, &feedSource{total: 300, size: 10, keys: 50}, store)
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	if len(op.reports) == 0 || len(op.reports) != len(committed) || op.reports[len(op.reports)-1] != uint64(len(op.last)) {
