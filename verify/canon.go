@@ -14,25 +14,44 @@ import (
 )
 
 // AppendCanon appends Canon(v) to b, without allocating for the
-// commonest kinds of values (integers, text, decimals whose unscaled
-// value fits an int64), so a caller can look a value's text up in a map
-// keyed by it without making a string.
+// commonest kinds of values (integers, booleans, text, decimals whose
+// unscaled value fits an int64), so a caller can look a value's text up
+// in a map keyed by it without making a string.
 func AppendCanon(b []byte, v any) []byte {
-	switch x := v.(type) {
-	case nil:
-		return append(b, "NULL"...)
-	case int64:
-		return strconv.AppendInt(append(b, "int64:"...), x, 10)
-	case int32:
-		return strconv.AppendInt(append(b, "int32:"...), int64(x), 10)
-	case string:
-		return strconv.AppendQuote(append(b, "string:"...), x)
-	case pipeline.Decimal:
-		if x.IsFinite() && (x.Unscaled == nil || x.Unscaled.IsInt64()) {
-			return appendSmallDecimal(append(b, "dec:"...), x)
-		}
+	if out, ok := appendScalar(b, v); ok {
+		return out
 	}
 	return append(b, Canon(v)...)
+}
+
+// appendScalar appends the canonical text of the commonest kinds of
+// values (the snapshot engine keys every chunk row, a window every
+// change) without fmt: the same text as Canon's default case. false: v is
+// of another kind.
+func appendScalar(b []byte, v any) ([]byte, bool) {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "NULL"...), true
+	case string:
+		return strconv.AppendQuote(append(b, "string:"...), x), true
+	case int64:
+		return strconv.AppendInt(append(b, "int64:"...), x, 10), true
+	case int32:
+		return strconv.AppendInt(append(b, "int32:"...), int64(x), 10), true
+	case int16:
+		return strconv.AppendInt(append(b, "int16:"...), int64(x), 10), true
+	case uint64:
+		return strconv.AppendUint(append(b, "uint64:"...), x, 10), true
+	case uint32:
+		return strconv.AppendUint(append(b, "uint32:"...), uint64(x), 10), true
+	case bool:
+		return strconv.AppendBool(append(b, "bool:"...), x), true
+	case pipeline.Decimal:
+		if x.IsFinite() && (x.Unscaled == nil || x.Unscaled.IsInt64()) {
+			return appendSmallDecimal(append(b, "dec:"...), x), true
+		}
+	}
+	return b, false
 }
 
 // Canon renders a record-model value in a canonical text form: equal values
@@ -40,9 +59,11 @@ func AppendCanon(b []byte, v any) []byte {
 // trailing zeros, JSON whitespace and key order), and values a sink must
 // keep apart stay apart (-0.0 and 0, ±Infinity and NaN, text and bytes).
 func Canon(v any) string {
+	var a [64]byte
+	if out, ok := appendScalar(a[:0], v); ok {
+		return string(out)
+	}
 	switch x := v.(type) {
-	case nil:
-		return "NULL"
 	case pipeline.Unchanged:
 		return "UNCHANGED"
 	case pipeline.Decimal:
@@ -59,22 +80,6 @@ func Canon(v any) string {
 			parts[i] = Canon(e)
 		}
 		return "[" + strings.Join(parts, ",") + "]"
-	case string:
-		return "string:" + strconv.Quote(x)
-	// The commonest key types, without fmt (the snapshot engine keys every
-	// chunk row): the same text as the default case.
-	case int64:
-		return "int64:" + strconv.FormatInt(x, 10)
-	case int32:
-		return "int32:" + strconv.FormatInt(int64(x), 10)
-	case int16:
-		return "int16:" + strconv.FormatInt(int64(x), 10)
-	case uint64:
-		return "uint64:" + strconv.FormatUint(x, 10)
-	case uint32:
-		return "uint32:" + strconv.FormatUint(uint64(x), 10)
-	case bool:
-		return "bool:" + strconv.FormatBool(x)
 	case time.Time:
 		return "time.Time:" + x.String()
 	default:
