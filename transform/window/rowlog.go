@@ -3,6 +3,7 @@ package window
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/bbolt"
 
@@ -190,6 +191,8 @@ func (e *Engine) compactLogs(cs *changeSet) {
 			cs.delCopy(bucketRowLog, appendLogKey(k[:0], w.b, s))
 		}
 		w.log = rowLog{}
+		// Rows that left it have no entry left there to mark gone.
+		e.leaving = slices.DeleteFunc(e.leaving, func(rh rowHome) bool { return rh.home == w.b })
 		for _, row := range w.rows {
 			if c := e.rows[row]; c != nil && c.homed && c.home == w.b {
 				c.homed = false
