@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"strconv"
 
 	"github.com/cockroachdb/apd/v3"
 
@@ -134,23 +133,9 @@ type sum struct {
 	any   bool  // small holds a value's scale
 }
 
-// smallOf returns v's unscaled int64 and scale when v is an integer or a
-// finite decimal whose unscaled part fits.
-func smallOf(v any) (int64, int32, bool) {
-	switch x := v.(type) {
-	case int64:
-		return x, 0, true
-	case pipeline.Decimal:
-		if x.Special == pipeline.Finite && x.Unscaled != nil && x.Unscaled.IsInt64() {
-			return x.Unscaled.Int64(), x.Scale, true
-		}
-	}
-	return 0, 0, false
-}
-
 // addSmall adds sign*v to small when it fits; false: not added.
 func (s *sum) addSmall(v any, sign int64) bool {
-	u, sc, ok := smallOf(v)
+	u, sc, ok := eval.SmallDecimal(v)
 	if !ok || s.any && sc != s.scale {
 		return false
 	}
@@ -182,7 +167,7 @@ func (s *sum) add(v any, _ int64, _ pipeline.Version) {
 		s.n++
 		return
 	}
-	if d, ok := toDecimal(v); ok {
+	if d, ok := eval.NumberToAPD(v); ok {
 		if s.n == 0 {
 			s.num = numericOf(v)
 		}
@@ -199,7 +184,7 @@ func (s *sum) remove(v any, _ int64, _ pipeline.Version) {
 		s.n--
 		return
 	}
-	if d, ok := toDecimal(v); ok {
+	if d, ok := eval.NumberToAPD(v); ok {
 		_, _ = exact.Sub(&s.total, &s.total, d)
 		s.n--
 	}
@@ -240,32 +225,6 @@ func (s *sum) result() any {
 		return f
 	}
 	return eval.FromAPD(v)
-}
-
-// toDecimal converts a numeric record value exactly; false for NULL and
-// non-numbers.
-func toDecimal(v any) (*apd.Decimal, bool) {
-	switch x := v.(type) {
-	case int64:
-		return apd.New(x, 0), true
-	case uint64:
-		d := new(apd.Decimal)
-		d.Coeff.SetMathBigInt(new(big.Int).SetUint64(x))
-		return d, true
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return nil, false
-		}
-		d, _, err := apd.NewFromString(strconv.FormatFloat(x, 'g', -1, 64))
-		return d, err == nil
-	case pipeline.Decimal:
-		if !x.IsFinite() {
-			return nil, false
-		}
-		d, err := eval.ToAPD(x)
-		return d, err == nil
-	}
-	return nil, false
 }
 
 // entry is one distinct value of a multiset and how many times it is in.
@@ -443,7 +402,7 @@ func (e *extreme) takeVal(v any) bool {
 }
 
 func (e *extreme) better(a, b any) bool {
-	c := compare(a, b)
+	c := eval.Compare(a, b)
 	if e.max {
 		return c > 0
 	}
@@ -543,55 +502,4 @@ func (o *ordered) result() any {
 		}
 	}
 	return v
-}
-
-// compare orders two non-NULL values of one column: numbers numerically,
-// times and dates by instant, strings and bytes by bytes, false before
-// true.
-func compare(a, b any) int {
-	if ua, sa, ok := smallOf(a); ok {
-		if ub, sb, ok := smallOf(b); ok && sa == sb {
-			return cmpOrdered(ua, ub) // the same scale: no decimal arithmetic
-		}
-	}
-	if da, ok := toDecimal(a); ok {
-		if db, ok := toDecimal(b); ok {
-			return da.Cmp(db)
-		}
-	}
-	switch x := a.(type) {
-	case string:
-		if y, ok := b.(string); ok {
-			return cmpOrdered(x, y)
-		}
-	case pipeline.Timestamp:
-		if y, ok := b.(pipeline.Timestamp); ok {
-			return cmpOrdered(x.Micros, y.Micros)
-		}
-	case pipeline.Date:
-		if y, ok := b.(pipeline.Date); ok {
-			return cmpOrdered(x.Days, y.Days)
-		}
-	case bool:
-		if y, ok := b.(bool); ok {
-			switch {
-			case x == y:
-				return 0
-			case !x:
-				return -1
-			}
-			return 1
-		}
-	}
-	return cmpOrdered(verify.Canon(a), verify.Canon(b))
-}
-
-func cmpOrdered[T int64 | int32 | string](a, b T) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

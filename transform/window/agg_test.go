@@ -7,35 +7,8 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
+	"github.com/sluice-cdc/sluice/transform/eval"
 )
-
-// compare orders integers and decimals by value whichever path it takes:
-// the int64 one for the same scale, decimal arithmetic across scales or
-// past int64.
-func TestCompareOrdersNumbersByValue(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 11))
-	dec := func(u int64, scale int32) pipeline.Decimal {
-		return pipeline.Decimal{Unscaled: big.NewInt(u), Scale: scale}
-	}
-	wide := func(d pipeline.Decimal) pipeline.Decimal { // the same value past int64
-		return pipeline.Decimal{Unscaled: new(big.Int).Mul(d.Unscaled, new(big.Int).Exp(big.NewInt(10), big.NewInt(20), nil)), Scale: d.Scale + 20}
-	}
-	for range 2000 {
-		a, b := dec(rng.Int64N(2001)-1000, int32(rng.IntN(3))), dec(rng.Int64N(2001)-1000, int32(rng.IntN(3)))
-		want := new(big.Rat).SetFrac(a.Unscaled, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(a.Scale)), nil)).Cmp(
-			new(big.Rat).SetFrac(b.Unscaled, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(b.Scale)), nil)))
-		for _, pair := range [][2]any{{a, b}, {wide(a), b}, {a, wide(b)}} {
-			if got := compare(pair[0], pair[1]); got != want {
-				t.Fatalf("compare(%v, %v) = %d, want %d", pair[0], pair[1], got, want)
-			}
-		}
-		if a.Scale == 0 {
-			if got := compare(a.Unscaled.Int64(), b); got != want {
-				t.Fatalf("compare(int64 %v, %v) = %d, want %d", a.Unscaled, b, got, want)
-			}
-		}
-	}
-}
 
 // min and max follow their multiset through adds and retractions, with
 // values counted by integer (one scale of decimals) and by text (other
@@ -81,12 +54,12 @@ func TestExtremesFollowTheirMultiset(t *testing.T) {
 				}
 				var want any
 				for _, v := range held {
-					if c := compare(v, want); want == nil || isMax && c > 0 || !isMax && c < 0 {
+					if c := eval.Compare(v, want); want == nil || isMax && c > 0 || !isMax && c < 0 {
 						want = v
 					}
 				}
 				got := e.result()
-				if (got == nil) != (want == nil) || got != nil && compare(got, want) != 0 {
+				if (got == nil) != (want == nil) || got != nil && eval.Compare(got, want) != 0 {
 					t.Fatalf("trial %d step %d max=%v: %v, want %v (held %v)", trial, step, isMax, got, want, held)
 				}
 			}

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -447,7 +448,7 @@ func (e *Engine) AdvanceTagged(wm int64, tag uint64) []Emission {
 			closing = append(closing, w)
 		}
 	}
-	slices.SortFunc(closing, func(a, b *window) int { return cmpOrdered(a.b.Start, b.b.Start) })
+	slices.SortFunc(closing, func(a, b *window) int { return cmp.Compare(a.b.Start, b.b.Start) })
 	for _, w := range closing {
 		var gs []*group
 		if !w.closed {
@@ -507,7 +508,7 @@ func (e *Engine) Early() []Emission {
 			open = append(open, w)
 		}
 	}
-	slices.SortFunc(open, func(a, b *window) int { return cmpOrdered(a.b.Start, b.b.Start) })
+	slices.SortFunc(open, func(a, b *window) int { return cmp.Compare(a.b.Start, b.b.Start) })
 	var out []Emission
 	for _, w := range open {
 		gs := w.takeChanged()

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"cmp"
 	"container/heap"
 	"slices"
 	"strings"
@@ -61,7 +62,7 @@ type sentry struct {
 
 func (a sentry) cmp(t int64, row string) int {
 	if a.t != t {
-		return cmpOrdered(a.t, t)
+		return cmp.Compare(a.t, t)
 	}
 	return strings.Compare(a.row, row)
 }
@@ -372,7 +373,7 @@ func (s *Sessions) settle(g *sgroup, tag uint64, out []Emission) []Emission {
 			bounds = append(bounds, b)
 		}
 	}
-	slices.SortFunc(bounds, func(a, b Bounds) int { return cmpOrdered(a.Start, b.Start) })
+	slices.SortFunc(bounds, func(a, b Bounds) int { return cmp.Compare(a.Start, b.Start) })
 	for _, b := range bounds {
 		r := g.results[b]
 		later(b.End + s.opts.Lateness)

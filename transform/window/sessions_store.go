@@ -1,6 +1,7 @@
 package window
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -114,7 +115,7 @@ func (g *sgroup) encode() ([]byte, error) {
 	for bd := range g.results {
 		bounds = append(bounds, bd)
 	}
-	slices.SortFunc(bounds, func(a, b Bounds) int { return cmpOrdered(a.Start, b.Start) })
+	slices.SortFunc(bounds, func(a, b Bounds) int { return cmp.Compare(a.Start, b.Start) })
 	b = binary.AppendUvarint(b, uint64(len(bounds)))
 	for _, bd := range bounds {
 		r := g.results[bd]
