@@ -41,7 +41,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -96,19 +95,9 @@ type Dedup struct {
 	rejects scope.Rejects
 	begun   bool
 
-	// D2: batches counts Process calls in this run; firsts holds, per
-	// batch not yet covered by a checkpoint (and the last one covered),
-	// its earliest event time; horizon is what a write may sweep.
-	mu      sync.Mutex
-	batches uint64
-	firsts  []batchTime
-	horizon time.Time
-}
-
-// batchTime is a batch's earliest event time.
-type batchTime struct {
-	n uint64
-	t time.Time
+	// floor is the earliest event time a replay can carry: what a write
+	// may sweep (D2).
+	floor state.Floor[time.Time]
 }
 
 // Open opens (or creates) the state in opts.Dir; Begin must be called
@@ -126,7 +115,8 @@ func Open(o Options) (*Dedup, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dedup{opts: o, st: st, rejects: scope.Rejects{Op: o.Name, Policy: o.Policy}}, nil
+	return &Dedup{opts: o, st: st, rejects: scope.Rejects{Op: o.Name, Policy: o.Policy},
+		floor: state.Floor[time.Time]{Less: time.Time.Before}}, nil
 }
 
 // definition is what the state was built for: the key and the TTL.
@@ -246,8 +236,7 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 	return d.rejects.Result(out)
 }
 
-// note counts batch in and keeps its earliest event time; it returns the
-// sweep horizon (D2).
+// note counts batch in and returns the sweep horizon (D2).
 func (d *Dedup) note(in []pipeline.Record) time.Time {
 	var first time.Time
 	for i := range in {
@@ -255,38 +244,14 @@ func (d *Dedup) note(in []pipeline.Record) time.Time {
 			first = t
 		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.batches++
-	if !first.IsZero() {
-		d.firsts = append(d.firsts, batchTime{d.batches, first})
-	}
-	return d.horizon
+	h, _ := d.floor.Note(first, !first.IsZero())
+	return h
 }
 
 // Checkpointed learns that a stored checkpoint covers the first n batches:
 // the horizon moves to the earliest event time from the last of them on
-// (D2). A restart hands again only the batches after n, whose changes
-// come no earlier than those of batch n.
-func (d *Dedup) Checkpointed(n uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	i := 0
-	for i+1 < len(d.firsts) && d.firsts[i+1].n <= n {
-		i++
-	}
-	if len(d.firsts) == 0 || d.firsts[i].n > n {
-		return // no batch with changes is covered yet
-	}
-	d.firsts = d.firsts[i:]
-	h := d.firsts[0].t
-	for _, b := range d.firsts[1:] {
-		if b.t.Before(h) {
-			h = b.t
-		}
-	}
-	d.horizon = h
-}
+// (D2).
+func (d *Dedup) Checkpointed(n uint64) { d.floor.Checkpointed(n) }
 
 // applies reports whether r is a data record of one of the tables.
 func (d *Dedup) applies(r *pipeline.Record) bool {
