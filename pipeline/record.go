@@ -75,9 +75,10 @@ type Column struct {
 	// carries it, so a sink that adds the column fills its existing rows
 	// with it. nil when there is none.
 	Missing any
-	// Fields, when not nil, makes a TypeJSON column an object whose members
-	// are these columns: a transform fills it (a join's looked-up row), and
-	// a sink can map the members (a search index's object properties).
+	// Fields, when not nil, makes a TypeJSON column an object, or an array
+	// of objects, whose members are these columns: a transform fills it (a
+	// join's looked-up row, a nest's child rows), and a sink can map the
+	// members (a search index's object properties).
 	// Empty but not nil while the members are not known yet. nil for
 	// free-form JSON.
 	Fields []Column

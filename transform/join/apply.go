@@ -25,7 +25,7 @@ import (
 // applyRow applies an insert, update, read or delete and returns the keys
 // of the rows it touched (the old and the new key when an update changed
 // the key).
-func (j *Join) applyRow(st joinState, r *pipeline.Record, isFrom bool) ([][]byte, error) {
+func (j *Join) applyRow(st joinState, r *pipeline.Record, ro *roles) ([][]byte, error) {
 	t := r.Table
 	name := t.ID.String()
 	if r.Op == pipeline.OpDelete {
@@ -33,7 +33,7 @@ func (j *Join) applyRow(st joinState, r *pipeline.Record, isFrom bool) ([][]byte
 		if err != nil {
 			return nil, err
 		}
-		return [][]byte{k}, j.remove(st, name, k, r, isFrom)
+		return [][]byte{k}, j.remove(st, name, k, r, ro)
 	}
 	k, err := rowKey(t, r.After)
 	if err != nil {
@@ -43,13 +43,13 @@ func (j *Join) applyRow(st joinState, r *pipeline.Record, isFrom bool) ([][]byte
 	if r.Before != nil {
 		// An update that changed the key deletes the old row.
 		if old, err := rowKey(t, r.Before); err == nil && !bytes.Equal(old, k) {
-			if err := j.remove(st, name, old, r, isFrom); err != nil {
+			if err := j.remove(st, name, old, r, ro); err != nil {
 				return nil, err
 			}
 			keys = [][]byte{old, k}
 		}
 	}
-	return keys, j.upsert(st, name, k, r, isFrom)
+	return keys, j.upsert(st, name, k, r, ro)
 }
 
 // rowKey encodes the key columns of img.
@@ -80,7 +80,7 @@ func stale(st joinState, table string, old *entry, v pipeline.Version) bool {
 	return v.Less(st.barrier(table))
 }
 
-func (j *Join) upsert(st joinState, table string, key []byte, r *pipeline.Record, isFrom bool) error {
+func (j *Join) upsert(st joinState, table string, key []byte, r *pipeline.Record, ro *roles) error {
 	old, err := st.get(table, key)
 	if err != nil || stale(st, table, old, r.Version) {
 		return err
@@ -98,16 +98,14 @@ func (j *Join) upsert(st joinState, table string, key []byte, r *pipeline.Record
 	if old != nil {
 		e.emitted = old.emitted
 	}
-	if isFrom {
-		if err := j.relink(st, key, old, e); err != nil {
-			return err
-		}
+	if err := j.relinkAll(st, ro, key, old, e, r.Version); err != nil {
+		return err
 	}
 	return st.put(table, key, e)
 }
 
 // remove leaves a versioned tombstone holding the key columns.
-func (j *Join) remove(st joinState, table string, key []byte, r *pipeline.Record, isFrom bool) error {
+func (j *Join) remove(st joinState, table string, key []byte, r *pipeline.Record, ro *roles) error {
 	old, err := st.get(table, key)
 	if err != nil || stale(st, table, old, r.Version) {
 		return err
@@ -120,12 +118,21 @@ func (j *Join) remove(st joinState, table string, key []byte, r *pipeline.Record
 	if old != nil {
 		e.emitted = old.emitted
 	}
-	if isFrom {
-		if err := j.relink(st, key, old, nil); err != nil {
+	if err := j.relinkAll(st, ro, key, old, nil, r.Version); err != nil {
+		return err
+	}
+	return st.put(table, key, e)
+}
+
+// relinkAll moves the index entries of the row key from what old refers
+// to to what now refers to: a from row's lookups, a child row's parents.
+func (j *Join) relinkAll(st joinState, ro *roles, key []byte, old, now *entry, v pipeline.Version) error {
+	if ro.isFrom {
+		if err := j.relink(st, key, old, now); err != nil {
 			return err
 		}
 	}
-	return st.put(table, key, e)
+	return j.relinkChildren(st, ro.childN, key, old, now, v)
 }
 
 // relink moves a from-table row's index entries from what old refers to
@@ -160,21 +167,7 @@ func (j *Join) relink(st joinState, key []byte, old, now *entry) error {
 // lookupKey returns the key of the row of lookup n that e refers to; nil
 // when e is absent or deleted or one of its on columns is NULL.
 func (j *Join) lookupKey(e *entry, n int) ([]byte, error) {
-	if e == nil || e.deleted {
-		return nil, nil
-	}
-	var b []byte
-	for _, c := range j.opts.With[n].On {
-		v, ok := e.value(c)
-		if !ok || v == nil || v == pipeline.UnchangedValue {
-			return nil, nil
-		}
-		var err error
-		if b, err = appendKeyValue(b, v); err != nil {
-			return nil, err
-		}
-	}
-	return b, nil
+	return keyOfColumns(e, j.opts.With[n].On)
 }
 
 // truncate clears the table's rows older than the truncate. On the from
@@ -183,11 +176,12 @@ func (j *Join) lookupKey(e *entry, n int) ([]byte, error) {
 // is new and cleared nothing. A replayed truncate cleared its rows before
 // the crash and they are no longer known, so its outputs are all sent
 // again.
-func (j *Join) truncate(st joinState, r *pipeline.Record, isFrom bool, lookupN []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+func (j *Join) truncate(st joinState, r *pipeline.Record, ro *roles, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	name := r.Table.ID.String()
 	barrier := st.barrier(name)
 	fresh := barrier.Less(r.Version) // not seen before: not a replay
 	cleared := 0
+	var parents [][]byte // the from rows that lost children
 	if !r.Version.Less(barrier) {
 		if err := st.flush(); err != nil {
 			return out, err
@@ -214,10 +208,23 @@ func (j *Join) truncate(st joinState, r *pipeline.Record, isFrom bool, lookupN [
 		}
 		cleared = len(drop)
 		for i, k := range drop {
-			if isFrom {
+			if ro.isFrom {
 				if err := j.relink(st, k, dropped[i], nil); err != nil {
 					return out, err
 				}
+			}
+			for _, n := range ro.childN {
+				p, err := j.parentKey(dropped[i], n)
+				if err != nil {
+					return out, err
+				}
+				if p == nil {
+					continue
+				}
+				if err := st.child(n, p, k, false); err != nil {
+					return out, err
+				}
+				parents = append(parents, p)
 			}
 			if err := b.Delete(k); err != nil {
 				return out, err
@@ -227,7 +234,7 @@ func (j *Join) truncate(st joinState, r *pipeline.Record, isFrom bool, lookupN [
 			return out, err
 		}
 	}
-	if isFrom && j.out != nil {
+	if ro.isFrom && j.out != nil {
 		out = append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: j.out, Version: r.Version, Origin: r.OrderVersion(),
 			EventTime: r.EventTime, TxID: r.TxID, Snapshot: r.Snapshot, Pos: r.Pos, Size: 64})
 	}
@@ -235,7 +242,20 @@ func (j *Join) truncate(st joinState, r *pipeline.Record, isFrom bool, lookupN [
 		// Nothing was cleared (a first load's barrier): no output changes.
 		return out, nil
 	}
-	return j.emitAll(st, r, lookupN, seen, out)
+	out, err := j.emitAll(st, r, ro.lookupN, seen, out)
+	if err != nil || len(ro.childN) == 0 {
+		return out, err
+	}
+	if !fresh {
+		// A replay: the children it cleared are no longer known.
+		return j.emitEveryRow(st, r, seen, out)
+	}
+	for _, p := range parents {
+		if out, err = j.emitLive(st, r, p, seen, out); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // emitAll emits every joined row that refers to a row of the lookups ns.
@@ -262,6 +282,17 @@ func (j *Join) emitAll(st joinState, r *pipeline.Record, ns []int, seen *emitted
 		}
 	}
 	return out, nil
+}
+
+// lookupKeyOf returns the first key of an index key (the looked-up key of
+// a lookup's, the from-table key of a child's).
+func lookupKeyOf(k []byte) []byte {
+	r := binform.NewReader(k)
+	n := r.Uvarint()
+	if r.Err() != nil || n > uint64(r.Len()) {
+		return nil
+	}
+	return append([]byte{}, r.Fixed(int(n))...)
 }
 
 // fromKeyOf returns the from-table key of an index key.
@@ -332,7 +363,7 @@ func (j *Join) emit(st joinState, r *pipeline.Record, fk []byte, out []pipeline.
 		rec.Op = pipeline.OpUpdate
 	}
 	if !e.deleted {
-		if rec.After, err = j.row(st, e); err != nil {
+		if rec.After, err = j.row(st, fk, e); err != nil {
 			return out, err
 		}
 	}
@@ -341,9 +372,9 @@ func (j *Join) emit(st joinState, r *pipeline.Record, fk []byte, out []pipeline.
 }
 
 // row builds the output image of a live from-table row.
-func (j *Join) row(st joinState, e *entry) ([]any, error) {
+func (j *Join) row(st joinState, fk []byte, e *entry) ([]any, error) {
 	cols := j.out.Columns
-	nFrom := len(cols) - len(j.opts.With)
+	nFrom := len(cols) - len(j.opts.With) - len(j.opts.Children)
 	img := make([]any, len(cols))
 	for i := range nFrom {
 		v, ok := e.value(cols[i].Name)
@@ -368,6 +399,13 @@ func (j *Join) row(st joinState, e *entry) ([]any, error) {
 			continue
 		}
 		img[nFrom+n] = renderRow(cols[nFrom+n].Fields, le)
+	}
+	nLookups := nFrom + len(j.opts.With)
+	for n := range j.opts.Children {
+		var err error
+		if img[nLookups+n], err = j.renderChildren(st, n, fk, cols[nLookups+n].Fields); err != nil {
+			return nil, err
+		}
 	}
 	return img, nil
 }

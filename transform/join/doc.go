@@ -1,7 +1,10 @@
-// Package join is the join transform: every row of a from table becomes a
-// row of an output table that embeds, per lookup, the row of another table
-// it refers to (many-to-one, by that table's primary key) as a JSON object
-// whose members the output column's Fields describe.
+// Package join is the join and nest transforms: every row of a from table
+// becomes a row of an output table that embeds, per lookup, the row of
+// another table it refers to (many-to-one, by that table's primary key) as
+// a JSON object, and per child (nest, one-to-many), the rows of another
+// table that refer to it as a JSON array of objects in a defined order
+// (nest.go, Invariant N1); the output column's Fields describe the
+// members.
 //
 // State. The latest row of every joined table, a tombstone per deleted
 // row, each table's truncate barrier, and a reverse index (looked-up key →
@@ -23,7 +26,8 @@
 // refuses to start and names `sluice run --reset-offsets`.
 //
 // Outputs. After each input record of a joined table (passed through
-// unchanged), Process appends the output rows that record touches, built
+// unchanged), Process appends the output rows that record touches (for a
+// child row: the row it belongs to and those it left, N1), built
 // from the state as it now is, whether the record changed the state or was
 // a replay: a replayed input's outputs may never have reached the sinks.
 // An output's version is its input's, raised to just above the last

@@ -1,7 +1,6 @@
 package join
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
-	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"github.com/sluice-cdc/sluice/transform/state"
 )
 
@@ -35,7 +33,13 @@ type Options struct {
 	Output string
 	// From is the table whose rows become output rows, "schema.table".
 	From string
-	With []Lookup
+	// With lists the looked-up tables (many-to-one) and Children the
+	// nested ones (one-to-many); at least one of the two is set.
+	With     []Lookup
+	Children []Child
+	// Overflowed, when set, counts the outputs whose arrays held only the
+	// first Max of their children (OverflowTruncate).
+	Overflowed func(n int)
 	// Dir holds the state store; created when absent.
 	Dir string
 	// MaxStateBytes caps the state file (0: no cap): past it the
@@ -56,7 +60,7 @@ type Join struct {
 	outName [2]string // schema, table
 
 	from    *pipeline.Table            // the from table's latest shape
-	lookups map[string]*pipeline.Table // the looked-up tables' latest shapes
+	shapes  map[string]*pipeline.Table // the looked-up and child tables' latest shapes
 	out     *pipeline.Table            // the output shape, rebuilt when an input shape changes
 	gen     int
 
@@ -64,6 +68,9 @@ type Join struct {
 	// inputs holds the joined tables' (schema, table), so Process tells
 	// joined records apart without building names.
 	inputs map[[2]string]bool
+	// floor is the least version a replay can carry: moves below it are
+	// pruned (N1).
+	floor state.Floor[pipeline.Version]
 }
 
 // maxLookups bounds a join's lookups: each has an index bucket named by
@@ -80,29 +87,57 @@ func Open(opts Options) (*Join, error) {
 	if !ok || schema == "" || table == "" {
 		return nil, fmt.Errorf("join: output %q is not schema.table", opts.Output)
 	}
-	if len(opts.With) == 0 {
-		return nil, fmt.Errorf("join %s: no lookups", opts.Output)
+	what := kind(opts) + " " + opts.Output
+	if len(opts.With) == 0 && len(opts.Children) == 0 {
+		return nil, fmt.Errorf("%s: no lookups and no children", what)
 	}
-	if len(opts.With) > maxLookups {
-		return nil, fmt.Errorf("join %s: %d lookups; at most %d", opts.Output, len(opts.With), maxLookups)
+	if len(opts.With) > maxLookups || len(opts.Children) > maxLookups {
+		return nil, fmt.Errorf("%s: %d lookups and %d children; at most %d of each", what, len(opts.With), len(opts.Children), maxLookups)
 	}
-	st, err := state.Open(state.Spec{What: "join " + opts.Output, Dir: opts.Dir, File: "join.db",
-		Spaces: []state.Space{{Name: string(bucketRows)}, {Name: string(bucketIndex)}, {Name: string(bucketMeta)}}, Meta: string(bucketMeta), Needs: "every row of " + strings.Join(append([]string{opts.From}, lookupTables(opts.With)...), ", "),
+	st, err := state.Open(state.Spec{What: what, Dir: opts.Dir, File: "join.db",
+		Spaces: []state.Space{{Name: string(bucketRows)}, {Name: string(bucketIndex)}, {Name: string(bucketMeta)},
+			{Name: spaceChildren}, {Name: spaceMoves}, {Name: spaceMoveOrder}},
+		Meta: string(bucketMeta), Needs: "every row of " + strings.Join(inputTables(opts), ", "),
 		MaxBytes: opts.MaxStateBytes, Setting: opts.MaxStateSetting, Sized: opts.StateSized})
 	if err != nil {
 		return nil, err
 	}
-	j := &Join{opts: opts, log: opts.Log, st: st, outName: [2]string{schema, table}, lookups: map[string]*pipeline.Table{},
-		inputs: map[[2]string]bool{}}
-	for _, name := range append([]string{opts.From}, lookupTables(opts.With)...) {
+	j := &Join{opts: opts, log: opts.Log, st: st, outName: [2]string{schema, table}, shapes: map[string]*pipeline.Table{},
+		inputs: map[[2]string]bool{}, floor: state.Floor[pipeline.Version]{Less: pipeline.Version.Less}}
+	for _, name := range inputTables(opts) {
 		id := tableID(name)
 		j.inputs[[2]string{id.Schema, id.Table}] = true
 	}
 	if err := st.View(time.Time{}, j.load); err != nil {
 		_ = st.Close()
-		return nil, fmt.Errorf("join %s: %w", opts.Output, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return j, nil
+}
+
+// kind names the operator in errors: a nest when it has children.
+func kind(opts Options) string {
+	if len(opts.Children) > 0 {
+		return "nest"
+	}
+	return "join"
+}
+
+// inputTables lists the from table, then the looked-up and child tables,
+// each once.
+func inputTables(opts Options) []string {
+	names := []string{opts.From}
+	for _, l := range opts.With {
+		if !slices.Contains(names, l.Table) {
+			names = append(names, l.Table)
+		}
+	}
+	for _, c := range opts.Children {
+		if !slices.Contains(names, c.Table) {
+			names = append(names, c.Table)
+		}
+	}
+	return names
 }
 
 // definition is what the state and the outputs already written were
@@ -116,12 +151,23 @@ func (j *Join) definition() []byte {
 		As      string   `json:"as"`
 		Columns []string `json:"columns,omitempty"`
 	}
+	type child struct {
+		Table   string   `json:"table"`
+		On      []string `json:"on"`
+		As      string   `json:"as"`
+		OrderBy []string `json:"order_by,omitempty"`
+		Columns []string `json:"columns,omitempty"`
+	}
 	def := struct {
-		From string   `json:"from"`
-		With []lookup `json:"with"`
+		From     string   `json:"from"`
+		With     []lookup `json:"with"`
+		Children []child  `json:"children,omitempty"`
 	}{From: j.opts.From}
 	for _, l := range j.opts.With {
 		def.With = append(def.With, lookup{l.Table, l.On, l.As, l.Columns})
+	}
+	for _, c := range j.opts.Children {
+		def.Children = append(def.Children, child{c.Table, c.On, c.As, c.OrderBy, c.Columns})
 	}
 	b, _ := json.Marshal(def) // strings and slices of strings always marshal
 	return b
@@ -136,13 +182,13 @@ func (j *Join) load(tx *state.Tx) error {
 	if j.from, err = st.shape(j.fromID()); err != nil {
 		return err
 	}
-	for _, l := range j.opts.With {
-		t, err := st.shape(tableID(l.Table))
+	for _, name := range inputTables(j.opts)[1:] {
+		t, err := st.shape(tableID(name))
 		if err != nil {
 			return err
 		}
 		if t != nil {
-			j.lookups[l.Table] = t
+			j.shapes[name] = t
 		}
 	}
 	j.rebuildOut()
@@ -172,20 +218,9 @@ func (j *Join) Begin(_ context.Context, resumed bool) error {
 			zap.String("join", j.opts.Output))
 	}
 	j.from, j.out = nil, nil
-	clear(j.lookups)
+	clear(j.shapes)
 	j.begun = true
 	return nil
-}
-
-// tableList names the joined tables.
-func (j *Join) tableList() string {
-	var names []string
-	for _, n := range append([]string{j.opts.From}, lookupTables(j.opts.With)...) {
-		if !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	return strings.Join(names, ", ")
 }
 
 func tableID(name string) pipeline.TableID {
@@ -205,7 +240,7 @@ func (j *Join) Snapshot() ([]byte, error) { return nil, nil }
 // Restore accepts only the nil state Snapshot returns.
 func (j *Join) Restore(b []byte) error {
 	if len(b) > 0 {
-		return fmt.Errorf("join %s: unexpected checkpoint state", j.opts.Output)
+		return fmt.Errorf("%s: unexpected checkpoint state", j.what())
 	}
 	return nil
 }
@@ -217,8 +252,9 @@ func (j *Join) Restore(b []byte) error {
 // batch without a record of a joined table opens no transaction.
 func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Record, error) {
 	if !j.begun {
-		return nil, fmt.Errorf("join %s: Process before Begin", j.opts.Output)
+		return nil, fmt.Errorf("%s: Process before Begin", j.what())
 	}
+	floor, pruning := j.note(in)
 	if !slices.ContainsFunc(in, j.joins) {
 		return in, nil
 	}
@@ -240,7 +276,12 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 			}
 			var err error
 			if out, err = j.apply(st, r, out); err != nil {
-				return fmt.Errorf("join %s: %s %s at version %s: %w", j.opts.Output, r.Table.ID, r.Op, r.Version, err)
+				return fmt.Errorf("%s: %s %s at version %s: %w", j.what(), r.Table.ID, r.Op, r.Version, err)
+			}
+		}
+		if pruning {
+			if err := st.pruneMoves(floor, pruneBatch); err != nil {
+				return err
 			}
 		}
 		return st.flush()
@@ -251,211 +292,28 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 	return out, nil
 }
 
+// note counts batch in and returns the replay floor (N1); false while no
+// checkpoint has set one, or when nothing is nested.
+func (j *Join) note(in []pipeline.Record) (pipeline.Version, bool) {
+	var least pipeline.Version
+	has := false
+	for i := range in {
+		if v := in[i].Version; v != (pipeline.Version{}) && (!has || v.Less(least)) {
+			least, has = v, true
+		}
+	}
+	floor, ok := j.floor.Note(least, has)
+	return floor, ok && len(j.opts.Children) > 0
+}
+
+// Checkpointed implements pipeline.Checkpointed: the replay floor follows
+// the stored checkpoints (N1).
+func (j *Join) Checkpointed(n uint64) { j.floor.Checkpointed(n) }
+
+func (j *Join) what() string { return kind(j.opts) + " " + j.opts.Output }
+
 // joins reports whether r is a data record of a joined table.
 func (j *Join) joins(r pipeline.Record) bool {
 	return r.Table != nil && r.Op.IsData() && j.inputs[[2]string{r.Table.ID.Schema, r.Table.ID.Table}]
 }
 
-func lookupTables(with []Lookup) []string {
-	out := make([]string, len(with))
-	for i, l := range with {
-		out[i] = l.Table
-	}
-	return out
-}
-
-// fanOutWarn is the number of output rows one input may cause before the
-// join logs it: they all travel in the input's batch (Invariant 9).
-const fanOutWarn = 100_000
-
-// apply updates the state with r and appends the output records it causes:
-// the row itself when r is a from-table row, the rows that refer to it
-// when r is a looked-up row, and every row that refers to a lookup whose
-// embedded columns r's new shape changed. Each output row is emitted once
-// per input (seen).
-func (j *Join) apply(st joinState, r *pipeline.Record, out []pipeline.Record) ([]pipeline.Record, error) {
-	name := r.Table.ID.String()
-	isFrom := name == j.opts.From
-	var lookupN []int
-	for n, l := range j.opts.With {
-		if l.Table == name {
-			lookupN = append(lookupN, n)
-		}
-	}
-	refresh, err := j.observeShape(st, r.Table, isFrom, lookupN)
-	if err != nil {
-		return out, err
-	}
-	var seen emitted
-	if out, err = j.applyAndEmit(st, r, isFrom, lookupN, refresh, &seen, out); err != nil {
-		return out, err
-	}
-	if len(seen) >= fanOutWarn {
-		j.log.Warn("one change fans out to many joined rows, all in one batch past the in-flight cap",
-			zap.String("join", j.opts.Output), zap.String("table", name), zap.Stringer("op", r.Op), zap.Int("rows", len(seen)))
-	}
-	return out, nil
-}
-
-// emitted is the set of from-table keys emitted for one input, allocated
-// only when an input emits through more than one path.
-type emitted map[string]bool
-
-// add records k and reports whether it was new.
-func (e *emitted) add(k []byte) bool {
-	if (*e)[string(k)] {
-		return false
-	}
-	if *e == nil {
-		*e = emitted{}
-	}
-	(*e)[string(k)] = true
-	return true
-}
-
-func (j *Join) applyAndEmit(st joinState, r *pipeline.Record, isFrom bool, lookupN, refresh []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
-	var err error
-	if r.Op == pipeline.OpTruncate {
-		if out, err = j.truncate(st, r, isFrom, lookupN, seen, out); err != nil {
-			return out, err
-		}
-	} else {
-		keys, err := j.applyRow(st, r, isFrom)
-		if err != nil {
-			return out, err
-		}
-		if isFrom {
-			// A from-table row joins itself; the set is needed only when
-			// a lookup path may reach it again (a self-join, a refresh).
-			track := len(lookupN) > 0 || len(refresh) > 0
-			for _, k := range keys {
-				if track {
-					seen.add(k)
-				}
-				if out, err = j.emit(st, r, k, out); err != nil {
-					return out, err
-				}
-			}
-		}
-		if len(lookupN) > 0 {
-			if out, err = j.emitReferrers(st, r, lookupN, keys, seen, out); err != nil {
-				return out, err
-			}
-		}
-	}
-	if len(refresh) > 0 {
-		// The embedded columns changed (a column added, dropped or
-		// retyped): every row that embeds this lookup is written again.
-		return j.emitAll(st, r, refresh, seen, out)
-	}
-	return out, nil
-}
-
-// observeShape records a new shape of an input table and rebuilds the
-// output shape. It returns the lookups whose embedded columns differ from
-// the previous shape's (none for a table seen for the first time).
-func (j *Join) observeShape(st joinState, t *pipeline.Table, isFrom bool, lookupN []int) ([]int, error) {
-	name := t.ID.String()
-	if (!isFrom || j.from == t) && (len(lookupN) == 0 || j.lookups[name] == t) {
-		return nil, nil
-	}
-	for _, n := range lookupN {
-		l := j.opts.With[n]
-		if len(t.KeyIdx) != len(l.On) {
-			return nil, fmt.Errorf("lookup %s: on lists %d column(s) but %s has a %d-column primary key (%s); list the columns of %s that hold it, in key order",
-				l.As, len(l.On), name, len(t.KeyIdx), keyNames(t), j.opts.From)
-		}
-		for _, c := range l.Columns {
-			if !slices.ContainsFunc(t.Columns, func(x pipeline.Column) bool { return x.Name == c }) {
-				return nil, fmt.Errorf("lookup %s: %s has no column %q (listed in columns)", l.As, name, c)
-			}
-		}
-	}
-	if isFrom {
-		if len(t.KeyIdx) == 0 {
-			return nil, fmt.Errorf("%s has no primary key: joined rows need one", name)
-		}
-		for _, l := range j.opts.With {
-			if slices.ContainsFunc(t.Columns, func(x pipeline.Column) bool { return x.Name == l.As }) {
-				return nil, fmt.Errorf("lookup %s: %s already has a column %q; choose another name for as", l.As, name, l.As)
-			}
-			for _, c := range l.On {
-				if !slices.ContainsFunc(t.Columns, func(x pipeline.Column) bool { return x.Name == c }) {
-					return nil, fmt.Errorf("lookup %s: %s has no column %q (listed in on)", l.As, name, c)
-				}
-			}
-		}
-	}
-	if err := st.putShape(t); err != nil {
-		return nil, err
-	}
-	var refresh []int
-	if prev := j.lookups[name]; prev != nil {
-		for _, n := range lookupN {
-			if !sameMembers(lookupColumns(prev, j.opts.With[n]), lookupColumns(t, j.opts.With[n])) {
-				refresh = append(refresh, n)
-			}
-		}
-	}
-	if isFrom {
-		j.from = t
-	}
-	if len(lookupN) > 0 {
-		j.lookups[name] = t
-	}
-	j.rebuildOut()
-	return refresh, nil
-}
-
-// sameMembers reports whether two lookups' embedded columns render the
-// same objects: the same names, types and missing values, in order.
-func sameMembers(a, b []pipeline.Column) bool {
-	return slices.EqualFunc(a, b, func(x, y pipeline.Column) bool {
-		if x.Name != y.Name || x.Type != y.Type || x.Elem != y.Elem {
-			return false
-		}
-		mx, errX := binform.Append(nil, x.Missing)
-		my, errY := binform.Append(nil, y.Missing)
-		return errX == nil && errY == nil && bytes.Equal(mx, my)
-	})
-}
-
-func keyNames(t *pipeline.Table) string {
-	names := make([]string, len(t.KeyIdx))
-	for i, k := range t.KeyIdx {
-		names[i] = t.Columns[k].Name
-	}
-	return strings.Join(names, ", ")
-}
-
-// rebuildOut derives the output shape: the from table's columns, then one
-// JSON column per lookup whose Fields are the looked-up columns.
-func (j *Join) rebuildOut() {
-	if j.from == nil {
-		return
-	}
-	cols := slices.Clone(j.from.Columns)
-	for _, l := range j.opts.With {
-		c := pipeline.Column{Name: l.As, Type: pipeline.TypeJSON, Nullable: true, SourceType: "join " + l.Table,
-			Fields: []pipeline.Column{}}
-		if t := j.lookups[l.Table]; t != nil {
-			c.Fields = lookupColumns(t, l)
-		}
-		cols = append(cols, c)
-	}
-	j.gen++
-	id := pipeline.TableID{Database: j.from.ID.Database, Schema: j.outName[0], Table: j.outName[1]}
-	j.out = &pipeline.Table{ID: id, Columns: cols, KeyIdx: slices.Clone(j.from.KeyIdx), Generation: j.gen}
-}
-
-// lookupColumns returns l's selected columns of t, as plain (non-key) members.
-func lookupColumns(t *pipeline.Table, l Lookup) []pipeline.Column {
-	var cols []pipeline.Column
-	for _, c := range t.Columns {
-		if len(l.Columns) == 0 || slices.Contains(l.Columns, c.Name) {
-			c.Key = false
-			cols = append(cols, c)
-		}
-	}
-	return cols
-}

@@ -28,7 +28,11 @@ const (
 // renderRow renders cols of e as a JSON object; a column e lacks (a row
 // stored before the column was added) takes the column's Missing value.
 func renderRow(cols []pipeline.Column, e *entry) pipeline.JSON {
-	b := make([]byte, 0, 64*len(cols))
+	return pipeline.JSON(appendRow(make([]byte, 0, 64*len(cols)), cols, e))
+}
+
+// appendRow appends renderRow's object to b.
+func appendRow(b []byte, cols []pipeline.Column, e *entry) []byte {
 	b = append(b, '{')
 	for i := range cols {
 		c := &cols[i]
@@ -42,7 +46,7 @@ func renderRow(cols []pipeline.Column, e *entry) pipeline.JSON {
 		}
 		b = appendJSON(b, c.Type, c.Elem, v)
 	}
-	return pipeline.JSON(append(b, '}'))
+	return append(b, '}')
 }
 
 func appendJSON(b []byte, t, elem pipeline.Type, v any) []byte {

@@ -1,6 +1,8 @@
 package join
 
 import (
+	"bytes"
+	"errors"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -16,6 +18,14 @@ import (
 //	index/<n>/<len><lookup key><from key>
 //	                               the from-table rows that refer to a row of
 //	                               lookup n (empty value; a prefix scan lists them)
+//	children/<n>/<len><from key><child key>
+//	                               the rows of child n (nest) that belong to a
+//	                               from-table row (empty value)
+//	moves/<n>/<len><child key><version>
+//	                               the from-table key a change of the child row
+//	                               at version took it from (N1)
+//	moveorder/<version><n><len><child key>
+//	                               the same moves by version, to prune them
 //	meta/barrier:<schema.table>    the version of the table's latest truncate
 //	meta/shape:<schema.table>      the table's latest shape (database, columns, key)
 //	meta/definition                what the index was built for (from, lookups, on)
@@ -28,6 +38,10 @@ var (
 	bucketRows  = []byte("rows")
 	bucketIndex = []byte("index")
 	bucketMeta  = []byte("meta")
+
+	spaceChildren  = "children"
+	spaceMoves     = "moves"
+	spaceMoveOrder = "moveorder"
 )
 
 // entry is one row in the state.
@@ -88,6 +102,7 @@ func decodeEntry(b []byte) (*entry, error) {
 // transaction however often the batch touches it (flush writes them).
 type joinState struct {
 	rows, index, meta *state.Keys // the key spaces
+	nested, moves, moveOrder *state.Keys
 	cache             map[string]*cachedRow
 }
 
@@ -107,7 +122,16 @@ func newState(tx *state.Tx) (joinState, error) {
 	if s.index, err = tx.Space(string(bucketIndex)); err != nil {
 		return s, err
 	}
-	s.meta, err = tx.Space(string(bucketMeta))
+	if s.meta, err = tx.Space(string(bucketMeta)); err != nil {
+		return s, err
+	}
+	if s.nested, err = tx.Space(spaceChildren); err != nil {
+		return s, err
+	}
+	if s.moves, err = tx.Space(spaceMoves); err != nil {
+		return s, err
+	}
+	s.moveOrder, err = tx.Space(spaceMoveOrder)
 	return s, err
 }
 
@@ -234,3 +258,121 @@ func (s joinState) shape(id pipeline.TableID) (*pipeline.Table, error) {
 	}
 	return binform.ReadShape(binform.NewReader(v), id)
 }
+
+// child adds (on) or removes the child row ck of child n under the from
+// row fk.
+func (s joinState) child(n int, fk, ck []byte, on bool) error {
+	b, err := s.nested.Nested([]byte{byte(n)})
+	if err != nil {
+		return err
+	}
+	if on {
+		return b.Put(indexKey(fk, ck), nil)
+	}
+	return b.Delete(indexKey(fk, ck))
+}
+
+// children returns the keys of child n's rows under the from row fk.
+func (s joinState) children(n int, fk []byte) ([][]byte, error) {
+	b := s.nested.Lookup([]byte{byte(n)})
+	if b == nil {
+		return nil, nil
+	}
+	prefix := indexKey(fk, nil)
+	var out [][]byte
+	err := b.Scan(prefix, func(k, _ []byte) error {
+		out = append(out, append([]byte{}, k[len(prefix):]...))
+		return nil
+	})
+	return out, err
+}
+
+// parents returns the from keys that have a row of child n, once each.
+func (s joinState) parents(n int) ([][]byte, error) {
+	b := s.nested.Lookup([]byte{byte(n)})
+	if b == nil {
+		return nil, nil
+	}
+	var out [][]byte
+	err := b.Scan(nil, func(k, _ []byte) error {
+		fk := lookupKeyOf(k)
+		if fk != nil && (len(out) == 0 || !bytes.Equal(out[len(out)-1], fk)) {
+			out = append(out, fk)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// recordMove records that the change of child n's row ck at v took it
+// from the from row fk (N1).
+func (s joinState) recordMove(n int, ck []byte, v pipeline.Version, fk []byte) error {
+	b, err := s.moves.Nested([]byte{byte(n)})
+	if err != nil {
+		return err
+	}
+	if err := b.Put(moveKey(ck, v), fk); err != nil {
+		return err
+	}
+	return s.moveOrder.Put(moveOrderKey(n, ck, v), nil)
+}
+
+// movesSince returns the from keys that changes of child n's row ck at or
+// after v took it from (N1).
+func (s joinState) movesSince(n int, ck []byte, v pipeline.Version) ([][]byte, error) {
+	b := s.moves.Lookup([]byte{byte(n)})
+	if b == nil {
+		return nil, nil
+	}
+	from := moveKey(ck, v)
+	prefix := from[:len(from)-32]
+	var out [][]byte
+	err := b.Scan(prefix, func(k, fk []byte) error {
+		if bytes.Compare(k, from) >= 0 {
+			out = append(out, append([]byte{}, fk...))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// pruneMoves removes at most max moves recorded at versions below floor:
+// no restart hands their changes again (N1).
+func (s joinState) pruneMoves(floor pipeline.Version, max int) error {
+	limit := floor.Bytes()
+	var drop [][]byte
+	err := s.moveOrder.Scan(nil, func(k, _ []byte) error {
+		if len(drop) == max || bytes.Compare(k[:32], limit) >= 0 {
+			return errStopScan
+		}
+		drop = append(drop, append([]byte{}, k...))
+		return nil
+	})
+	if err != nil && err != errStopScan {
+		return err
+	}
+	for _, k := range drop {
+		r := binform.NewReader(k[33:])
+		ln := r.Uvarint()
+		if r.Err() != nil || ln > uint64(r.Len()) {
+			return binform.ErrCorrupt
+		}
+		ck := r.Fixed(int(ln))
+		var v pipeline.Version
+		for i := range v {
+			v[i] = binary.BigEndian.Uint64(k[i*8:])
+		}
+		if b := s.moves.Lookup(k[32:33]); b != nil {
+			if err := b.Delete(moveKey(ck, v)); err != nil {
+				return err
+			}
+		}
+		if err := s.moveOrder.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errStopScan ends a scan early.
+var errStopScan = errors.New("stop")

@@ -1,0 +1,317 @@
+package join
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
+	"github.com/sluice-cdc/sluice/transform/eval"
+)
+
+// Nested rows (the nest transform): a Child table's rows that refer to a
+// from-table row (their On columns hold its primary key) are embedded in
+// that row's output as a JSON array of objects, ordered by OrderBy.
+//
+// Invariant N1: a from row's output is rebuilt from the state after every
+// input that changes one of its nested rows: a child inserted, updated or
+// deleted emits its parent; a child moved to another parent emits both.
+// A replayed child input finds its current parent in the state, and the
+// parents it left in the moves space (every parent a change of the row at
+// or after the replayed version took it from), so the outputs a crash may
+// have kept from the sinks are sent again even when the state ran ahead of
+// the checkpoint. Moves below the replay floor (state.Floor over versions)
+// are pruned: no restart hands their inputs again.
+
+// Child is one table nested into the from table (one-to-many).
+type Child struct {
+	// Table is the child table, "schema.table".
+	Table string
+	// On lists the child table's columns that hold the from row's primary
+	// key, in the order of that key.
+	On []string
+	// As is the name of the output column that holds the array.
+	As string
+	// OrderBy lists the child columns the array is sorted by (ascending,
+	// NULLs last, ties broken by the child's primary key); empty: the
+	// primary key.
+	OrderBy []string
+	// Columns selects the child rows' columns; empty: all of them.
+	Columns []string
+	// Max bounds the array (0: no bound): past it, Overflow decides.
+	Max int
+	// Overflow is what a from row with more than Max children does.
+	Overflow Overflow
+	// MaxSetting names Max in errors ("transforms[0].nest.children[0].max_children").
+	MaxSetting string
+}
+
+// Overflow is the policy for a from row with more than Max children.
+type Overflow uint8
+
+const (
+	// OverflowTruncate embeds the first Max children in order, and counts
+	// the output (Options.Overflowed).
+	OverflowTruncate Overflow = iota
+	// OverflowFail stops the pipeline with an error naming the row, the
+	// count and the setting.
+	OverflowFail
+)
+
+// parentKey returns the key of the from row that the child row e refers
+// to through child n; nil when e is absent or deleted or an On column is
+// NULL.
+func (j *Join) parentKey(e *entry, n int) ([]byte, error) {
+	return keyOfColumns(e, j.opts.Children[n].On)
+}
+
+// keyOfColumns encodes e's values of cols as a key; nil when e is absent
+// or deleted or one of the values is NULL.
+func keyOfColumns(e *entry, cols []string) ([]byte, error) {
+	if e == nil || e.deleted {
+		return nil, nil
+	}
+	var b []byte
+	for _, c := range cols {
+		v, ok := e.value(c)
+		if !ok || v == nil || v == pipeline.UnchangedValue {
+			return nil, nil
+		}
+		var err error
+		if b, err = appendKeyValue(b, v); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// relinkChildren moves the child row ck's index entries, for each child
+// n of its table, from the parent old refers to to the one now refers to
+// (either may be nil), and records in the moves space the parent a change
+// at v took it from (N1).
+func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *entry, v pipeline.Version) error {
+	for _, n := range childN {
+		was, err := j.parentKey(old, n)
+		if err != nil {
+			return err
+		}
+		is, err := j.parentKey(now, n)
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(was, is) {
+			continue
+		}
+		if was != nil {
+			if err := st.child(n, was, ck, false); err != nil {
+				return err
+			}
+			if err := st.recordMove(n, ck, v, was); err != nil {
+				return err
+			}
+		}
+		if is != nil {
+			if err := st.child(n, is, ck, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// emitParents emits, for the child rows keys of the children childN, the
+// output of the live from row each now belongs to and of every from row a
+// change of it at or after r's version moved it from (N1).
+func (j *Join) emitParents(st joinState, r *pipeline.Record, childN []int, keys [][]byte, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+	table := r.Table.ID.String()
+	for _, n := range childN {
+		for _, ck := range keys {
+			e, err := st.get(table, ck)
+			if err != nil {
+				return out, err
+			}
+			parents, err := st.movesSince(n, ck, r.Version)
+			if err != nil {
+				return out, err
+			}
+			p, err := j.parentKey(e, n)
+			if err != nil {
+				return out, err
+			}
+			if p != nil {
+				parents = append(parents, p)
+			}
+			for _, p := range parents {
+				if out, err = j.emitLive(st, r, p, seen, out); err != nil {
+					return out, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// emitLive emits the from row fk's output when the row is live and not
+// yet emitted for this input: a child of a deleted or unknown row changes
+// no output.
+func (j *Join) emitLive(st joinState, r *pipeline.Record, fk []byte, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+	e, err := st.get(j.opts.From, fk)
+	if err != nil || e == nil || e.deleted || !seen.add(fk) {
+		return out, err
+	}
+	return j.emit(st, r, fk, out)
+}
+
+// emitAllParents emits every live from row that has a child of the
+// children ns (their embedded columns changed).
+func (j *Join) emitAllParents(st joinState, r *pipeline.Record, ns []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+	for _, n := range ns {
+		parents, err := st.parents(n)
+		if err != nil {
+			return out, err
+		}
+		for _, p := range parents {
+			if out, err = j.emitLive(st, r, p, seen, out); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// emitEveryRow emits every live from row: a replayed truncate of a child
+// table cleared the rows it must correct before the crash.
+func (j *Join) emitEveryRow(st joinState, r *pipeline.Record, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
+	if err := st.flush(); err != nil {
+		return out, err
+	}
+	b, err := st.table(j.opts.From)
+	if err != nil {
+		return out, err
+	}
+	var keys [][]byte
+	err = b.Scan(nil, func(k, _ []byte) error {
+		keys = append(keys, append([]byte{}, k...))
+		return nil
+	})
+	if err != nil {
+		return out, err
+	}
+	for _, k := range keys {
+		if out, err = j.emitLive(st, r, k, seen, out); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// childRow is one child row being ordered for the array.
+type childRow struct {
+	key   []byte
+	e     *entry
+	order []any
+}
+
+// renderChildren renders the live children n of the from row fk as a JSON
+// array, in order, bounded by Max.
+func (j *Join) renderChildren(st joinState, n int, fk []byte, fields []pipeline.Column) (pipeline.JSON, error) {
+	c := &j.opts.Children[n]
+	keys, err := st.children(n, fk)
+	if err != nil {
+		return "", err
+	}
+	rows := make([]childRow, 0, len(keys))
+	for _, ck := range keys {
+		e, err := st.get(c.Table, ck)
+		if err != nil {
+			return "", err
+		}
+		if e == nil || e.deleted {
+			continue // the index follows the rows: not reached
+		}
+		row := childRow{key: ck, e: e}
+		for _, col := range c.OrderBy {
+			v, _ := e.value(col)
+			row.order = append(row.order, v)
+		}
+		for kr := binform.NewReader(ck); kr.Len() > 0 && kr.Err() == nil; {
+			row.order = append(row.order, kr.Value()) // ties: by key value
+		}
+		rows = append(rows, row)
+	}
+	slices.SortFunc(rows, compareNested)
+	if c.Max > 0 && len(rows) > c.Max {
+		if c.Overflow == OverflowFail {
+			return "", fmt.Errorf("the row with key %s has %d rows of %s in %s, more than %d: raise %s, or set on_overflow: truncate to embed the first %d",
+				describeKey(fk), len(rows), c.Table, c.As, c.Max, c.MaxSetting, c.Max)
+		}
+		rows = rows[:c.Max]
+		if j.opts.Overflowed != nil {
+			j.opts.Overflowed(1)
+		}
+	}
+	b := make([]byte, 0, 2+len(rows)*64*len(fields))
+	b = append(b, '[')
+	for i := range rows {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendRow(b, fields, rows[i].e)
+	}
+	return pipeline.JSON(append(b, ']')), nil
+}
+
+// compareNested orders child rows by their order values (NULLs last;
+// the key's values last of them), then by encoded key.
+func compareNested(a, b childRow) int {
+	for i := range a.order {
+		x, y := a.order[i], b.order[i]
+		switch {
+		case x == nil && y == nil:
+			continue
+		case x == nil:
+			return 1
+		case y == nil:
+			return -1
+		}
+		if c := eval.Compare(x, y); c != 0 {
+			return c
+		}
+	}
+	return bytes.Compare(a.key, b.key)
+}
+
+// describeKey renders an encoded key's values for an error.
+func describeKey(k []byte) string {
+	r := binform.NewReader(k)
+	var parts []string
+	for r.Len() > 0 && r.Err() == nil {
+		parts = append(parts, fmt.Sprint(r.Value()))
+	}
+	if r.Err() != nil {
+		return fmt.Sprintf("%x", k)
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// The moves space: per child n, <len><child key><version> → the parent
+// key the change at version took the row from; and in moveOrder,
+// <version><n><len><child key> → nothing, to prune by version.
+
+func moveKey(ck []byte, v pipeline.Version) []byte {
+	b := binary.AppendUvarint(make([]byte, 0, 10+len(ck)+32), uint64(len(ck)))
+	return append(append(b, ck...), v.Bytes()...)
+}
+
+func moveOrderKey(n int, ck []byte, v pipeline.Version) []byte {
+	b := append(v.Bytes(), byte(n))
+	b = binary.AppendUvarint(b, uint64(len(ck)))
+	return append(b, ck...)
+}
+
+// pruneBatch bounds the moves one write prunes, so a write after a long
+// pause does not stall on them.
+const pruneBatch = 10_000
