@@ -59,10 +59,10 @@ type Join struct {
 	st      *state.Store
 	outName [2]string // schema, table
 
-	from    *pipeline.Table            // the from table's latest shape
-	shapes  map[string]*pipeline.Table // the looked-up and child tables' latest shapes
-	out     *pipeline.Table            // the output shape, rebuilt when an input shape changes
-	gen     int
+	from   *pipeline.Table            // the from table's latest shape
+	shapes map[string]*pipeline.Table // the looked-up and child tables' latest shapes
+	out    *pipeline.Table            // the output shape, rebuilt when an input shape changes
+	gen    int
 
 	begun bool // Begin was called
 	// inputs holds the joined tables' (schema, table), so Process tells
@@ -316,4 +316,3 @@ func (j *Join) what() string { return kind(j.opts) + " " + j.opts.Output }
 func (j *Join) joins(r pipeline.Record) bool {
 	return r.Table != nil && r.Op.IsData() && j.inputs[[2]string{r.Table.ID.Schema, r.Table.ID.Table}]
 }
-

@@ -230,7 +230,7 @@ func TestNestPrunesMovesBelowTheFloor(t *testing.T) {
 	if got := moves(); got != 9 {
 		t.Fatalf("%d moves recorded, want 9 (versions 3..11; batch 2 left it where it was)", got)
 	}
-	j.Checkpointed(6)                                                            // batches 1..6 covered: the floor is batch 6's version, ver(6)
+	j.Checkpointed(6)                                                           // batches 1..6 covered: the floor is batch 6's version, ver(6)
 	process(t, j, rec(pipeline.OpInsert, other, ver(12), nil, []any{int64(1)})) // an unrelated batch prunes nothing
 	process(t, j, rec(pipeline.OpInsert, orders, ver(12), nil, order(3, 0, "")))
 	if got := moves(); got != 6 {

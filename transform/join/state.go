@@ -2,8 +2,8 @@ package join
 
 import (
 	"bytes"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -101,9 +101,9 @@ func decodeEntry(b []byte) (*entry, error) {
 // it reads and writes cached: a row is decoded once and written once per
 // transaction however often the batch touches it (flush writes them).
 type joinState struct {
-	rows, index, meta *state.Keys // the key spaces
+	rows, index, meta        *state.Keys // the key spaces
 	nested, moves, moveOrder *state.Keys
-	cache             map[string]*cachedRow
+	cache                    map[string]*cachedRow
 }
 
 type cachedRow struct {
