@@ -20,6 +20,7 @@ type Transform struct {
 	Route   *RouteTransform   `yaml:"route"`
 	Window  *WindowTransform  `yaml:"window"`
 	Dedup   *DedupTransform   `yaml:"dedup"`
+	Nest    *NestTransform    `yaml:"nest"`
 }
 
 // Kind returns the transform's kind ("filter", "join", ...).
@@ -45,6 +46,8 @@ func (t *Transform) Kind() string {
 		return "window"
 	case t.Dedup != nil:
 		return "dedup"
+	case t.Nest != nil:
+		return "nest"
 	}
 	return ""
 }
@@ -219,39 +222,64 @@ func (d *decoder) validateTransforms(c *Config) {
 			base := index("transforms", i) + ".window"
 			d.validateWindow(c, base, w)
 			if k, dup := outputs[w.Output]; dup {
-				d.errAt(base+".output", "output "+w.Output+" is also the output of "+index("transforms", k), "give every join and window its own output")
+				d.errAt(base+".output", "output "+w.Output+" is also the output of "+index("transforms", k), "give every join, nest and window its own output")
 			}
 			outputs[w.Output] = i
 		}
-		j := t.Join
-		base := index("transforms", i) + ".join"
-		if j == nil || d.failed(base) {
-			continue
+		if j := t.Join; j != nil && !d.failed(index("transforms", i)+".join") {
+			base := index("transforms", i) + ".join"
+			d.validateDocument(captured, outputs, i, base, "from", j.From, j.Output, j.With, nil)
 		}
-		hint := "capture it: add it to the source's tables"
-		if captured != nil && !slices.Contains(captured, j.From) {
-			d.errAt(base+".from", "table "+j.From+" is not captured by the source", hint)
+		if n := t.Nest; n != nil && !d.failed(index("transforms", i)+".nest") {
+			base := index("transforms", i) + ".nest"
+			d.validateDocument(captured, outputs, i, base, "parent", n.Parent, n.Output, n.With, n.Children)
 		}
-		if slices.Contains(captured, j.Output) {
-			d.errAt(base+".output", "output "+j.Output+" is a captured table", "name the joined rows' table differently, e.g. "+j.Output+"_docs")
-		} else if k, dup := outputs[j.Output]; dup {
-			d.errAt(base+".output", "output "+j.Output+" is also the output of "+index("transforms", k), "give every join its own output")
+	}
+}
+
+// validateDocument checks a join's or nest's tables, output and column
+// names: the from (or parent) table, the looked-up and child tables are
+// captured; the output is none of them nor another transform's output;
+// every lookup and child has its own column name.
+func (d *decoder) validateDocument(captured []string, outputs map[string]int, i int, base, fromField, from, output string, with []JoinLookup, children []NestChild) {
+	hint := "capture it: add it to the source's tables"
+	if captured != nil && !slices.Contains(captured, from) {
+		d.errAt(base+"."+fromField, "table "+from+" is not captured by the source", hint)
+	}
+	if slices.Contains(captured, output) {
+		d.errAt(base+".output", "output "+output+" is a captured table", "name the joined rows' table differently, e.g. "+output+"_docs")
+	} else if k, dup := outputs[output]; dup {
+		d.errAt(base+".output", "output "+output+" is also the output of "+index("transforms", k), "give every join, nest and window its own output")
+	}
+	outputs[output] = i
+	as := map[string]bool{}
+	for k, l := range with {
+		p := index(base+".with", k)
+		if captured != nil && !slices.Contains(captured, l.Table) {
+			d.errAt(p+".table", "table "+l.Table+" is not captured by the source", hint)
 		}
-		outputs[j.Output] = i
-		as := map[string]bool{}
-		for k, l := range j.With {
-			p := index(base+".with", k)
-			if captured != nil && !slices.Contains(captured, l.Table) {
-				d.errAt(p+".table", "table "+l.Table+" is not captured by the source", hint)
+		if as[l.As] {
+			d.errAt(p+".as", "column "+l.As+" is used by another lookup or child", "give every lookup and child its own as")
+		}
+		as[l.As] = true
+		for n, col := range l.On {
+			if strings.TrimSpace(col) == "" {
+				d.errAt(index(p+".on", n), "empty column name", "list the columns of "+from+" that hold the key of "+l.Table)
 			}
-			if as[l.As] {
-				d.errAt(p+".as", "column "+l.As+" is used by another lookup of this join", "give every lookup its own as")
-			}
-			as[l.As] = true
-			for n, col := range l.On {
-				if strings.TrimSpace(col) == "" {
-					d.errAt(index(p+".on", n), "empty column name", "list the columns of "+j.From+" that hold the key of "+l.Table)
-				}
+		}
+	}
+	for k, c := range children {
+		p := index(base+".children", k)
+		if captured != nil && !slices.Contains(captured, c.Table) {
+			d.errAt(p+".table", "table "+c.Table+" is not captured by the source", hint)
+		}
+		if as[c.As] {
+			d.errAt(p+".as", "column "+c.As+" is used by another lookup or child", "give every lookup and child its own as")
+		}
+		as[c.As] = true
+		for n, col := range c.On {
+			if strings.TrimSpace(col) == "" {
+				d.errAt(index(p+".on", n), "empty column name", "list the columns of "+c.Table+" that hold the key of "+from)
 			}
 		}
 	}
@@ -274,6 +302,13 @@ func resolveTransformPaths(c *Config, abs func(string) string) {
 				j.StateDir = filepath.Join(c.Offsets.Dir, "join", j.Output)
 			} else {
 				j.StateDir = abs(j.StateDir)
+			}
+		}
+		if n := t.Nest; n != nil {
+			if n.StateDir == "" {
+				n.StateDir = filepath.Join(c.Offsets.Dir, "nest", n.Output)
+			} else {
+				n.StateDir = abs(n.StateDir)
 			}
 		}
 	}

@@ -68,8 +68,7 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, w
 			ops = append(ops, pipeline.NamedOperator{Name: transformName(cfg, i), Operator: op})
 			continue
 		}
-		j := t.Join
-		if j == nil {
+		if t.Join == nil && t.Nest == nil {
 			op, err := recordTransform(cfg, i)
 			if err != nil {
 				return nil, closeAll, &pipeline.OpenError{What: "transform " + transformName(cfg, i), Err: err}
@@ -77,26 +76,54 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, w
 			ops = append(ops, pipeline.NamedOperator{Name: transformName(cfg, i), Operator: op})
 			continue
 		}
+		opts := joinOptions(cfg, i, metrics, log)
 		if resetState {
-			if err := os.RemoveAll(j.StateDir); err != nil {
-				return nil, closeAll, fmt.Errorf("reset join %s: %w", j.Output, err)
+			if err := os.RemoveAll(opts.Dir); err != nil {
+				return nil, closeAll, fmt.Errorf("reset %s %s: %w", t.Kind(), opts.Output, err)
 			}
-		}
-		name := "join:" + j.Output
-		opts := join.Options{Output: j.Output, From: j.From, Dir: j.StateDir, Log: log.Named("join"),
-			MaxStateBytes: int64(j.MaxStateBytes), MaxStateSetting: fmt.Sprintf("transforms[%d].join.max_state_bytes", i),
-			StateSized: metrics.StateSized(name, int64(j.MaxStateBytes))}
-		for _, l := range j.With {
-			opts.With = append(opts.With, join.Lookup{Table: l.Table, On: l.On, As: l.As, Columns: l.Columns})
 		}
 		op, err := join.Open(opts)
 		if err != nil {
-			return nil, closeAll, &pipeline.OpenError{What: "transform join " + j.Output, Err: err}
+			return nil, closeAll, &pipeline.OpenError{What: "transform " + t.Kind() + " " + opts.Output, Err: err}
 		}
 		closers = append(closers, op.Close)
-		ops = append(ops, pipeline.NamedOperator{Name: name, Operator: op})
+		ops = append(ops, pipeline.NamedOperator{Name: t.Kind() + ":" + opts.Output, Operator: op})
 	}
 	return ops, closeAll, nil
+}
+
+// joinOptions configures join or nest transform i (one operator,
+// transform/join).
+func joinOptions(cfg *config.Config, i int, metrics *obs.OperatorMetrics, log *zap.Logger) join.Options {
+	t := &cfg.Transforms[i]
+	var opts join.Options
+	var with []config.JoinLookup
+	var maxBytes config.ByteSize
+	if j := t.Join; j != nil {
+		opts = join.Options{Output: j.Output, From: j.From, Dir: j.StateDir}
+		with, maxBytes = j.With, j.MaxStateBytes
+	} else {
+		n := t.Nest
+		opts = join.Options{Output: n.Output, From: n.Parent, Dir: n.StateDir}
+		with, maxBytes = n.With, n.MaxStateBytes
+		for k, c := range n.Children {
+			overflow := join.OverflowTruncate
+			if c.OnOverflow == "fail" {
+				overflow = join.OverflowFail
+			}
+			opts.Children = append(opts.Children, join.Child{Table: c.Table, On: c.On, As: c.As, OrderBy: c.OrderBy, Columns: c.Columns,
+				Max: c.MaxChildren, Overflow: overflow, MaxSetting: fmt.Sprintf("transforms[%d].nest.children[%d].max_children", i, k)})
+		}
+	}
+	for _, l := range with {
+		opts.With = append(opts.With, join.Lookup{Table: l.Table, On: l.On, As: l.As, Columns: l.Columns})
+	}
+	name := t.Kind() + ":" + opts.Output
+	opts.Log = log.Named(t.Kind())
+	opts.MaxStateBytes, opts.MaxStateSetting = int64(maxBytes), fmt.Sprintf("transforms[%d].%s.max_state_bytes", i, t.Kind())
+	opts.StateSized = metrics.StateSized(name, int64(maxBytes))
+	opts.Overflowed = metrics.Truncated(name)
+	return opts
 }
 
 // openDedup opens dedup transform i.
@@ -281,7 +308,7 @@ func sourceShapes(ctx context.Context, cfg *config.Config) ([]*pipeline.Table, e
 
 // chain is the record transforms of a config as a verify.Transform: a
 // set of their own, so verification never shares an operator with the
-// running pipeline. Joins and windows are left out (they add tables of
+// running pipeline. Joins, nests and windows are left out (they add tables of
 // their own and pass the captured ones through). A dedup's tables are
 // left out of the comparison (unverifiable): which rows it dropped is in
 // its state, not in the source.
@@ -292,7 +319,7 @@ type chain []pipeline.NamedOperator
 func recordChain(cfg *config.Config) (verify.Transform, error) {
 	var c chain
 	for i := range cfg.Transforms {
-		if t := &cfg.Transforms[i]; t.Join != nil || t.Window != nil {
+		if t := &cfg.Transforms[i]; t.Join != nil || t.Nest != nil || t.Window != nil {
 			continue
 		} else if t.Dedup != nil {
 			tables, err := scope.NewTables(t.Dedup.Tables)

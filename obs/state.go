@@ -4,10 +4,12 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // OperatorMetrics are the stateful transforms' measurements: the size of
 // each one's state file next to the cap that stops the pipeline (joins,
-// windows, dedups), and what the dedups dropped.
+// windows, dedups, nests), what the dedups dropped and the documents whose
+// arrays the nests truncated.
 type OperatorMetrics struct {
 	size, max *prometheus.GaugeVec
 	dropped   *prometheus.CounterVec
+	truncated *prometheus.CounterVec
 }
 
 // NewOperatorMetrics creates the operator metrics of pipeline and
@@ -21,9 +23,11 @@ func NewOperatorMetrics(reg prometheus.Registerer, pipeline string) *OperatorMet
 			Help: "The state size past which the pipeline stops (max_state_bytes; 0: no cap).", ConstLabels: cl}, []string{"operator"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_dedup_dropped_total",
 			Help: "Records a dedup transform dropped: rows carrying a key another row held, and their later changes.", ConstLabels: cl}, []string{"transform"}),
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_nest_truncated_total",
+			Help: "Documents a nest transform wrote with only the first max_children of a child table's rows (on_overflow: truncate).", ConstLabels: cl}, []string{"operator"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.size, m.max, m.dropped)
+		reg.MustRegister(m.size, m.max, m.dropped, m.truncated)
 	}
 	return m
 }
@@ -46,5 +50,15 @@ func (m *OperatorMetrics) Dropped(transform string) func(int) {
 		return nil
 	}
 	c := m.dropped.WithLabelValues(transform)
+	return func(n int) { c.Add(float64(n)) }
+}
+
+// Truncated returns what a nest counts the documents it truncated with.
+// A nil OperatorMetrics gives nil.
+func (m *OperatorMetrics) Truncated(operator string) func(int) {
+	if m == nil {
+		return nil
+	}
+	c := m.truncated.WithLabelValues(operator)
 	return func(n int) { c.Add(float64(n)) }
 }
