@@ -169,6 +169,13 @@ func sinkRetries(t *testing.T, base string) float64 {
 // metricSum sums every series of a metric the daemon at base exports.
 func metricSum(t *testing.T, base, name string) float64 {
 	t.Helper()
+	return metricWith(t, base, name, "")
+}
+
+// metricWith sums the series of a metric whose labels contain label (a
+// pair such as operator="x"; empty: every series).
+func metricWith(t *testing.T, base, name, label string) float64 {
+	t.Helper()
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +185,7 @@ func metricSum(t *testing.T, base, name string) float64 {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+		if (strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ")) && strings.Contains(line, label) {
 			f := strings.Fields(line)
 			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
 			n += v

@@ -1,14 +1,11 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,25 +166,4 @@ verify:
 	if code := d.wait(t, time.Minute); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, d.logs())
 	}
-}
-
-// metricWith sums the series of a metric whose labels contain label.
-func metricWith(t *testing.T, base, name, label string) float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var n float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") && strings.Contains(line, label) {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			n += v
-		}
-	}
-	return n
 }
