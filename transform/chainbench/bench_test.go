@@ -168,7 +168,7 @@ func runPipeline(b *testing.B, in []pipeline.Record, chain []pipeline.Operator) 
 	for i, op := range chain {
 		ops = append(ops, pipeline.NamedOperator{Name: fmt.Sprintf("op%d", i), Operator: op})
 	}
-	runFeed(b, b.TempDir(), &feed{recs: in, n: *total}, ops)
+	runFeed(b, b.TempDir(), &feed{recs: in, n: *total}, *total, ops, nil)
 }
 
 // chainKeepingAll is chain with a filter every record passes.

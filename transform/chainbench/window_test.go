@@ -150,7 +150,7 @@ func BenchmarkWindow(b *testing.B) {
 					defer op.Close()
 					ops = append(ops, pipeline.NamedOperator{Name: "window", Operator: op})
 				}
-				runFeed(b, dir, &orderFeed{n: *total, groups: 10_000, epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, ops)
+				runFeed(b, dir, &orderFeed{n: *total, groups: 10_000, epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, *total, ops, nil)
 				if name != "empty" {
 					b.ReportMetric(float64(seen.maxBytes)/float64(seen.maxGroups), "state-bytes/group")
 					b.ReportMetric(float64(seen.maxGroups), "max-groups")
@@ -162,9 +162,10 @@ func BenchmarkWindow(b *testing.B) {
 	}
 }
 
-// runFeed runs source through ops into -sink and reports records per
-// second and per CPU-second (of the process) and allocations per record.
-func runFeed(b *testing.B, dir string, source pipeline.Source, ops []pipeline.NamedOperator) {
+// runFeed runs source (n records) through ops into -sink, wrapped by wrap
+// when set, and reports records per second and per CPU-second (of the
+// process) and allocations per record.
+func runFeed(b *testing.B, dir string, source pipeline.Source, n int, ops []pipeline.NamedOperator, wrap func(pipeline.Sink) pipeline.Sink) {
 	store, err := offsets.OpenDir(filepath.Join(dir, "offsets"), "bench")
 	if err != nil {
 		b.Fatal(err)
@@ -173,6 +174,9 @@ func runFeed(b *testing.B, dir string, source pipeline.Source, ops []pipeline.Na
 	var sink pipeline.Sink = discard{}
 	if *sinkKind == "duckdb" {
 		sink = duckdb.New(duckdb.Options{Name: "duckdb", Path: filepath.Join(dir, "bench.duckdb")}, zap.NewNop())
+	}
+	if wrap != nil {
+		sink = wrap(sink)
 	}
 	rt, err := pipeline.New(pipeline.Config{Pipeline: "bench"}, source,
 		[]pipeline.NamedSink{{Name: "duckdb", Sink: sink}}, store, pipeline.Options{Operators: ops, Log: zap.NewNop()})
@@ -191,8 +195,8 @@ func runFeed(b *testing.B, dir string, source pipeline.Source, ops []pipeline.Na
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
 	runtime.ReadMemStats(&m1)
 	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
-	b.ReportMetric(float64(*total)/took.Seconds(), "records/s")
-	b.ReportMetric(float64(*total)/cpu.Seconds(), "records/cpu-s")
-	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(*total), "allocs/record")
+	b.ReportMetric(float64(n)/took.Seconds(), "records/s")
+	b.ReportMetric(float64(n)/cpu.Seconds(), "records/cpu-s")
+	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(n), "allocs/record")
 	b.ReportMetric(0, "ns/op")
 }

@@ -221,7 +221,7 @@ func (j *Join) truncate(st joinState, r *pipeline.Record, ro *roles, seen *emitt
 				if p == nil {
 					continue
 				}
-				if err := st.child(n, p, k, false); err != nil {
+				if err := st.child(n, p, k, nil); err != nil {
 					return out, err
 				}
 				parents = append(parents, p)

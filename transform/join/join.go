@@ -94,7 +94,7 @@ func Open(opts Options) (*Join, error) {
 	if len(opts.With) > maxLookups || len(opts.Children) > maxLookups {
 		return nil, fmt.Errorf("%s: %d lookups and %d children; at most %d of each", what, len(opts.With), len(opts.Children), maxLookups)
 	}
-	st, err := state.Open(state.Spec{What: what, Dir: opts.Dir, File: "join.db",
+	st, err := state.Open(state.Spec{What: what, Dir: opts.Dir, File: "join.pebble", Replaces: "join.db", Engine: state.Pebble,
 		Spaces: []state.Space{{Name: string(bucketRows)}, {Name: string(bucketIndex)}, {Name: string(bucketMeta)},
 			{Name: spaceChildren}, {Name: spaceMoves}, {Name: spaceMoveOrder}},
 		Meta: string(bucketMeta), Needs: "every row of " + strings.Join(inputTables(opts), ", "),

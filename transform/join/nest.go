@@ -91,8 +91,11 @@ func keyOfColumns(e *entry, cols []string) ([]byte, error) {
 // relinkChildren moves the child row ck's index entries, for each child
 // n of its table, from the parent old refers to to the one now refers to
 // (either may be nil), and records in the moves space the parent a change
-// at v took it from (N1).
+// at v took it from (N1). An index entry holds the child row as now (so
+// a parent's children are read with one scan): it is written again on
+// every change of the row.
 func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *entry, v pipeline.Version) error {
+	var enc []byte
 	for _, n := range childN {
 		was, err := j.parentKey(old, n)
 		if err != nil {
@@ -102,11 +105,8 @@ func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *e
 		if err != nil {
 			return err
 		}
-		if bytes.Equal(was, is) {
-			continue
-		}
-		if was != nil {
-			if err := st.child(n, was, ck, false); err != nil {
+		if was != nil && !bytes.Equal(was, is) {
+			if err := st.child(n, was, ck, nil); err != nil {
 				return err
 			}
 			if err := st.recordMove(n, ck, v, was); err != nil {
@@ -114,7 +114,12 @@ func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *e
 			}
 		}
 		if is != nil {
-			if err := st.child(n, is, ck, true); err != nil {
+			if enc == nil {
+				if enc, err = now.encode(); err != nil {
+					return err
+				}
+			}
+			if err := st.child(n, is, ck, enc); err != nil {
 				return err
 			}
 		}
@@ -219,19 +224,8 @@ type childRow struct {
 // array, in order, bounded by Max.
 func (j *Join) renderChildren(st joinState, n int, fk []byte, fields []pipeline.Column) (pipeline.JSON, error) {
 	c := &j.opts.Children[n]
-	keys, err := st.children(n, fk)
-	if err != nil {
-		return "", err
-	}
-	rows := make([]childRow, 0, len(keys))
-	for _, ck := range keys {
-		e, err := st.get(c.Table, ck)
-		if err != nil {
-			return "", err
-		}
-		if e == nil || e.deleted {
-			continue // the index follows the rows: not reached
-		}
+	var rows []childRow
+	err := st.children(n, fk, func(ck []byte, e *entry) {
 		row := childRow{key: ck, e: e}
 		for _, col := range c.OrderBy {
 			v, _ := e.value(col)
@@ -241,6 +235,9 @@ func (j *Join) renderChildren(st joinState, n int, fk []byte, fields []pipeline.
 			row.order = append(row.order, kr.Value()) // ties: by key value
 		}
 		rows = append(rows, row)
+	})
+	if err != nil {
+		return "", err
 	}
 	slices.SortFunc(rows, compareNested)
 	if c.Max > 0 && len(rows) > c.Max {

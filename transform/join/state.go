@@ -20,7 +20,7 @@ import (
 //	                               lookup n (empty value; a prefix scan lists them)
 //	children/<n>/<len><from key><child key>
 //	                               the rows of child n (nest) that belong to a
-//	                               from-table row (empty value)
+//	                               from-table row: a copy of the row's entry
 //	moves/<n>/<len><child key><version>
 //	                               the from-table key a change of the child row
 //	                               at version took it from (N1)
@@ -259,32 +259,35 @@ func (s joinState) shape(id pipeline.TableID) (*pipeline.Table, error) {
 	return binform.ReadShape(binform.NewReader(v), id)
 }
 
-// child adds (on) or removes the child row ck of child n under the from
-// row fk.
-func (s joinState) child(n int, fk, ck []byte, on bool) error {
+// child puts the child row ck of child n under the from row fk, with its
+// encoded entry, or removes it (row nil).
+func (s joinState) child(n int, fk, ck, row []byte) error {
 	b, err := s.nested.Nested([]byte{byte(n)})
 	if err != nil {
 		return err
 	}
-	if on {
-		return b.Put(indexKey(fk, ck), nil)
+	if row != nil {
+		return b.Put(indexKey(fk, ck), row)
 	}
 	return b.Delete(indexKey(fk, ck))
 }
 
-// children returns the keys of child n's rows under the from row fk.
-func (s joinState) children(n int, fk []byte) ([][]byte, error) {
+// children calls fn with the key and row of each of child n's rows under
+// the from row fk.
+func (s joinState) children(n int, fk []byte, fn func(ck []byte, e *entry)) error {
 	b := s.nested.Lookup([]byte{byte(n)})
 	if b == nil {
-		return nil, nil
+		return nil
 	}
 	prefix := indexKey(fk, nil)
-	var out [][]byte
-	err := b.Scan(prefix, func(k, _ []byte) error {
-		out = append(out, append([]byte{}, k[len(prefix):]...))
+	return b.Scan(prefix, func(k, v []byte) error {
+		e, err := decodeEntry(v)
+		if err != nil {
+			return fmt.Errorf("nested row: %w", err)
+		}
+		fn(append([]byte{}, k[len(prefix):]...), e)
 		return nil
 	})
-	return out, err
 }
 
 // parents returns the from keys that have a row of child n, once each.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/bbolt"
 )
 
@@ -36,6 +37,8 @@ var sweepPerWrite = 10000
 // it comes from Update.
 type Tx struct {
 	tx  *bbolt.Tx
+	pr  pebbleReader  // the Pebble engine's reads
+	pb  *pebble.Batch // and writes (nil in View)
 	st  *Store
 	now int64 // Unix microseconds: the clock of the TTLs (noClock: unset)
 	// until bounds what the write sweeps (SweepUntil); limited: set.
@@ -72,16 +75,17 @@ func (t *Tx) At(now time.Time) {
 }
 
 // Bolt is the transaction itself, for an operator whose state has a
-// layout of its own (the window's row logs). Keys it writes into a
-// space with a TTL bypass the TTL.
+// layout of its own (the window's row logs); nil with the Pebble
+// engine. Keys it writes into a space with a TTL bypass the TTL.
 func (t *Tx) Bolt() *bbolt.Tx { return t.tx }
 
 // Keys is a key space, or a space nested in one, in a transaction.
 type Keys struct {
-	b   *bbolt.Bucket
-	idx *bbolt.Bucket // the TTL index; nil: no TTL
-	ttl int64
-	tx  *Tx
+	prefix []byte // the Pebble engine: the space's path (pebble.go)
+	b      *bbolt.Bucket
+	idx    *bbolt.Bucket // the TTL index; nil: no TTL
+	ttl    int64
+	tx     *Tx
 }
 
 // Space returns the declared key space name; an undeclared name is an
@@ -90,6 +94,9 @@ func (t *Tx) Space(name string) (*Keys, error) {
 	sp, ok := t.st.spaces[name]
 	if !ok {
 		return nil, fmt.Errorf("%s: no key space %q in its state", t.st.spec.What, name)
+	}
+	if t.pr != nil {
+		return &Keys{prefix: spacePath(nil, []byte(name)), tx: t}, nil
 	}
 	b := t.tx.Bucket([]byte(name))
 	if b == nil {
@@ -107,6 +114,9 @@ func ttlIndex(space string) []byte { return []byte(space + "\x00ttl") }
 // Nested returns the space nested in k under name, made when absent (in
 // a write transaction). A nested space has no TTL of its own.
 func (k *Keys) Nested(name []byte) (*Keys, error) {
+	if k.b == nil {
+		return &Keys{prefix: spacePath(k.prefix, name), tx: k.tx}, nil
+	}
 	if k.idx != nil {
 		return nil, errors.New("a key space with a TTL has no nested spaces")
 	}
@@ -120,8 +130,12 @@ func (k *Keys) Nested(name []byte) (*Keys, error) {
 	return &Keys{b: b, tx: k.tx}, nil
 }
 
-// Lookup returns the space nested in k under name; nil when absent.
+// Lookup returns the space nested in k under name; nil when absent (the
+// Pebble engine has no empty spaces to tell apart: it returns the space).
 func (k *Keys) Lookup(name []byte) *Keys {
+	if k.b == nil {
+		return &Keys{prefix: spacePath(k.prefix, name), tx: k.tx}
+	}
 	if k.idx != nil {
 		return nil
 	}
@@ -135,6 +149,9 @@ func (k *Keys) Lookup(name []byte) *Keys {
 // Get returns key's value (nil: none, or expired). The value is valid
 // for the transaction only.
 func (k *Keys) Get(key []byte) []byte {
+	if k.b == nil {
+		return k.pebbleGet(key)
+	}
 	v := k.b.Get(key)
 	if v == nil || k.idx == nil {
 		return v
@@ -147,6 +164,9 @@ func (k *Keys) Get(key []byte) []byte {
 
 // Put sets key's value; with a TTL the key lives until now + TTL.
 func (k *Keys) Put(key, value []byte) error {
+	if k.b == nil {
+		return k.pebblePut(key, value)
+	}
 	if k.idx == nil {
 		return k.b.Put(key, value)
 	}
@@ -166,6 +186,9 @@ func (k *Keys) Put(key, value []byte) error {
 
 // Delete removes key (no error when absent).
 func (k *Keys) Delete(key []byte) error {
+	if k.b == nil {
+		return k.pebbleDelete(key)
+	}
 	if k.idx != nil {
 		if err := k.unindex(key); err != nil {
 			return err
@@ -187,8 +210,12 @@ func indexKey(exp int64, key []byte) []byte {
 }
 
 // Scan calls fn with every live key starting with prefix, in key order,
-// and its value (valid during the call). A nested space is not a key.
+// and its value (valid during the call). A nested space is not a key. fn
+// must not write to k.
 func (k *Keys) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	if k.b == nil {
+		return k.pebbleScan(prefix, fn)
+	}
 	c := k.b.Cursor()
 	for key, v := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, v = c.Next() {
 		if v == nil && k.b.Bucket(key) != nil {
@@ -207,8 +234,16 @@ func (k *Keys) Scan(prefix []byte, fn func(key, value []byte) error) error {
 	return nil
 }
 
-// Len is the number of keys in k, expired ones not yet swept included.
-func (k *Keys) Len() int { return k.b.Stats().KeyN }
+// Len is the number of keys in k, expired ones not yet swept included
+// (with the Pebble engine: counted).
+func (k *Keys) Len() int {
+	if k.b == nil {
+		n := 0
+		_ = k.pebbleScan(nil, func(_, _ []byte) error { n++; return nil })
+		return n
+	}
+	return k.b.Stats().KeyN
+}
 
 // sweep deletes up to sweepPerWrite keys of k expired at the
 // transaction's clock.
@@ -240,6 +275,13 @@ func (k *Keys) sweep() error {
 // fn left, commits, and checks the state's size (Written): past the cap
 // it is a fatal error, returned after the commit.
 func (s *Store) Update(now time.Time, fn func(*Tx) error) error {
+	if s.pdb != nil {
+		if err := s.updatePebble(fn); err != nil {
+			return err
+		}
+		_, err := s.Written()
+		return err
+	}
 	err := s.DB.Update(func(btx *bbolt.Tx) error {
 		tx := &Tx{tx: btx, st: s, now: clock(now)}
 		if err := fn(tx); err != nil {
@@ -268,5 +310,8 @@ func (s *Store) Update(now time.Time, fn func(*Tx) error) error {
 
 // View runs fn in a read transaction at now (what a TTL hides).
 func (s *Store) View(now time.Time, fn func(*Tx) error) error {
+	if s.pdb != nil {
+		return s.viewPebble(fn)
+	}
 	return s.DB.View(func(btx *bbolt.Tx) error { return fn(&Tx{tx: btx, st: s, now: clock(now)}) })
 }

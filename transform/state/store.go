@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/bbolt"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -27,7 +28,8 @@ import (
 // Store is an operator's state file: its key spaces (Spec.Spaces), read
 // and written in transactions (View, Update; keys.go).
 type Store struct {
-	DB *bbolt.DB
+	DB  *bbolt.DB  // the Bolt engine's file
+	pdb *pebble.DB // the Pebble engine's directory
 	// Stored is the definition the state was built for; nil: none.
 	Stored []byte
 	spec   Spec
@@ -54,6 +56,11 @@ type Spec struct {
 	// Sized, when set, is told the state file's size after every write
 	// (a metric).
 	Sized func(bytes int64)
+	// Engine holds the state: Bolt (a file) or Pebble (a directory, named
+	// File). Replaces names the file an earlier engine kept the same state
+	// in: found, Open refuses and names the rebuild.
+	Engine   Engine
+	Replaces string
 }
 
 var keyDefinition = []byte("definition")
@@ -63,6 +70,9 @@ var keyDefinition = []byte("definition")
 func Open(s Spec) (*Store, error) {
 	if err := os.MkdirAll(s.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("%s: state directory: %w", s.What, err)
+	}
+	if s.Engine == Pebble {
+		return openPebble(s)
 	}
 	path := filepath.Join(s.Dir, s.File)
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 2 * time.Second,
@@ -121,23 +131,27 @@ func (s *Store) Begin(resumed bool, def []byte) (startedOver bool, err error) {
 		}
 		return false, nil
 	}
-	err = s.DB.Update(func(tx *bbolt.Tx) error {
-		for _, sp := range s.spec.Spaces {
-			names := [][]byte{[]byte(sp.Name)}
-			if sp.TTL > 0 {
-				names = append(names, ttlIndex(sp.Name))
-			}
-			for _, name := range names {
-				if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
-					return err
+	if s.pdb != nil {
+		err = s.beginPebble(def)
+	} else {
+		err = s.DB.Update(func(tx *bbolt.Tx) error {
+			for _, sp := range s.spec.Spaces {
+				names := [][]byte{[]byte(sp.Name)}
+				if sp.TTL > 0 {
+					names = append(names, ttlIndex(sp.Name))
 				}
-				if _, err := tx.CreateBucket(name); err != nil {
-					return err
+				for _, name := range names {
+					if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
+						return err
+					}
+					if _, err := tx.CreateBucket(name); err != nil {
+						return err
+					}
 				}
 			}
-		}
-		return tx.Bucket([]byte(s.spec.Meta)).Put(keyDefinition, def)
-	})
+			return tx.Bucket([]byte(s.spec.Meta)).Put(keyDefinition, def)
+		})
+	}
 	if err != nil {
 		return false, fmt.Errorf("%s: start the state over: %w", s.spec.What, err)
 	}
@@ -169,6 +183,9 @@ func (s *Store) Written() (int64, error) {
 
 // Size is the state file's size: the pages in use up to the last one.
 func (s *Store) Size() int64 {
+	if s.pdb != nil {
+		return s.pebbleSize()
+	}
 	var size int64
 	_ = s.DB.View(func(tx *bbolt.Tx) error { size = tx.Size(); return nil })
 	return size
@@ -183,4 +200,9 @@ func mib(n int64) string {
 }
 
 // Close releases the state file.
-func (s *Store) Close() error { return s.DB.Close() }
+func (s *Store) Close() error {
+	if s.pdb != nil {
+		return s.pdb.Close()
+	}
+	return s.DB.Close()
+}
