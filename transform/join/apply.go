@@ -96,10 +96,14 @@ func (j *Join) upsert(st joinState, table string, key []byte, r *pipeline.Record
 		}
 	}
 	if old != nil {
-		e.emitted = old.emitted
+		e.emitted, e.moved = old.emitted, old.moved
 	}
-	if err := j.relinkAll(st, ro, key, old, e, r.Version); err != nil {
+	moved, err := j.relinkAll(st, ro, key, old, e, r.Version)
+	if err != nil {
 		return err
+	}
+	if moved {
+		e.moved = r.Version
 	}
 	return st.put(table, key, e)
 }
@@ -116,20 +120,25 @@ func (j *Join) remove(st joinState, table string, key []byte, r *pipeline.Record
 		e.values = append(e.values, r.Before[k])
 	}
 	if old != nil {
-		e.emitted = old.emitted
+		e.emitted, e.moved = old.emitted, old.moved
 	}
-	if err := j.relinkAll(st, ro, key, old, nil, r.Version); err != nil {
+	moved, err := j.relinkAll(st, ro, key, old, nil, r.Version)
+	if err != nil {
 		return err
+	}
+	if moved {
+		e.moved = r.Version
 	}
 	return st.put(table, key, e)
 }
 
 // relinkAll moves the index entries of the row key from what old refers
 // to to what now refers to: a from row's lookups, a child row's parents.
-func (j *Join) relinkAll(st joinState, ro *roles, key []byte, old, now *entry, v pipeline.Version) error {
+// moved reports that the change took a child row from a parent.
+func (j *Join) relinkAll(st joinState, ro *roles, key []byte, old, now *entry, v pipeline.Version) (moved bool, err error) {
 	if ro.isFrom {
 		if err := j.relink(st, key, old, now); err != nil {
-			return err
+			return false, err
 		}
 	}
 	return j.relinkChildren(st, ro.childN, key, old, now, v)
@@ -233,6 +242,7 @@ func (j *Join) truncate(st joinState, r *pipeline.Record, ro *roles, seen *emitt
 		if err := st.setBarrier(name, r.Version); err != nil {
 			return out, err
 		}
+		st.forget()
 	}
 	if ro.isFrom && j.out != nil {
 		out = append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: j.out, Version: r.Version, Origin: r.OrderVersion(),

@@ -71,7 +71,12 @@ type Join struct {
 	// floor is the least version a replay can carry: moves below it are
 	// pruned (N1).
 	floor state.Floor[pipeline.Version]
+	// warm keeps the rows committed lately, decoded.
+	warm *rowCache
 }
+
+// warmRows bounds the rows a join keeps decoded between batches.
+const warmRows = 200_000
 
 // maxLookups bounds a join's lookups: each has an index bucket named by
 // its number in one byte.
@@ -103,7 +108,7 @@ func Open(opts Options) (*Join, error) {
 		return nil, err
 	}
 	j := &Join{opts: opts, log: opts.Log, st: st, outName: [2]string{schema, table}, shapes: map[string]*pipeline.Table{},
-		inputs: map[[2]string]bool{}, floor: state.Floor[pipeline.Version]{Less: pipeline.Version.Less}}
+		inputs: map[[2]string]bool{}, floor: state.Floor[pipeline.Version]{Less: pipeline.Version.Less}, warm: newRowCache(warmRows)}
 	for _, name := range inputTables(opts) {
 		id := tableID(name)
 		j.inputs[[2]string{id.Schema, id.Table}] = true
@@ -205,6 +210,7 @@ func (j *Join) load(tx *state.Tx) error {
 // produce (or correct) the outputs of rows that do not change again, so
 // it refuses to run and says how to rebuild.
 func (j *Join) Begin(_ context.Context, resumed bool) error {
+	clear(j.warm.m) // the state may start over below
 	startedOver, err := j.st.Begin(resumed, j.definition())
 	if err != nil {
 		return err
@@ -259,12 +265,14 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 		return in, nil
 	}
 	out := make([]pipeline.Record, 0, len(in)+len(in)/2)
+	var landed map[string]*entry
 	// The join's key spaces have no TTL: the clock is not read.
 	err := j.st.Update(time.Time{}, func(tx *state.Tx) error {
 		st, err := newState(tx)
 		if err != nil {
 			return err
 		}
+		st.warm, landed = j.warm, st.landed
 		for i := range in {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -287,8 +295,10 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 		return st.flush()
 	})
 	if err != nil {
+		clear(j.warm.m) // it may hold rows of the transaction that failed
 		return nil, err
 	}
+	j.warm.add(landed)
 	return out, nil
 }
 

@@ -91,40 +91,41 @@ func keyOfColumns(e *entry, cols []string) ([]byte, error) {
 // relinkChildren moves the child row ck's index entries, for each child
 // n of its table, from the parent old refers to to the one now refers to
 // (either may be nil), and records in the moves space the parent a change
-// at v took it from (N1). An index entry holds the child row as now (so
-// a parent's children are read with one scan): it is written again on
-// every change of the row.
-func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *entry, v pipeline.Version) error {
+// at v took it from (N1), reporting whether there was one. An index
+// entry holds the child row as now (so a parent's children are read with
+// one scan): it is written again on every change of the row.
+func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *entry, v pipeline.Version) (moved bool, err error) {
 	var enc []byte
 	for _, n := range childN {
 		was, err := j.parentKey(old, n)
 		if err != nil {
-			return err
+			return moved, err
 		}
 		is, err := j.parentKey(now, n)
 		if err != nil {
-			return err
+			return moved, err
 		}
 		if was != nil && !bytes.Equal(was, is) {
 			if err := st.child(n, was, ck, nil); err != nil {
-				return err
+				return moved, err
 			}
 			if err := st.recordMove(n, ck, v, was); err != nil {
-				return err
+				return moved, err
 			}
+			moved = true
 		}
 		if is != nil {
 			if enc == nil {
 				if enc, err = now.encode(); err != nil {
-					return err
+					return moved, err
 				}
 			}
 			if err := st.child(n, is, ck, enc); err != nil {
-				return err
+				return moved, err
 			}
 		}
 	}
-	return nil
+	return moved, nil
 }
 
 // emitParents emits, for the child rows keys of the children childN, the
@@ -138,9 +139,13 @@ func (j *Join) emitParents(st joinState, r *pipeline.Record, childN []int, keys 
 			if err != nil {
 				return out, err
 			}
-			parents, err := st.movesSince(n, ck, r.Version)
-			if err != nil {
-				return out, err
+			var parents [][]byte
+			if e == nil || !e.moved.Less(r.Version) {
+				// The row's last move is at or after r (a replay while
+				// the state ran ahead): follow the moves since r.
+				if parents, err = st.movesSince(n, ck, r.Version); err != nil {
+					return out, err
+				}
 			}
 			p, err := j.parentKey(e, n)
 			if err != nil {

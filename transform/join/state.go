@@ -50,6 +50,10 @@ type entry struct {
 	// emitted is the version of the last output record for this row's
 	// joined document (from-table rows only).
 	emitted pipeline.Version
+	// moved is the version of the last change that took this child row
+	// from a from-table row (zero: none); a replay at a later version
+	// finds no moves to follow (N1).
+	moved   pipeline.Version
 	deleted bool
 	names   []string
 	values  []any
@@ -64,13 +68,26 @@ func (e *entry) value(name string) (any, bool) {
 	return nil, false
 }
 
+// An entry's flags.
+const (
+	flagDeleted = 1 << iota
+	flagMoved   // a moved version follows
+)
+
 func (e *entry) encode() ([]byte, error) {
 	b := binform.AppendVersion(binform.AppendVersion(make([]byte, 0, 96), e.version), e.emitted)
 	flag := byte(0)
 	if e.deleted {
-		flag = 1
+		flag |= flagDeleted
 	}
-	b = binary.AppendUvarint(append(b, flag), uint64(len(e.names)))
+	if e.moved != (pipeline.Version{}) {
+		flag |= flagMoved
+	}
+	b = append(b, flag)
+	if flag&flagMoved != 0 {
+		b = binform.AppendVersion(b, e.moved)
+	}
+	b = binary.AppendUvarint(b, uint64(len(e.names)))
 	for i, n := range e.names {
 		b = binform.AppendString(b, n)
 		var err error
@@ -83,7 +100,12 @@ func (e *entry) encode() ([]byte, error) {
 
 func decodeEntry(b []byte) (*entry, error) {
 	r := binform.NewReader(b)
-	e := &entry{version: r.Version(), emitted: r.Version(), deleted: r.Byte() == 1}
+	e := &entry{version: r.Version(), emitted: r.Version()}
+	flag := r.Byte()
+	e.deleted = flag&flagDeleted != 0
+	if flag&flagMoved != 0 {
+		e.moved = r.Version()
+	}
 	n := r.Uvarint()
 	if r.Err() != nil || n > uint64(r.Len()) {
 		return nil, binform.ErrCorrupt
@@ -104,6 +126,35 @@ type joinState struct {
 	rows, index, meta        *state.Keys // the key spaces
 	nested, moves, moveOrder *state.Keys
 	cache                    map[string]*cachedRow
+	// warm holds rows committed by earlier transactions (nil: none kept);
+	// landed, the rows this transaction read or wrote, which join warm
+	// once it commits (Join.Process).
+	warm   *rowCache
+	landed map[string]*entry
+}
+
+// rowCache keeps decoded rows across transactions, so the rows a change
+// reads again and again (a document's parent, its customer) are not
+// fetched and decoded each time. It holds at most max rows, dropping one
+// at random past it. It mirrors committed state only: a transaction's
+// rows join it after the commit; a failed one or a truncate empties it.
+type rowCache struct {
+	m   map[string]*entry
+	max int
+}
+
+func newRowCache(max int) *rowCache { return &rowCache{m: make(map[string]*entry), max: max} }
+
+func (c *rowCache) add(landed map[string]*entry) {
+	for k, e := range landed {
+		if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
+			for old := range c.m { // a random row makes room
+				delete(c.m, old)
+				break
+			}
+		}
+		c.m[k] = e
+	}
 }
 
 type cachedRow struct {
@@ -114,7 +165,7 @@ type cachedRow struct {
 }
 
 func newState(tx *state.Tx) (joinState, error) {
-	s := joinState{cache: map[string]*cachedRow{}}
+	s := joinState{cache: map[string]*cachedRow{}, landed: map[string]*entry{}}
 	var err error
 	if s.rows, err = tx.Space(string(bucketRows)); err != nil {
 		return s, err
@@ -147,6 +198,12 @@ func (s joinState) get(table string, key []byte) (*entry, error) {
 	ck := cacheKey(table, key)
 	if c, ok := s.cache[ck]; ok {
 		return c.e, nil
+	}
+	if s.warm != nil {
+		if e, ok := s.warm.m[ck]; ok {
+			s.cache[ck] = &cachedRow{table: table, key: key, e: e}
+			return e, nil
+		}
 	}
 	var e *entry
 	if b := s.rows.Lookup([]byte(table)); b != nil {
@@ -190,8 +247,22 @@ func (s joinState) flush() error {
 			return err
 		}
 	}
+	for k, c := range s.cache {
+		if c.e != nil {
+			s.landed[k] = c.e
+		}
+	}
 	clear(s.cache)
 	return nil
+}
+
+// forget drops every cached row: the transaction removed rows behind the
+// cache (a truncate).
+func (s joinState) forget() {
+	clear(s.landed)
+	if s.warm != nil {
+		clear(s.warm.m)
+	}
 }
 
 func (s joinState) barrier(table string) pipeline.Version {
