@@ -52,13 +52,17 @@ bench-mysql:
 
 # The record transforms: 1,000,000 records from memory through filter +
 # compute + mask and through no operator, alternately, into DuckDB and
-# into a sink that writes nothing; and each operator alone.
+# into a sink that writes nothing; and each operator alone. Then the
+# window, the nest and the join against their references.
 bench-transforms:
 	$(GO) test -run '^$$' -bench Operator -benchtime 1000x ./transform/chainbench/
 	$(GO) test -run '^$$' -bench Pipeline -benchtime 1x -count 3 ./transform/chainbench/ -args -sink duckdb
 	$(GO) test -run '^$$' -bench Pipeline -benchtime 1x -count 3 ./transform/chainbench/ -args -sink discard
 	$(GO) test -run '^$$' -bench Window -benchtime 1x -count 3 ./transform/chainbench/ -args -sink duckdb
 	$(GO) test -run '^$$' -bench Window -benchtime 1x -count 3 ./transform/chainbench/ -args -sink discard
+	$(GO) test -run '^$$' -bench Nest -benchtime 1x -count 2 ./transform/chainbench/ -args -sink duckdb
+	$(GO) test -run '^$$' -bench Nest -benchtime 1x -count 2 ./transform/chainbench/ -args -sink discard
+	$(GO) test -run '^$$' -bench Join -benchtime 1x ./transform/join/
 
 # Every scenario of package bench, 3 runs each, into bench/results/;
 # PROFILE=1 also writes CPU and heap profiles to bench/results/profiles/.

@@ -413,7 +413,7 @@ func (j *Join) row(st joinState, fk []byte, e *entry) ([]any, error) {
 	nLookups := nFrom + len(j.opts.With)
 	for n := range j.opts.Children {
 		var err error
-		if img[nLookups+n], err = j.renderChildren(st, n, fk, cols[nLookups+n].Fields); err != nil {
+		if img[nLookups+n], err = j.renderChildren(st, n, fk); err != nil {
 			return nil, err
 		}
 	}

@@ -3,19 +3,17 @@ package join
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/transform/state"
 )
 
 // BenchmarkJoin measures order inserts joined with their customers, in
 // batches of 1,000, against the state store's own floor measured in the
-// same run: the same batches' rows put into bbolt with one commit per
-// batch and nothing else (the join puts each row, its index entry and its
+// same run: the same batches' rows put into the state's engine (pebble)
+// with one commit per batch and nothing else (the join puts each row, its index entry and its
 // emitted version, and reads the customer).
 //
 //	go test -run '^$' -bench Join -benchtime 1x ./transform/join/
@@ -57,15 +55,16 @@ func BenchmarkJoin(b *testing.B) {
 		b.StopTimer()
 		_ = j.Close()
 
-		db, err := bbolt.Open(filepath.Join(b.TempDir(), "floor.db"), 0o600, nil)
+		floor, err := state.Open(state.Spec{What: "floor", Dir: b.TempDir(), File: "floor", Engine: state.Pebble,
+			Spaces: []state.Space{{Name: "rows"}, {Name: "meta"}}, Meta: "meta"})
 		if err != nil {
 			b.Fatal(err)
 		}
 		t0 = time.Now()
 		for from := 0; from < rows; from += batch {
 			recs := mk(from)
-			err := db.Update(func(tx *bbolt.Tx) error {
-				bk, err := tx.CreateBucketIfNotExists([]byte("rows"))
+			err := floor.Update(time.Time{}, func(tx *state.Tx) error {
+				bk, err := tx.Space("rows")
 				if err != nil {
 					return err
 				}
@@ -87,7 +86,7 @@ func BenchmarkJoin(b *testing.B) {
 			}
 		}
 		floorRate := rows / time.Since(t0).Seconds()
-		_ = db.Close()
+		_ = floor.Close()
 		b.ReportMetric(joinRate, "rows/s")
 		b.ReportMetric(floorRate, "floor-rows/s")
 		b.ReportMetric(joinRate/floorRate, "x-floor")

@@ -71,6 +71,13 @@ func (e *emitted) add(k []byte) bool {
 
 func (j *Join) applyAndEmit(st joinState, r *pipeline.Record, ro *roles, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	var err error
+	for _, n := range ro.refreshChildren {
+		// The children's embedded columns changed: their rendered rows
+		// first, so every document this input emits has the new form.
+		if err := j.rerender(st, n); err != nil {
+			return out, err
+		}
+	}
 	if r.Op == pipeline.OpTruncate {
 		if out, err = j.truncate(st, r, ro, seen, out); err != nil {
 			return out, err

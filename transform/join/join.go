@@ -73,6 +73,9 @@ type Join struct {
 	floor state.Floor[pipeline.Version]
 	// warm keeps the rows committed lately, decoded.
 	warm *rowCache
+	// childFields holds, per child, the columns its rows are rendered
+	// with (nil while its table's shape is unknown).
+	childFields [][]pipeline.Column
 }
 
 // warmRows bounds the rows a join keeps decoded between batches.
@@ -108,7 +111,8 @@ func Open(opts Options) (*Join, error) {
 		return nil, err
 	}
 	j := &Join{opts: opts, log: opts.Log, st: st, outName: [2]string{schema, table}, shapes: map[string]*pipeline.Table{},
-		inputs: map[[2]string]bool{}, floor: state.Floor[pipeline.Version]{Less: pipeline.Version.Less}, warm: newRowCache(warmRows)}
+		inputs: map[[2]string]bool{}, floor: state.Floor[pipeline.Version]{Less: pipeline.Version.Less}, warm: newRowCache(warmRows),
+		childFields: make([][]pipeline.Column, len(opts.Children))}
 	for _, name := range inputTables(opts) {
 		id := tableID(name)
 		j.inputs[[2]string{id.Schema, id.Table}] = true
@@ -193,7 +197,7 @@ func (j *Join) load(tx *state.Tx) error {
 			return err
 		}
 		if t != nil {
-			j.shapes[name] = t
+			j.setShape(name, t)
 		}
 	}
 	j.rebuildOut()

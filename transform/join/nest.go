@@ -115,10 +115,8 @@ func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *e
 			moved = true
 		}
 		if is != nil {
-			if enc == nil {
-				if enc, err = now.encode(); err != nil {
-					return moved, err
-				}
+			if enc, err = j.nestedValue(n, now, enc[:0]); err != nil {
+				return moved, err
 			}
 			if err := st.child(n, is, ck, enc); err != nil {
 				return moved, err
@@ -126,6 +124,59 @@ func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *e
 		}
 	}
 	return moved, nil
+}
+
+// nestedValue appends to b what child n's index holds for the row e: its
+// order_by values, then the row rendered as the array's object (so a
+// document is built from one scan, with no row decoded).
+func (j *Join) nestedValue(n int, e *entry, b []byte) ([]byte, error) {
+	c := &j.opts.Children[n]
+	var order []byte
+	for _, col := range c.OrderBy {
+		v, _ := e.value(col)
+		var err error
+		if order, err = binform.Append(order, v); err != nil {
+			return nil, fmt.Errorf("order_by %s: %w", col, err)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(order)))
+	b = append(b, order...)
+	return appendRow(b, j.childFields[n], e), nil
+}
+
+// rerender writes child n's index values again from the rows: the
+// embedded columns changed.
+func (j *Join) rerender(st joinState, n int) error {
+	b := st.nested.Lookup([]byte{byte(n)})
+	if b == nil {
+		return nil
+	}
+	var keys [][]byte
+	if err := b.Scan(nil, func(k, _ []byte) error {
+		keys = append(keys, append([]byte{}, k...))
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		fk := lookupKeyOf(k)
+		ck := k[len(indexKey(fk, nil)):]
+		e, err := st.get(j.opts.Children[n].Table, ck)
+		if err != nil {
+			return err
+		}
+		if e == nil || e.deleted {
+			continue
+		}
+		v, err := j.nestedValue(n, e, nil)
+		if err != nil {
+			return err
+		}
+		if err := st.child(n, fk, ck, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // emitParents emits, for the child rows keys of the children childN, the
@@ -176,7 +227,8 @@ func (j *Join) emitLive(st joinState, r *pipeline.Record, fk []byte, seen *emitt
 }
 
 // emitAllParents emits every live from row that has a child of the
-// children ns (their embedded columns changed).
+// children ns (their embedded columns changed; applyAndEmit rendered
+// their rows again first).
 func (j *Join) emitAllParents(st joinState, r *pipeline.Record, ns []int, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	for _, n := range ns {
 		parents, err := st.parents(n)
@@ -218,28 +270,35 @@ func (j *Join) emitEveryRow(st joinState, r *pipeline.Record, seen *emitted, out
 	return out, nil
 }
 
-// childRow is one child row being ordered for the array.
+// childRow is one child row being ordered for the array: its key, its
+// rendered object and its order values.
 type childRow struct {
 	key   []byte
-	e     *entry
+	obj   []byte
 	order []any
 }
 
 // renderChildren renders the live children n of the from row fk as a JSON
 // array, in order, bounded by Max.
-func (j *Join) renderChildren(st joinState, n int, fk []byte, fields []pipeline.Column) (pipeline.JSON, error) {
+func (j *Join) renderChildren(st joinState, n int, fk []byte) (pipeline.JSON, error) {
 	c := &j.opts.Children[n]
 	var rows []childRow
-	err := st.children(n, fk, func(ck []byte, e *entry) {
-		row := childRow{key: ck, e: e}
-		for _, col := range c.OrderBy {
-			v, _ := e.value(col)
-			row.order = append(row.order, v)
+	err := st.children(n, fk, func(ck, v []byte) error {
+		r := binform.NewReader(v)
+		ln := r.Uvarint()
+		if r.Err() != nil || ln > uint64(r.Len()) {
+			return binform.ErrCorrupt
+		}
+		row := childRow{key: ck, order: make([]any, 0, len(c.OrderBy)+1)}
+		for or := binform.NewReader(r.Fixed(int(ln))); or.Len() > 0 && or.Err() == nil; {
+			row.order = append(row.order, or.Value())
 		}
 		for kr := binform.NewReader(ck); kr.Len() > 0 && kr.Err() == nil; {
 			row.order = append(row.order, kr.Value()) // ties: by key value
 		}
+		row.obj = append([]byte{}, r.Rest()...)
 		rows = append(rows, row)
+		return nil
 	})
 	if err != nil {
 		return "", err
@@ -255,13 +314,17 @@ func (j *Join) renderChildren(st joinState, n int, fk []byte, fields []pipeline.
 			j.opts.Overflowed(1)
 		}
 	}
-	b := make([]byte, 0, 2+len(rows)*64*len(fields))
+	size := 2
+	for i := range rows {
+		size += len(rows[i].obj) + 1
+	}
+	b := make([]byte, 0, size)
 	b = append(b, '[')
 	for i := range rows {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendRow(b, fields, rows[i].e)
+		b = append(b, rows[i].obj...)
 	}
 	return pipeline.JSON(append(b, ']')), nil
 }

@@ -449,3 +449,35 @@ func nestConverges(t *testing.T, seed uint64) {
 		}
 	}
 }
+
+// A column added to the child table (with a default the rows already
+// written hold) rewrites every document with children, the old rows with
+// the default.
+func TestNestChildShapeChangeRewritesDocuments(t *testing.T) {
+	o := orderNest
+	o.With = nil
+	o.Children = []Child{{Table: "public.items", On: []string{"order_id"}, As: "items", OrderBy: []string{"line"}}}
+	j := openRun(t, o, t.TempDir(), false)
+	defer j.Close()
+	process(t, j,
+		rec(pipeline.OpInsert, orders, ver(1), nil, order(1, 0, "")),
+		rec(pipeline.OpInsert, orders, ver(1), nil, order(2, 0, "")),
+		rec(pipeline.OpInsert, items, ver(2), nil, item(7, 1, 1, "s")),
+		rec(pipeline.OpInsert, items, ver(2), nil, item(8, 2, 1, "t")),
+	)
+	wider := *items
+	wider.Columns = append(slices.Clone(items.Columns), pipeline.Column{Name: "qty", Type: pipeline.TypeInt64, Nullable: true, Missing: int64(5)})
+	wider.Generation = 2
+	out := joined(process(t, j, rec(pipeline.OpInsert, &wider, ver(3), nil, append(item(9, 1, 2, "u"), int64(1)))))
+	got := map[int64]string{}
+	for _, r := range out {
+		got[r.After[0].(int64)] = string(r.After[3].(pipeline.JSON))
+	}
+	want := map[int64]string{
+		1: `[{"id":7,"order_id":1,"line":1,"sku":"s","qty":5},{"id":9,"order_id":1,"line":2,"sku":"u","qty":1}]`,
+		2: `[{"id":8,"order_id":2,"line":1,"sku":"t","qty":5}]`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("documents after the column was added:\n%v\nwant\n%v", got, want)
+	}
+}

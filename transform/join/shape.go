@@ -93,10 +93,21 @@ func (j *Join) observeShape(st joinState, t *pipeline.Table, ro *roles) error {
 		j.from = t
 	}
 	if len(ro.lookupN) > 0 || len(ro.childN) > 0 {
-		j.shapes[name] = t
+		j.setShape(name, t)
 	}
 	j.rebuildOut()
 	return nil
+}
+
+// setShape records the latest shape of a looked-up or child table, and
+// the columns the children of that table are rendered with.
+func (j *Join) setShape(name string, t *pipeline.Table) {
+	j.shapes[name] = t
+	for n, c := range j.opts.Children {
+		if c.Table == name {
+			j.childFields[n] = childColumns(t, c)
+		}
+	}
 }
 
 // checkOn checks that child c's on columns match the from table's primary

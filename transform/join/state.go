@@ -20,7 +20,8 @@ import (
 //	                               lookup n (empty value; a prefix scan lists them)
 //	children/<n>/<len><from key><child key>
 //	                               the rows of child n (nest) that belong to a
-//	                               from-table row: a copy of the row's entry
+//	                               from-table row: each one's order_by values
+//	                               and its rendered object (nestedValue)
 //	moves/<n>/<len><child key><version>
 //	                               the from-table key a change of the child row
 //	                               at version took it from (N1)
@@ -343,21 +344,17 @@ func (s joinState) child(n int, fk, ck, row []byte) error {
 	return b.Delete(indexKey(fk, ck))
 }
 
-// children calls fn with the key and row of each of child n's rows under
-// the from row fk.
-func (s joinState) children(n int, fk []byte, fn func(ck []byte, e *entry)) error {
+// children calls fn with the key and index value (nestedValue's) of each
+// of child n's rows under the from row fk; the value is valid during the
+// call.
+func (s joinState) children(n int, fk []byte, fn func(ck, v []byte) error) error {
 	b := s.nested.Lookup([]byte{byte(n)})
 	if b == nil {
 		return nil
 	}
 	prefix := indexKey(fk, nil)
 	return b.Scan(prefix, func(k, v []byte) error {
-		e, err := decodeEntry(v)
-		if err != nil {
-			return fmt.Errorf("nested row: %w", err)
-		}
-		fn(append([]byte{}, k[len(prefix):]...), e)
-		return nil
+		return fn(append([]byte{}, k[len(prefix):]...), v)
 	})
 }
 
