@@ -36,11 +36,15 @@ var sweepPerWrite = 10000
 // Tx is one transaction on an operator's state: reads, and writes when
 // it comes from Update.
 type Tx struct {
-	tx  *bbolt.Tx
-	pr  pebbleReader  // the Pebble engine's reads
-	pb  *pebble.Batch // and writes (nil in View)
-	st  *Store
-	now int64 // Unix microseconds: the clock of the TTLs (noClock: unset)
+	tx *bbolt.Tx
+	pr pebbleReader  // the Pebble engine's reads
+	pb *pebble.Batch // and writes (nil in View)
+	// it is the iterator the Pebble engine's scans share; scanning: one
+	// is running.
+	it       *pebble.Iterator
+	scanning bool
+	st       *Store
+	now      int64 // Unix microseconds: the clock of the TTLs (noClock: unset)
 	// until bounds what the write sweeps (SweepUntil); limited: set.
 	until   int64
 	limited bool

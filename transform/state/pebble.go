@@ -124,7 +124,12 @@ func (s *Store) beginPebble(def []byte) error {
 func (s *Store) updatePebble(fn func(*Tx) error) error {
 	b := s.pdb.NewIndexedBatch()
 	defer b.Close()
-	if err := fn(&Tx{pr: b, pb: b, st: s, now: noClock}); err != nil {
+	tx := &Tx{pr: b, pb: b, st: s, now: noClock}
+	err := fn(tx)
+	if cerr := tx.closeIter(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	return b.Commit(pebble.Sync)
@@ -133,7 +138,22 @@ func (s *Store) updatePebble(fn func(*Tx) error) error {
 func (s *Store) viewPebble(fn func(*Tx) error) error {
 	snap := s.pdb.NewSnapshot()
 	defer snap.Close()
-	return fn(&Tx{pr: snap, st: s, now: noClock})
+	tx := &Tx{pr: snap, st: s, now: noClock}
+	err := fn(tx)
+	if cerr := tx.closeIter(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// closeIter closes the iterator the transaction's scans share.
+func (t *Tx) closeIter() error {
+	if t.it == nil {
+		return nil
+	}
+	err := t.it.Close()
+	t.it = nil
+	return err
 }
 
 func (k *Keys) pebbleGet(key []byte) []byte {
@@ -161,27 +181,44 @@ func (k *Keys) pebbleDelete(key []byte) error {
 
 func (k *Keys) pebbleScan(prefix []byte, fn func(key, value []byte) error) error {
 	lower := k.pebbleKey(prefix)
-	it, err := k.tx.pr.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: successor(lower)})
-	if err != nil {
-		return err
+	opts := &pebble.IterOptions{LowerBound: lower, UpperBound: successor(lower)}
+	// The transaction's scans share one iterator (repositioned, and
+	// refreshed to the batch's writes so far, by SetOptions): creating
+	// one per scan costs more than the scan. A scan within a scan gets
+	// its own.
+	it, own := k.tx.it, false
+	switch {
+	case it == nil:
+		var err error
+		if it, err = k.tx.pr.NewIter(opts); err != nil {
+			return err
+		}
+		k.tx.it = it
+	case k.tx.scanning:
+		var err error
+		if it, err = k.tx.pr.NewIter(opts); err != nil {
+			return err
+		}
+		own = true
+		defer it.Close()
+	default:
+		it.SetOptions(opts)
+	}
+	if !own {
+		k.tx.scanning = true
+		defer func() { k.tx.scanning = false }()
 	}
 	skip := len(k.prefix) + 1
 	for ok := it.First(); ok; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
-			_ = it.Close()
 			return err
 		}
 		if err := fn(it.Key()[skip:], v); err != nil {
-			_ = it.Close()
 			return err
 		}
 	}
-	if err := it.Error(); err != nil {
-		_ = it.Close()
-		return err
-	}
-	return it.Close()
+	return it.Error()
 }
 
 func (s *Store) pebbleSize() int64 { return int64(s.pdb.Metrics().DiskSpaceUsage()) }
