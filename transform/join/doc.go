@@ -8,7 +8,7 @@
 //
 // State. The latest row of every joined table, a tombstone per deleted
 // row, each table's truncate barrier, and a reverse index (looked-up key →
-// from keys) live in a bbolt file in Options.Dir. Process applies a
+// from keys) live in a pebble store in Options.Dir (transform/state). Process applies a
 // batch in one transaction that commits (fsync) before it returns, so the
 // state is durable before any output reaches a sink. Every row write is
 // guarded by the row's version (Invariant 4 applied to the state), which

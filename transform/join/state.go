@@ -12,7 +12,7 @@ import (
 	"github.com/sluice-cdc/sluice/transform/state"
 )
 
-// The state store (bbolt, one file per join):
+// The state store (pebble, one per join or nest; transform/state):
 //
 //	rows/<schema.table>/<key>      entry: the row's latest values and version
 //	index/<n>/<len><lookup key><from key>

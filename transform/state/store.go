@@ -1,8 +1,9 @@
 // Package state is the durable state of the stateful transforms (the
-// join, the windows): one bbolt file per operator holding its declared
-// key spaces (Spec.Spaces), read and written in transactions (View,
-// Update) through Keys, with a TTL per key space in the operator's clock
-// (keys.go). Writes are guarded by row versions so the state may run
+// join and nest, the windows, the dedup): per operator, a bbolt file or a
+// pebble directory (Spec.Engine; pebble.go says which suits what) holding
+// its declared key spaces (Spec.Spaces), read and written in transactions
+// (View, Update) through Keys, with a TTL per key space in the operator's
+// clock (keys.go; bbolt only). Writes are guarded by row versions so the state may run
 // ahead of the checkpoint (Invariant 5); the state starts over when the
 // pipeline has no checkpoint and is refused when the pipeline resumes
 // with no state, or with state built for another definition
