@@ -306,6 +306,41 @@ func TestReplayAfterCrashesConverges(t *testing.T) {
 	}
 }
 
+// runWithCrashes applies log to a join of o in random batches of up to
+// ten records, writing the outputs to sink; now and then it crashes: the
+// state keeps the batch, the sink a random part of its output, and the
+// join starts again from the last checkpoint (a random batch boundary;
+// with none, the state starts over), the state ahead of it. The replay
+// floor follows the checkpoints (Checkpointed). It returns the join
+// open last.
+func runWithCrashes(t *testing.T, rng *rand.Rand, o Options, log []pipeline.Record, sink *modelSink) *Join {
+	t.Helper()
+	dir := t.TempDir()
+	j := openRun(t, o, dir, false)
+	checkpoint, batches := 0, uint64(0)
+	for pos := 0; pos < len(log); {
+		end := min(len(log), pos+1+rng.IntN(10))
+		out := process(t, j, log[pos:end]...)
+		batches++
+		if rng.IntN(5) == 0 {
+			sink.write(t, out[:rng.IntN(len(out)+1)])
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			j = openRun(t, o, dir, checkpoint > 0)
+			pos, batches = checkpoint, 0
+			continue
+		}
+		sink.write(t, out)
+		pos = end
+		if rng.IntN(2) == 0 {
+			checkpoint = pos
+			j.Checkpointed(batches)
+		}
+	}
+	return j
+}
+
 func replayConverges(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	custs := map[int64]string{}
@@ -351,32 +386,8 @@ func replayConverges(t *testing.T, seed uint64) {
 			}
 		}
 	}
-	dir := t.TempDir()
-	j := open(t, dir)
 	sink := &modelSink{rows: map[int64]modelRow{}}
-	checkpoint := 0
-	for pos := 0; pos < len(log); {
-		end := min(len(log), pos+1+rng.IntN(10))
-		out := process(t, j, log[pos:end]...)
-		if rng.IntN(5) == 0 {
-			// Crash: the state holds this batch, the sink may hold only
-			// part of its output, the checkpoint lags.
-			sink.write(t, out[:rng.IntN(len(out)+1)])
-			if err := j.Close(); err != nil {
-				t.Fatal(err)
-			}
-			// No checkpoint yet: the runtime starts the state over and the
-			// source replays from the start.
-			j = openRun(t, orderDocs, dir, checkpoint > 0)
-			pos = checkpoint
-			continue
-		}
-		sink.write(t, out)
-		pos = end
-		if rng.IntN(2) == 0 {
-			checkpoint = pos
-		}
-	}
+	j := runWithCrashes(t, rng, orderDocs, log, sink)
 	defer j.Close()
 	for id, img := range ords {
 		row, ok := sink.rows[id]

@@ -382,30 +382,8 @@ func nestConverges(t *testing.T, seed uint64) {
 			}
 		}
 	}
-	dir := t.TempDir()
-	j := openRun(t, orderNest, dir, false)
 	sink := &modelSink{rows: map[int64]modelRow{}}
-	checkpoint, batches := 0, uint64(0)
-	for pos := 0; pos < len(log); {
-		end := min(len(log), pos+1+rng.IntN(10))
-		out := process(t, j, log[pos:end]...)
-		batches++
-		if rng.IntN(5) == 0 {
-			sink.write(t, out[:rng.IntN(len(out)+1)])
-			if err := j.Close(); err != nil {
-				t.Fatal(err)
-			}
-			j = openRun(t, orderNest, dir, checkpoint > 0)
-			pos, batches = checkpoint, 0
-			continue
-		}
-		sink.write(t, out)
-		pos = end
-		if rng.IntN(2) == 0 {
-			checkpoint = pos
-			j.Checkpointed(batches)
-		}
-	}
+	j := runWithCrashes(t, rng, orderNest, log, sink)
 	defer j.Close()
 	for id, img := range ords {
 		row, ok := sink.rows[id]
