@@ -64,7 +64,7 @@ func rowKey(t *pipeline.Table, img []any) ([]byte, error) {
 			return nil, fmt.Errorf("key column %s is NULL or absent", t.Columns[k].Name)
 		}
 		var err error
-		if b, err = appendKeyValue(b, v); err != nil {
+		if b, err = binform.AppendKey(b, v); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package join
 
 import (
 	"context"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"math/big"
 	"strings"
 	"testing"
@@ -122,7 +123,7 @@ func TestNumericKeysMatchAcrossTypes(t *testing.T) {
 	}
 	var want []byte
 	for _, v := range fives {
-		b, err := appendKeyValue(nil, v)
+		b, err := binform.AppendKey(nil, v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,8 +138,8 @@ func TestNumericKeysMatchAcrossTypes(t *testing.T) {
 		{pipeline.Decimal{Unscaled: big.NewInt(0), Scale: 3}, int64(0)},
 		{pipeline.Decimal{Unscaled: new(big.Int).SetUint64(1 << 63), Scale: 0}, uint64(1 << 63)},
 	} {
-		a, _ := appendKeyValue(nil, pair[0])
-		b, _ := appendKeyValue(nil, pair[1])
+		a, _ := binform.AppendKey(nil, pair[0])
+		b, _ := binform.AppendKey(nil, pair[1])
 		if string(a) != string(b) {
 			t.Fatalf("%v and %v encode differently", pair[0], pair[1])
 		}
@@ -147,8 +148,8 @@ func TestNumericKeysMatchAcrossTypes(t *testing.T) {
 		{pipeline.Decimal{Unscaled: big.NewInt(51), Scale: 1}, int64(5)},
 		{"5", int64(5)},
 	} {
-		a, _ := appendKeyValue(nil, pair[0])
-		b, _ := appendKeyValue(nil, pair[1])
+		a, _ := binform.AppendKey(nil, pair[0])
+		b, _ := binform.AppendKey(nil, pair[1])
 		if string(a) == string(b) {
 			t.Fatalf("%v and %v encode alike", pair[0], pair[1])
 		}

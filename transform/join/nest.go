@@ -81,7 +81,7 @@ func keyOfColumns(e *entry, cols []string) ([]byte, error) {
 			return nil, nil
 		}
 		var err error
-		if b, err = appendKeyValue(b, v); err != nil {
+		if b, err = binform.AppendKey(b, v); err != nil {
 			return nil, err
 		}
 	}

@@ -71,10 +71,9 @@ func (o *Operator) plan(t *pipeline.Table) (*plan, error) {
 		out.Columns = append(out.Columns, c)
 	}
 	for _, a := range o.opts.Aggregates {
-		col := pipeline.Column{Name: a.As, Nullable: true, Scale: -1}
 		if a.Func == CountRows {
 			p.args = append(p.args, -1)
-			col.Type, col.Nullable = pipeline.TypeInt64, false
+			col, _ := ResultColumn(a.Func, a.As, nil)
 			out.Columns = append(out.Columns, col)
 			continue
 		}
@@ -83,31 +82,9 @@ func (o *Operator) plan(t *pipeline.Table) (*plan, error) {
 			return fail("aggregates", fmt.Errorf("%s", eval.UnknownColumn(t, a.Column)))
 		}
 		p.args = append(p.args, i)
-		in := t.Columns[i]
-		switch a.Func {
-		case Count, CountDistinct:
-			col.Type, col.Nullable = pipeline.TypeInt64, false
-		case Sum, Avg:
-			switch in.Type {
-			case pipeline.TypeInt16, pipeline.TypeInt32, pipeline.TypeInt64, pipeline.TypeUint8, pipeline.TypeUint16,
-				pipeline.TypeUint32, pipeline.TypeUint64:
-				col.Type, col.Precision, col.Scale = pipeline.TypeDecimal, 38, 0
-			case pipeline.TypeFloat32, pipeline.TypeFloat64:
-				col.Type = pipeline.TypeFloat64
-			case pipeline.TypeDecimal:
-				col.Type = pipeline.TypeDecimal
-				if in.Scale >= 0 {
-					col.Precision, col.Scale = 38, in.Scale
-				}
-			default:
-				return fail("aggregates", fmt.Errorf("%s(%s): column %s is %s, not a number", a.Func, a.Column, a.Column, in.Type))
-			}
-			if a.Func == Avg && col.Type == pipeline.TypeDecimal {
-				col.Precision, col.Scale = 0, -1
-			}
-		default: // min, max, first, last
-			col = in
-			col.Name, col.Key, col.Nullable, col.Missing = a.As, false, true, nil
+		col, err := ResultColumn(a.Func, a.As, &t.Columns[i])
+		if err != nil {
+			return fail("aggregates", fmt.Errorf("%s(%s): %w", a.Func, a.Column, err))
 		}
 		out.Columns = append(out.Columns, col)
 	}
@@ -130,6 +107,39 @@ func (o *Operator) plan(t *pipeline.Table) (*plan, error) {
 		o.out, o.outDirty = out, true
 	}
 	return p, nil
+}
+
+// ResultColumn is the column of aggregate f named name over input column
+// in (nil for count()), typed as the table above says; an error when f
+// cannot take in's type (a sum of text).
+func ResultColumn(f Func, name string, in *pipeline.Column) (pipeline.Column, error) {
+	col := pipeline.Column{Name: name, Nullable: true, Scale: -1}
+	switch f {
+	case CountRows, Count, CountDistinct:
+		col.Type, col.Nullable = pipeline.TypeInt64, false
+	case Sum, Avg:
+		switch in.Type {
+		case pipeline.TypeInt16, pipeline.TypeInt32, pipeline.TypeInt64, pipeline.TypeUint8, pipeline.TypeUint16,
+			pipeline.TypeUint32, pipeline.TypeUint64:
+			col.Type, col.Precision, col.Scale = pipeline.TypeDecimal, 38, 0
+		case pipeline.TypeFloat32, pipeline.TypeFloat64:
+			col.Type = pipeline.TypeFloat64
+		case pipeline.TypeDecimal:
+			col.Type = pipeline.TypeDecimal
+			if in.Scale >= 0 {
+				col.Precision, col.Scale = 38, in.Scale
+			}
+		default:
+			return col, fmt.Errorf("column %s is %s, not a number", in.Name, in.Type)
+		}
+		if f == Avg && col.Type == pipeline.TypeDecimal {
+			col.Precision, col.Scale = 0, -1
+		}
+	default: // min, max, first, last
+		col = *in
+		col.Name, col.Key, col.Nullable, col.Missing = name, false, true, nil
+	}
+	return col, nil
 }
 
 func sameShape(a, b *pipeline.Table) bool {

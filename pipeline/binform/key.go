@@ -1,22 +1,21 @@
-package join
+package binform
 
 import (
 	"math"
 	"math/big"
 
 	"github.com/sluice-cdc/sluice/pipeline"
-	"github.com/sluice-cdc/sluice/pipeline/binform"
 )
 
-// appendKeyValue encodes a key value so that keys SQL finds equal encode
-// equally across the two sides of a join, whatever the columns' numeric
-// types: an unsigned value that fits int64 is encoded as a signed one (a
+// AppendKey appends v in its key form: values SQL finds equal encode
+// equally whatever the columns' numeric types (the two sides of a join,
+// a group of an aggregate): an unsigned value that fits int64 is encoded as a signed one (a
 // signed foreign key may refer to an unsigned primary key), and a decimal
 // is reduced to its shortest scale, an integral one to the integer (5.00
 // = 5.0 = 5, numeric = bigint). Text is compared byte for byte: a
 // case- or pad-insensitive MySQL collation that finds 'a' = 'A ' is not
 // followed.
-func appendKeyValue(b []byte, v any) ([]byte, error) {
+func AppendKey(b []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case uint64:
 		if x <= math.MaxInt64 {
@@ -25,7 +24,7 @@ func appendKeyValue(b []byte, v any) ([]byte, error) {
 	case pipeline.Decimal:
 		v = canonicalDecimal(x)
 	}
-	return binform.Append(b, v)
+	return Append(b, v)
 }
 
 var bigTen = big.NewInt(10)
