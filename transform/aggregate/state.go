@@ -1,0 +1,154 @@
+package aggregate
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
+	"github.com/sluice-cdc/sluice/transform/state"
+)
+
+// The key spaces (doc.go).
+const (
+	spaceRows    = "rows"
+	spaceGroups  = "groups"
+	spaceVals    = "vals"
+	spacePending = "pending"
+	spaceTombs   = "tombs"
+	spaceMeta    = "meta"
+)
+
+var (
+	keyApplied = []byte("applied")
+	keyOrigin  = []byte("origin")
+	keyShape   = []byte("shape")
+)
+
+// store is the state seen through one transaction.
+type store struct {
+	rows, groups, vals, pending, tombs, meta *state.Keys
+}
+
+func open(tx *state.Tx) (*store, error) {
+	s := &store{}
+	for _, sp := range []struct {
+		name string
+		k    **state.Keys
+	}{{spaceRows, &s.rows}, {spaceGroups, &s.groups}, {spaceVals, &s.vals}, {spacePending, &s.pending},
+		{spaceTombs, &s.tombs}, {spaceMeta, &s.meta}} {
+		var err error
+		if *sp.k, err = tx.Space(sp.name); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// valKey is the key of value key vk in aggregate n's multiset of group gk.
+func valKey(n int, gk, vk []byte) []byte {
+	b := binary.AppendUvarint(append(make([]byte, 0, 12+len(gk)+len(vk)), byte(n)), uint64(len(gk)))
+	return append(append(b, gk...), vk...)
+}
+
+// versioned is the key of a group under a version (pending, tombs).
+func versioned(v pipeline.Version, gk []byte) []byte {
+	return append(binform.AppendVersion(make([]byte, 0, 32+len(gk)), v), gk...)
+}
+
+// record notes that the batch with Origin origin wrote group gk (A2).
+func (s *store) record(origin pipeline.Version, gk []byte) error {
+	return s.pending.Put(versioned(origin, gk), nil)
+}
+
+// recorded returns the groups recorded (A2), once each.
+func (s *store) recorded() ([][]byte, error) {
+	seen := map[string]bool{}
+	var out [][]byte
+	err := s.pending.Scan(nil, func(k, _ []byte) error {
+		if len(k) < 32 {
+			return binform.ErrCorrupt
+		}
+		if gk := k[32:]; !seen[string(gk)] {
+			seen[string(gk)] = true
+			out = append(out, append([]byte{}, gk...))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// errStop ends a scan early.
+var errStop = errors.New("stop")
+
+// prune forgets at most max recorded groups (A2) and max tombstones (A3)
+// below floor: no restart replays a change below it, and every change
+// still to come is at or above it.
+func (s *store) prune(floor pipeline.Version, max int) error {
+	limit := floor.Bytes()
+	below := func(space *state.Keys) ([][]byte, error) {
+		var keys [][]byte
+		err := space.Scan(nil, func(k, _ []byte) error {
+			if len(keys) == max || bytes.Compare(k[:32], limit) >= 0 {
+				return errStop
+			}
+			keys = append(keys, append([]byte{}, k...))
+			return nil
+		})
+		if err != nil && err != errStop {
+			return nil, err
+		}
+		return keys, nil
+	}
+	pending, err := below(s.pending)
+	if err != nil {
+		return err
+	}
+	for _, k := range pending {
+		if err := s.pending.Delete(k); err != nil {
+			return err
+		}
+	}
+	tombs, err := below(s.tombs)
+	if err != nil {
+		return err
+	}
+	for _, k := range tombs {
+		gk := k[32:]
+		if v := s.groups.Get(gk); v != nil {
+			g, err := decodeGroup(gk, v, nil)
+			if err != nil {
+				return err
+			}
+			// A group that came back, or was written since, is no longer
+			// this tombstone.
+			if g.rows == 0 && bytes.Equal(g.emitted.Bytes(), k[:32]) {
+				if err := s.groups.Delete(gk); err != nil {
+					return err
+				}
+			}
+		}
+		if err := s.tombs.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clear deletes every key of space.
+func clearSpace(space *state.Keys) error {
+	var keys [][]byte
+	if err := space.Scan(nil, func(k, _ []byte) error {
+		keys = append(keys, append([]byte{}, k...))
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := space.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
