@@ -201,5 +201,3 @@ func TestAggregateRefusesWhatItCannotCompute(t *testing.T) {
 		t.Fatalf("a sum of text: %v", err)
 	}
 }
-
-
