@@ -10,17 +10,18 @@ import (
 // Transform is one list item of transforms: exactly one field (the kind)
 // is set. Transforms run in list order between the source and the sinks.
 type Transform struct {
-	Join    *JoinTransform    `yaml:"join"`
-	Filter  *FilterTransform  `yaml:"filter"`
-	Project *ProjectTransform `yaml:"project"`
-	Rename  *RenameTransform  `yaml:"rename"`
-	Cast    *CastTransform    `yaml:"cast"`
-	Compute *ComputeTransform `yaml:"compute"`
-	Mask    *MaskTransform    `yaml:"mask"`
-	Route   *RouteTransform   `yaml:"route"`
-	Window  *WindowTransform  `yaml:"window"`
-	Dedup   *DedupTransform   `yaml:"dedup"`
-	Nest    *NestTransform    `yaml:"nest"`
+	Join      *JoinTransform      `yaml:"join"`
+	Filter    *FilterTransform    `yaml:"filter"`
+	Project   *ProjectTransform   `yaml:"project"`
+	Rename    *RenameTransform    `yaml:"rename"`
+	Cast      *CastTransform      `yaml:"cast"`
+	Compute   *ComputeTransform   `yaml:"compute"`
+	Mask      *MaskTransform      `yaml:"mask"`
+	Route     *RouteTransform     `yaml:"route"`
+	Window    *WindowTransform    `yaml:"window"`
+	Dedup     *DedupTransform     `yaml:"dedup"`
+	Nest      *NestTransform      `yaml:"nest"`
+	Aggregate *AggregateTransform `yaml:"aggregate"`
 }
 
 // Kind returns the transform's kind ("filter", "join", ...).
@@ -48,6 +49,8 @@ func (t *Transform) Kind() string {
 		return "dedup"
 	case t.Nest != nil:
 		return "nest"
+	case t.Aggregate != nil:
+		return "aggregate"
 	}
 	return ""
 }
@@ -222,9 +225,17 @@ func (d *decoder) validateTransforms(c *Config) {
 			base := index("transforms", i) + ".window"
 			d.validateWindow(c, base, w)
 			if k, dup := outputs[w.Output]; dup {
-				d.errAt(base+".output", "output "+w.Output+" is also the output of "+index("transforms", k), "give every join, nest and window its own output")
+				d.errAt(base+".output", "output "+w.Output+" is also the output of "+index("transforms", k), "give every join, nest, window and aggregate its own output")
 			}
 			outputs[w.Output] = i
+		}
+		if g := t.Aggregate; g != nil && !d.failed(index("transforms", i)+".aggregate") {
+			base := index("transforms", i) + ".aggregate"
+			d.validateAggregate(c, base, g)
+			if k, dup := outputs[g.Output]; dup {
+				d.errAt(base+".output", "output "+g.Output+" is also the output of "+index("transforms", k), "give every join, nest, window and aggregate its own output")
+			}
+			outputs[g.Output] = i
 		}
 		if j := t.Join; j != nil && !d.failed(index("transforms", i)+".join") {
 			base := index("transforms", i) + ".join"
@@ -249,7 +260,7 @@ func (d *decoder) validateDocument(captured []string, outputs map[string]int, i 
 	if slices.Contains(captured, output) {
 		d.errAt(base+".output", "output "+output+" is a captured table", "name the joined rows' table differently, e.g. "+output+"_docs")
 	} else if k, dup := outputs[output]; dup {
-		d.errAt(base+".output", "output "+output+" is also the output of "+index("transforms", k), "give every join, nest and window its own output")
+		d.errAt(base+".output", "output "+output+" is also the output of "+index("transforms", k), "give every join, nest, window and aggregate its own output")
 	}
 	outputs[output] = i
 	as := map[string]bool{}
@@ -302,6 +313,13 @@ func resolveTransformPaths(c *Config, abs func(string) string) {
 				j.StateDir = filepath.Join(c.Offsets.Dir, "join", j.Output)
 			} else {
 				j.StateDir = abs(j.StateDir)
+			}
+		}
+		if g := t.Aggregate; g != nil {
+			if g.StateDir == "" {
+				g.StateDir = filepath.Join(c.Offsets.Dir, "aggregate", g.Output)
+			} else {
+				g.StateDir = abs(g.StateDir)
 			}
 		}
 		if n := t.Nest; n != nil {

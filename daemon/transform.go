@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-cdc/sluice/obs"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sources/generate"
+	"github.com/sluice-cdc/sluice/transform/aggregate"
 	"github.com/sluice-cdc/sluice/transform/compute"
 	"github.com/sluice-cdc/sluice/transform/dedup"
 	"github.com/sluice-cdc/sluice/transform/eval"
@@ -47,6 +48,20 @@ func buildTransforms(cfg *config.Config, src pipeline.Source, resetState bool, w
 				}
 			}
 			op, err := openWindow(cfg, i, src, windows, metrics, log)
+			if err != nil {
+				return nil, closeAll, &pipeline.OpenError{What: "transform " + transformName(cfg, i), Err: err}
+			}
+			closers = append(closers, op.Close)
+			ops = append(ops, pipeline.NamedOperator{Name: transformName(cfg, i), Operator: op})
+			continue
+		}
+		if g := t.Aggregate; g != nil {
+			if resetState {
+				if err := os.RemoveAll(g.StateDir); err != nil {
+					return nil, closeAll, fmt.Errorf("reset %s: %w", transformName(cfg, i), err)
+				}
+			}
+			op, err := openAggregate(cfg, i, metrics, log)
 			if err != nil {
 				return nil, closeAll, &pipeline.OpenError{What: "transform " + transformName(cfg, i), Err: err}
 			}
@@ -319,7 +334,7 @@ type chain []pipeline.NamedOperator
 func recordChain(cfg *config.Config) (verify.Transform, error) {
 	var c chain
 	for i := range cfg.Transforms {
-		if t := &cfg.Transforms[i]; t.Join != nil || t.Nest != nil || t.Window != nil {
+		if t := &cfg.Transforms[i]; t.Join != nil || t.Nest != nil || t.Window != nil || t.Aggregate != nil {
 			continue
 		} else if t.Dedup != nil {
 			tables, err := scope.NewTables(t.Dedup.Tables)
@@ -380,6 +395,27 @@ func (c chain) Records(recs []pipeline.Record) []pipeline.Record {
 		recs = out
 	}
 	return recs
+}
+
+// openAggregate opens aggregate transform i.
+func openAggregate(cfg *config.Config, i int, metrics *obs.OperatorMetrics, log *zap.Logger) (*aggregate.Aggregate, error) {
+	g := cfg.Transforms[i].Aggregate
+	name := transformName(cfg, i)
+	o := aggregate.Options{Name: name, Output: tableID(g.Output), Input: tableID(g.Table), GroupBy: g.GroupBy, Dir: g.StateDir,
+		MaxStateBytes: int64(g.MaxStateBytes), MaxStateSetting: name + ".max_state_bytes", StateSized: metrics.StateSized(name, int64(g.MaxStateBytes)),
+		Log: log.Named("aggregate")}
+	for _, a := range g.Aggregates {
+		as, fn, col, err := config.ParseAggregate(a)
+		if err != nil {
+			return nil, err
+		}
+		f, err := window.ParseFunc(fn, col)
+		if err != nil {
+			return nil, err
+		}
+		o.Aggregates = append(o.Aggregates, window.AggDef{As: as, Func: f, Column: col})
+	}
+	return aggregate.Open(o)
 }
 
 // openWindow opens window transform i; its watermark holds while the

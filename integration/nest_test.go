@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -15,20 +16,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/apd/v3"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
 )
 
 // Postgres customers, orders and order_items → nest (each order with its
-// items, by line number, and its customer) → OpenSearch, under a writer
+// items, by line number, and its customer) → OpenSearch, and an aggregate
+// of the items per order → DuckDB, under a writer
 // that inserts, updates and deletes items, moves items between orders,
 // renames customers (every order of theirs must follow), moves orders to
 // other customers, inserts and deletes orders, with kill -9 at random
 // moments (SLUICE_TRIALS of them). In the end every live document in the
 // index equals the document SQL builds from the source (json_agg over
 // the items, ordered as the nest orders them), no order is missing or
-// left over, nothing went to the dead-letter queue, and `sluice verify`
+// left over, the aggregate's table equals SQL's GROUP BY order_id (every
+// function, every group, none left over), nothing went to the dead-letter
+// queue, and `sluice verify`
 // finds the captured tables (also written to DuckDB) equal to the source.
 func TestNestDocumentsSurviveKills(t *testing.T) {
 	pg := harness.PostgresT(t)
@@ -62,9 +67,15 @@ transforms:
         - {table: public.order_items, on: [order_id], as: items, order_by: [line_no], columns: [line_no, sku, qty, price]}
       with:
         - {table: public.customers, on: [customer_id], as: customer, columns: [name]}
+  - aggregate:
+      output: analytics.order_totals
+      table: public.order_items
+      group_by: [order_id]
+      aggregates: [items = count(), lines = count(line_no), quantity = sum(qty), mean_price = avg(price),
+        cheapest = min(price), dearest = max(price), skus = count_distinct(sku)]
 sinks:
   - opensearch: {name: docs, urls: ["%s"], tables: [public.nested_orders], refresh: true}
-  - duckdb: {name: warehouse, path: ./warehouse.duckdb, tables: [public.customers, public.orders, public.order_items]}
+  - duckdb: {name: warehouse, path: ./warehouse.duckdb, tables: [public.customers, public.orders, public.order_items, analytics.order_totals]}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 50ms}
 `, pg.DSN("nest"), node.URL))
@@ -184,10 +195,11 @@ runtime: {checkpoint_interval: 50ms}
 		sort.Strings(diff)
 		t.Fatalf("%d of %d documents differ from SQL's:\n%s", len(diff), len(want), strings.Join(diff[:min(len(diff), 10)], "\n"))
 	}
+	groups := compareGroupBy(t, ctx, pg.DSN("nest"), filepath.Join(dir, "warehouse.duckdb"))
 	if moves.Load() == 0 || renames.Load() == 0 {
 		t.Fatalf("the writer moved %d items and renamed %d customers: nothing was tested", moves.Load(), renames.Load())
 	}
-	t.Logf("%d writes (%d item moves, %d renames), %d kills; %d documents equal SQL's", writes.Load(), moves.Load(), renames.Load(), kills, len(want))
+	t.Logf("%d writes (%d item moves, %d renames), %d kills; %d documents and %d groups equal SQL's", writes.Load(), moves.Load(), renames.Load(), kills, len(want), groups)
 }
 
 // sqlDocuments builds every order's document from the source with SQL:
@@ -296,4 +308,91 @@ func canonicalDoc(t *testing.T, b []byte) string {
 		t.Fatal(err)
 	}
 	return string(out)
+}
+
+// compareGroupBy fails unless DuckDB's analytics.order_totals equals
+// SQL's GROUP BY order_id over the source's items, and returns the number
+// of groups.
+func compareGroupBy(t *testing.T, ctx context.Context, dsn, duck string) int {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT coalesce(order_id::text, 'NULL'), count(*), count(line_no), sum(qty)::text,
+		coalesce(avg(price)::text, 'NULL'), coalesce(min(price)::text, 'NULL'), coalesce(max(price)::text, 'NULL'),
+		count(DISTINCT sku) FROM order_items GROUP BY order_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for rows.Next() {
+		var k, sum, avg, lo, hi string
+		var n, lines, skus int64
+		if err := rows.Scan(&k, &n, &lines, &sum, &avg, &lo, &hi, &skus); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = fmt.Sprintf("count %d lines %d qty %s mean %s min %s max %s skus %d", n, lines, sum, mean(t, avg), lo, hi, skus)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("duckdb", duck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.Query(`SELECT coalesce(order_id::VARCHAR, 'NULL'), items, lines, quantity::VARCHAR,
+		coalesce(mean_price::VARCHAR, 'NULL'), coalesce(cheapest::VARCHAR, 'NULL'), coalesce(dearest::VARCHAR, 'NULL'), skus
+		FROM main.analytics_order_totals WHERE NOT _sluice_deleted`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	have := map[string]string{}
+	for res.Next() {
+		var k, sum, avg, lo, hi string
+		var n, lines, skus int64
+		if err := res.Scan(&k, &n, &lines, &sum, &avg, &lo, &hi, &skus); err != nil {
+			t.Fatal(err)
+		}
+		have[k] = fmt.Sprintf("count %d lines %d qty %s mean %s min %s max %s skus %d", n, lines, sum, mean(t, avg), lo, hi, skus)
+	}
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var diffs []string
+	for k, w := range want {
+		if have[k] != w {
+			diffs = append(diffs, fmt.Sprintf("order_id %s: SQL %q, aggregate %q", k, w, have[k]))
+		}
+	}
+	for k, h := range have {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("order_id %s: no items in the source, aggregate %q", k, h))
+		}
+	}
+	if len(diffs) > 0 {
+		sort.Strings(diffs)
+		t.Fatalf("%d of %d groups differ from SQL's GROUP BY:\n%s", len(diffs), len(want), strings.Join(diffs[:min(len(diffs), 20)], "\n"))
+	}
+	return len(want)
+}
+
+// mean is an average's text at 12 decimal places: Postgres gives at least
+// 16 significant digits, the aggregate 34.
+func mean(t *testing.T, s string) string {
+	t.Helper()
+	if s == "NULL" {
+		return s
+	}
+	d, _, err := apd.NewFromString(s)
+	if err != nil {
+		t.Fatalf("average %q: %v", s, err)
+	}
+	if _, err := apd.BaseContext.WithPrecision(100).Quantize(d, d, -12); err != nil {
+		t.Fatal(err)
+	}
+	return d.String()
 }
