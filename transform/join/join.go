@@ -71,8 +71,10 @@ type Join struct {
 	// floor is the least version a replay can carry: moves below it are
 	// pruned (N1).
 	floor state.Floor[pipeline.Version]
-	// warm keeps the rows committed lately, decoded.
-	warm *rowCache
+	// warm keeps the rows committed lately, decoded; barriers, the
+	// truncate barriers read or written (both mirror committed state).
+	warm     *rowCache
+	barriers map[string]pipeline.Version
 	// childFields holds, per child, the columns its rows are rendered
 	// with (nil while its table's shape is unknown).
 	childFields [][]pipeline.Column
@@ -111,7 +113,7 @@ func Open(opts Options) (*Join, error) {
 		return nil, err
 	}
 	j := &Join{opts: opts, log: opts.Log, st: st, outName: [2]string{schema, table}, shapes: map[string]*pipeline.Table{},
-		inputs: map[[2]string]bool{}, floor: state.Floor[pipeline.Version]{Less: pipeline.Version.Less}, warm: newRowCache(warmRows),
+		inputs: map[[2]string]bool{}, barriers: map[string]pipeline.Version{}, floor: state.Floor[pipeline.Version]{Less: pipeline.Version.Less}, warm: newRowCache(warmRows),
 		childFields: make([][]pipeline.Column, len(opts.Children))}
 	for _, name := range inputTables(opts) {
 		id := tableID(name)
@@ -215,6 +217,7 @@ func (j *Join) load(tx *state.Tx) error {
 // it refuses to run and says how to rebuild.
 func (j *Join) Begin(_ context.Context, resumed bool) error {
 	clear(j.warm.m) // the state may start over below
+	clear(j.barriers)
 	startedOver, err := j.st.Begin(resumed, j.definition())
 	if err != nil {
 		return err
@@ -276,7 +279,7 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 		if err != nil {
 			return err
 		}
-		st.warm, landed = j.warm, st.landed
+		st.warm, landed, st.barriers = j.warm, st.landed, j.barriers
 		for i := range in {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -299,7 +302,8 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 		return st.flush()
 	})
 	if err != nil {
-		clear(j.warm.m) // it may hold rows of the transaction that failed
+		clear(j.warm.m) // they may hold rows of the transaction that failed
+		clear(j.barriers)
 		return nil, err
 	}
 	j.warm.add(landed)

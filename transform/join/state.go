@@ -132,6 +132,9 @@ type joinState struct {
 	// once it commits (Join.Process).
 	warm   *rowCache
 	landed map[string]*entry
+	// barriers holds the tables' truncate barriers read or written (the
+	// Join's, across transactions; emptied with warm on a failure).
+	barriers map[string]pipeline.Version
 }
 
 // rowCache keeps decoded rows across transactions, so the rows a change
@@ -267,14 +270,23 @@ func (s joinState) forget() {
 }
 
 func (s joinState) barrier(table string) pipeline.Version {
-	v := s.meta.Get([]byte("barrier:" + table))
-	if v == nil {
-		return pipeline.Version{}
+	if v, ok := s.barriers[table]; ok {
+		return v
 	}
-	return binform.NewReader(v).Version()
+	var b pipeline.Version
+	if v := s.meta.Get([]byte("barrier:" + table)); v != nil {
+		b = binform.NewReader(v).Version()
+	}
+	if s.barriers != nil {
+		s.barriers[table] = b
+	}
+	return b
 }
 
 func (s joinState) setBarrier(table string, v pipeline.Version) error {
+	if s.barriers != nil {
+		s.barriers[table] = v
+	}
 	return s.meta.Put([]byte("barrier:"+table), binform.AppendVersion(nil, v))
 }
 
