@@ -62,6 +62,8 @@ bench-transforms:
 	$(GO) test -run '^$$' -bench Window -benchtime 1x -count 3 ./transform/chainbench/ -args -sink discard
 	$(GO) test -run '^$$' -bench Nest -benchtime 1x -count 2 ./transform/chainbench/ -args -sink duckdb
 	$(GO) test -run '^$$' -bench Nest -benchtime 1x -count 2 ./transform/chainbench/ -args -sink discard
+	$(GO) test -run '^$$' -bench Aggregate -benchtime 1x -count 2 ./transform/chainbench/ -args -sink duckdb
+	$(GO) test -run '^$$' -bench Aggregate -benchtime 1x -count 2 ./transform/chainbench/ -args -sink discard
 	$(GO) test -run '^$$' -bench Join -benchtime 1x ./transform/join/
 
 # Every scenario of package bench, 3 runs each, into bench/results/;
