@@ -37,7 +37,9 @@
 // stale. A truncate of the from table becomes a truncate of the output; a
 // truncate of a looked-up table writes again every output row that refers
 // to that lookup, and so does a new shape of a looked-up table that
-// changes the embedded columns (a column added, dropped or retyped).
+// changes the embedded columns (a column added, dropped or retyped); such a
+// rewrite is recorded and done again when a resumed run replays the change
+// that caused it (N2, refresh.go).
 //
 // Keys. A foreign key finds a primary key when their values are equal as
 // SQL compares numbers (5 = 5.00, signed = unsigned); text and bytes are

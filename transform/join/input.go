@@ -41,6 +41,11 @@ func (j *Join) apply(st joinState, r *pipeline.Record, out []pipeline.Record) ([
 	if err := j.observeShape(st, r.Table, &ro); err != nil {
 		return out, err
 	}
+	if len(ro.lookupN) > 0 || len(ro.childN) > 0 {
+		if err := j.again(st, r, &ro); err != nil {
+			return out, err
+		}
+	}
 	var seen emitted
 	out, err := j.applyAndEmit(st, r, &ro, &seen, out)
 	if err != nil {

@@ -75,6 +75,8 @@ type Join struct {
 	// truncate barriers read or written (both mirror committed state).
 	warm     *rowCache
 	barriers map[string]pipeline.Version
+	// refresh holds the rewrites of outputs after a new shape (N2).
+	refresh refreshes
 	// childFields holds, per child, the columns its rows are rendered
 	// with (nil while its table's shape is unknown).
 	childFields [][]pipeline.Column
@@ -222,6 +224,15 @@ func (j *Join) Begin(_ context.Context, resumed bool) error {
 	if err != nil {
 		return err
 	}
+	if err := j.st.View(time.Time{}, func(tx *state.Tx) error {
+		st, err := newState(tx)
+		if err != nil {
+			return err
+		}
+		return j.refresh.load(st, resumed)
+	}); err != nil {
+		return fmt.Errorf("%s: %w", j.what(), err)
+	}
 	if resumed {
 		j.begun = true
 		return nil
@@ -267,7 +278,8 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 	if !j.begun {
 		return nil, fmt.Errorf("%s: Process before Begin", j.what())
 	}
-	floor, pruning := j.note(in)
+	floor, floored := j.note(in)
+	pruning := floored && len(j.opts.Children) > 0
 	if !slices.ContainsFunc(in, j.joins) {
 		return in, nil
 	}
@@ -299,6 +311,11 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 				return err
 			}
 		}
+		if floored {
+			if err := j.refresh.forget(st, floor); err != nil {
+				return err
+			}
+		}
 		return st.flush()
 	})
 	if err != nil {
@@ -310,8 +327,8 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 	return out, nil
 }
 
-// note counts batch in and returns the replay floor (N1); false while no
-// checkpoint has set one, or when nothing is nested.
+// note counts batch in and returns the replay floor (N1, N2); false
+// while no checkpoint has set one.
 func (j *Join) note(in []pipeline.Record) (pipeline.Version, bool) {
 	var least pipeline.Version
 	has := false
@@ -320,8 +337,7 @@ func (j *Join) note(in []pipeline.Record) (pipeline.Version, bool) {
 			least, has = v, true
 		}
 	}
-	floor, ok := j.floor.Note(least, has)
-	return floor, ok && len(j.opts.Children) > 0
+	return j.floor.Note(least, has)
 }
 
 // Checkpointed implements pipeline.Checkpointed: the replay floor follows

@@ -459,3 +459,56 @@ func TestNestChildShapeChangeRewritesDocuments(t *testing.T) {
 		t.Fatalf("documents after the column was added:\n%v\nwant\n%v", got, want)
 	}
 }
+
+// N2: the documents a new child shape rewrote are lost in a crash; the
+// resumed run, whose state knows the shape already, rewrites them again
+// when the replay meets the change that brought it, and not after the
+// floor has passed it.
+func TestNestReplayedShapeChangeRewritesAgain(t *testing.T) {
+	o := orderNest
+	o.With = nil
+	o.Children = []Child{{Table: "public.items", On: []string{"order_id"}, As: "items", OrderBy: []string{"line"}}}
+	dir := t.TempDir()
+	j := openRun(t, o, dir, false)
+	process(t, j,
+		rec(pipeline.OpInsert, orders, ver(1), nil, order(1, 0, "")),
+		rec(pipeline.OpInsert, orders, ver(1), nil, order(2, 0, "")),
+		rec(pipeline.OpInsert, items, ver(2), nil, item(7, 1, 1, "s")),
+		rec(pipeline.OpInsert, items, ver(2), nil, item(8, 2, 1, "t")),
+	)
+	j.Checkpointed(1)
+	wider := *items
+	wider.Columns = append(slices.Clone(items.Columns), pipeline.Column{Name: "qty", Type: pipeline.TypeInt64, Nullable: true, Missing: int64(5)})
+	wider.Generation = 2
+	change := rec(pipeline.OpInsert, &wider, ver(3), nil, append(item(9, 1, 2, "u"), int64(1)))
+	if out := joined(process(t, j, change)); len(out) != 2 {
+		t.Fatalf("%d documents rewritten, want both orders'", len(out))
+	}
+	if err := j.Close(); err != nil { // its outputs never reached a sink
+		t.Fatal(err)
+	}
+	j = openRun(t, o, dir, true)
+	defer j.Close()
+	out := joined(process(t, j, change))
+	got := map[int64]string{}
+	for _, r := range out {
+		got[r.After[0].(int64)] = string(r.After[3].(pipeline.JSON))
+	}
+	want := map[int64]string{
+		1: `[{"id":7,"order_id":1,"line":1,"sku":"s","qty":5},{"id":9,"order_id":1,"line":2,"sku":"u","qty":1}]`,
+		2: `[{"id":8,"order_id":2,"line":1,"sku":"t","qty":5}]`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("the replay rewrote\n%v\nwant\n%v", got, want)
+	}
+	// Once: the next change of the table rewrites its own document only.
+	if out := joined(process(t, j, rec(pipeline.OpInsert, &wider, ver(4), nil, append(item(10, 2, 2, "v"), int64(2))))); len(out) != 1 {
+		t.Fatalf("%d documents after the rewrite was done again, want 1", len(out))
+	}
+	// The floor passes it: a later resumed run does not rewrite again.
+	j.Checkpointed(2)
+	process(t, j, rec(pipeline.OpInsert, &wider, ver(5), nil, append(item(11, 2, 3, "w"), int64(3))))
+	if len(j.refresh.recorded) != 0 {
+		t.Fatalf("recorded rewrites below the floor are kept: %v", j.refresh.recorded)
+	}
+}

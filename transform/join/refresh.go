@@ -1,0 +1,88 @@
+package join
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
+)
+
+// Invariant N2: a new shape of a looked-up or child table that changes
+// the columns embedded rewrites every output that embeds them
+// (applyAndEmit). The state learns the shape in the same transaction, so
+// the replay of the change that brought it would find the shape known and
+// rewrite nothing, though the outputs rewritten may never have reached
+// the sinks. So each rewrite is recorded (meta refresh:<l|c><n> → the
+// version of the change that caused it) and a resumed run does it again
+// when it meets a change of that table at or after the version; a record
+// below the replay floor is forgotten (a checkpoint covers its change, so
+// its outputs are durable).
+
+// refreshes holds the rewrites recorded and not yet forgotten, and of
+// those, the ones a resumed run has still to do again.
+type refreshes struct {
+	recorded map[string]pipeline.Version
+	redo     map[string]pipeline.Version
+}
+
+const refreshPrefix = "refresh:"
+
+func refreshKey(kind byte, n int) string { return string(kind) + strconv.Itoa(n) }
+
+// load reads the recorded rewrites; resumed: they are to be done again.
+func (rs *refreshes) load(st joinState, resumed bool) error {
+	rs.recorded, rs.redo = map[string]pipeline.Version{}, map[string]pipeline.Version{}
+	return st.meta.Scan([]byte(refreshPrefix), func(k, v []byte) error {
+		ver := binform.NewReader(v).Version()
+		key := string(k[len(refreshPrefix):])
+		rs.recorded[key] = ver
+		if resumed {
+			rs.redo[key] = ver
+		}
+		return nil
+	})
+}
+
+// again adds to ro the rewrites a resumed run has still to do for the
+// lookups and children of r's table, at r's version or after it, and
+// records every rewrite ro holds under r's version (N2).
+func (j *Join) again(st joinState, r *pipeline.Record, ro *roles) error {
+	rs := &j.refresh
+	for kind, ns := range map[byte]*[]int{'l': &ro.refresh, 'c': &ro.refreshChildren} {
+		of := ro.lookupN
+		if kind == 'c' {
+			of = ro.childN
+		}
+		for _, n := range of {
+			key := refreshKey(kind, n)
+			if v, ok := rs.redo[key]; ok && !r.Version.Less(v) {
+				delete(rs.redo, key)
+				if !slices.Contains(*ns, n) {
+					*ns = append(*ns, n)
+				}
+			}
+		}
+		for _, n := range *ns {
+			key := refreshKey(kind, n)
+			if err := st.meta.Put([]byte(refreshPrefix+key), binform.AppendVersion(nil, r.Version)); err != nil {
+				return err
+			}
+			rs.recorded[key] = r.Version
+		}
+	}
+	return nil
+}
+
+// forget drops the records of rewrites below floor (N2).
+func (rs *refreshes) forget(st joinState, floor pipeline.Version) error {
+	for key, v := range rs.recorded {
+		if v.Less(floor) {
+			if err := st.meta.Delete([]byte(refreshPrefix + key)); err != nil {
+				return err
+			}
+			delete(rs.recorded, key)
+		}
+	}
+	return nil
+}
