@@ -53,11 +53,11 @@ type Aggregate struct {
 	out      *pipeline.Table // the output's shape (nil: no input shape seen)
 	outDirty bool            // out changed since it was stored
 	applied  pipeline.Version
-	origin   pipeline.Version // the newest Origin written
 	floor    state.Floor[pipeline.Version]
-	// reemit holds the groups Begin found recorded (A2), written again
-	// with the next batch.
-	reemit [][]byte
+	// reemit holds the groups Begin found recorded (A2), in the order of
+	// the Origins they were recorded under: each is written again by the
+	// first batch that reaches its Origin.
+	reemit []recorded
 	begun  bool
 }
 
@@ -134,13 +134,13 @@ func (a *Aggregate) Begin(_ context.Context, resumed bool) error {
 	if startedOver {
 		a.log.Info("aggregate state started over: the pipeline has no checkpoint, so every row is read again", zap.String("aggregate", a.opts.Name))
 	}
-	a.out, a.applied, a.origin, a.reemit = nil, pipeline.Version{}, pipeline.Version{}, nil
+	a.out, a.applied, a.reemit = nil, pipeline.Version{}, nil
 	err = a.st.View(time.Time{}, func(tx *state.Tx) error {
 		s, err := open(tx)
 		if err != nil {
 			return err
 		}
-		if a.applied, a.origin, a.out, err = s.loadMeta(a.opts.Output); err != nil {
+		if a.applied, a.out, err = s.loadMeta(a.opts.Output); err != nil {
 			return err
 		}
 		if resumed {
@@ -189,8 +189,12 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 		return nil, fmt.Errorf("%s: Process before Begin", a.opts.Name)
 	}
 	floor, pruning := a.note(in)
-	touches := len(a.reemit) > 0
-	origin := a.origin
+	// The groups' rows leave after the batch's records, with the newest
+	// Origin among them, so Origins never go down in the order records
+	// leave the operator (the exactly-once Kafka sink skips a record whose
+	// Origin is below one it wrote).
+	var origin pipeline.Version
+	touches := false
 	for i := range in {
 		if a.input(&in[i]) {
 			touches = true
@@ -199,7 +203,12 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 			origin = ov
 		}
 	}
-	if !touches {
+	// A2: the groups recorded under an Origin this batch reaches.
+	due := 0
+	for due < len(a.reemit) && !origin.Less(a.reemit[due].origin) && origin != (pipeline.Version{}) {
+		due++
+	}
+	if !touches && due == 0 {
 		return in, nil
 	}
 	out := in
@@ -210,11 +219,11 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 			return err
 		}
 		b := newBatch(a, s, origin)
-		out = out[:len(in):len(in)] // a retried transaction starts from the batch again
+		out = out[:len(in):len(in)]
 		a.rejects = scope.Rejects{Op: a.opts.Name, Policy: scope.DLQ}
 		applied = a.applied
-		for _, gk := range a.reemit {
-			if err := b.rewrite(gk); err != nil {
+		for _, rec := range a.reemit[:due] {
+			if err := b.rewrite(rec.gk); err != nil {
 				return err
 			}
 		}
@@ -254,12 +263,12 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 				return err
 			}
 		}
-		return s.storeMeta(applied, origin, a.out, a.outDirty)
+		return s.storeMeta(applied, a.out, a.outDirty)
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.applied, a.origin, a.reemit, a.outDirty = applied, origin, nil, false
+	a.applied, a.reemit, a.outDirty = applied, a.reemit[due:], false
 	return a.rejects.Result(out)
 }
 
@@ -359,28 +368,22 @@ func sameShape(a, b *pipeline.Table) bool {
 }
 
 // loadMeta reads what storeMeta wrote.
-func (s *store) loadMeta(output pipeline.TableID) (applied, origin pipeline.Version, out *pipeline.Table, err error) {
+func (s *store) loadMeta(output pipeline.TableID) (applied pipeline.Version, out *pipeline.Table, err error) {
 	if v := s.meta.Get(keyApplied); len(v) == 32 {
 		applied = binform.NewReader(v).Version()
 	}
-	if v := s.meta.Get(keyOrigin); len(v) == 32 {
-		origin = binform.NewReader(v).Version()
-	}
 	if v := s.meta.Get(keyShape); v != nil {
 		if out, err = binform.ReadShape(binform.NewReader(v), output); err != nil {
-			return applied, origin, nil, fmt.Errorf("the output's shape: %w", err)
+			return applied, nil, fmt.Errorf("the output's shape: %w", err)
 		}
 	}
-	return applied, origin, out, nil
+	return applied, out, nil
 }
 
-// storeMeta writes the newest stream change applied, the newest Origin
-// written and, when it changed, the output's shape.
-func (s *store) storeMeta(applied, origin pipeline.Version, out *pipeline.Table, outDirty bool) error {
+// storeMeta writes the newest stream change applied and, when it
+// changed, the output's shape.
+func (s *store) storeMeta(applied pipeline.Version, out *pipeline.Table, outDirty bool) error {
 	if err := s.meta.Put(keyApplied, binform.AppendVersion(nil, applied)); err != nil {
-		return err
-	}
-	if err := s.meta.Put(keyOrigin, binform.AppendVersion(nil, origin)); err != nil {
 		return err
 	}
 	if !outDirty || out == nil {

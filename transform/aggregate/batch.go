@@ -133,9 +133,11 @@ func rowKey(t *pipeline.Table, img []any) ([]byte, error) {
 	return k, nil
 }
 
-// apply applies an insert, update, read or delete. Everything that can
-// fail is read before the state changes: a record rejected changes
-// nothing.
+// apply applies an insert, update, read or delete. What the record
+// itself may lack (a key, a value the change does not carry, a column of
+// its shape) is read before the state changes: such a record is rejected
+// and changes nothing. A failure of the state itself (a stored entry that
+// does not decode) is fatal: the transaction is not committed.
 func (b *batch) apply(r *pipeline.Record) error {
 	p, err := b.a.plans.Get(r.Table, b.a.plan)
 	if err != nil {
@@ -148,10 +150,10 @@ func (b *batch) apply(r *pipeline.Record) error {
 		}
 		old, err := b.row(key)
 		if err != nil || old == nil {
-			return err
+			return fatal(err)
 		}
 		if err := b.retract(old, r); err != nil {
-			return err
+			return fatal(err)
 		}
 		b.setRow(key, nil)
 		return nil
@@ -168,17 +170,17 @@ func (b *batch) apply(r *pipeline.Record) error {
 	}
 	old, err := b.row(key)
 	if err != nil {
-		return err
+		return fatal(err)
 	}
+	// The row's earlier values (for those the change does not carry): at
+	// its old key when the update moved it.
 	prior := old
 	var left *contribution
 	if moved != nil {
 		if left, err = b.row(moved); err != nil {
-			return err
+			return fatal(err)
 		}
-		if prior == nil {
-			prior = left
-		}
+		prior = left
 	}
 	c, err := b.a.contribution(r, p, prior)
 	if err != nil {
@@ -186,20 +188,28 @@ func (b *batch) apply(r *pipeline.Record) error {
 	}
 	if left != nil {
 		if err := b.retract(left, r); err != nil {
-			return err
+			return fatal(err)
 		}
 		b.setRow(moved, nil)
 	}
 	if old != nil {
 		if err := b.retract(old, r); err != nil {
-			return err
+			return fatal(err)
 		}
 	}
 	if err := b.add(c, r); err != nil {
-		return err
+		return fatal(err)
 	}
 	b.setRow(key, c)
 	return nil
+}
+
+// fatal marks a failure of the state as fatal (nil stays nil).
+func fatal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return pipeline.Fatal(err)
 }
 
 // contribution reads what r's new row contributes; a value the change
@@ -496,8 +506,11 @@ func (b *batch) put(g *group) error {
 }
 
 // truncate writes the groups the batch changed so far, empties the
-// rows, multisets and groups (each group that had an output keeps its
-// tombstone, A3) and appends a truncate of the output.
+// rows, multisets and groups and appends a truncate of the output, at the
+// truncate's version raised above every group's last output so that the
+// sinks' barrier clears them all. Each group that had an output keeps a
+// tombstone at that version (A3) and is recorded (A2): were the truncate
+// lost in a crash, the resumed run deletes it.
 func (b *batch) truncate(r *pipeline.Record, out []pipeline.Record) ([]pipeline.Record, error) {
 	if _, err := b.a.plans.Get(r.Table, b.a.plan); err != nil {
 		return out, err
@@ -515,22 +528,23 @@ func (b *batch) truncate(r *pipeline.Record, out []pipeline.Record) ([]pipeline.
 	if err := clearSpace(b.s.vals); err != nil {
 		return out, err
 	}
-	var tombs []*group
-	err = b.s.groups.Scan(nil, func(k, v []byte) error {
-		g, err := decodeGroup(append([]byte{}, k...), v, b.a)
+	var groups []*group
+	v := r.Version
+	err = b.s.groups.Scan(nil, func(k, val []byte) error {
+		g, err := decodeGroup(append([]byte{}, k...), val, b.a)
 		if err != nil {
 			return err
 		}
-		tombs = append(tombs, g)
+		if !g.emitted.Less(v) {
+			v = next(g.emitted)
+		}
+		groups = append(groups, g)
 		return nil
 	})
 	if err != nil {
 		return out, err
 	}
-	for _, g := range tombs {
-		if g.rows == 0 && !g.live {
-			continue // a tombstone already
-		}
+	for _, g := range groups {
 		if g.emitted == (pipeline.Version{}) {
 			if err := b.s.groups.Delete(g.key); err != nil {
 				return out, err
@@ -541,15 +555,18 @@ func (b *batch) truncate(r *pipeline.Record, out []pipeline.Record) ([]pipeline.
 		if err != nil {
 			return out, err
 		}
-		t.emitted = g.emitted
+		t.emitted = v
 		if err := b.put(t); err != nil {
 			return out, err
 		}
-		if err := b.s.tombs.Put(versioned(t.emitted, t.key), nil); err != nil {
+		if err := b.s.tombs.Put(versioned(v, t.key), nil); err != nil {
+			return out, err
+		}
+		if err := b.s.record(b.origin, t.key); err != nil {
 			return out, err
 		}
 	}
-	return append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: b.a.out, Version: r.Version, Origin: b.origin,
+	return append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: b.a.out, Version: v, Origin: b.origin,
 		EventTime: r.EventTime, TxID: r.TxID, Pos: r.Pos, Snapshot: r.Snapshot}), nil
 }
 

@@ -309,26 +309,70 @@ func tombstones(t *testing.T, a *Aggregate) int {
 	return n
 }
 
-// A2: the outputs of a batch after the checkpoint are lost in a crash;
-// the replayed changes change nothing in the state (A1), and the resumed
-// run writes the group again with its first batch.
+// A2: the outputs of the batches after the checkpoint are lost in a
+// crash; the replayed changes change nothing in the state (A1), and the
+// resumed run writes each group again when its replay reaches the batch
+// that wrote it, with that batch's Origin, never one ahead of the replay
+// (the exactly-once Kafka sink would skip the replayed records after it).
 func TestAggregateResumeWritesAgainWhatMayBeLost(t *testing.T) {
 	dir := t.TempDir()
 	a := openRun(t, perCustomer, dir, false)
 	results(t, a, ins(1, order(1, 1, cents(100), "a")))
 	a.Checkpointed(1)
 	results(t, a, ins(2, order(2, 1, cents(200), "a"))) // its output is lost
-	results(t, a, ins(3, order(3, 2, cents(300), "a")))
+	results(t, a, ins(3, order(3, 2, cents(300), "a"))) // and this one's
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
 	a = openRun(t, perCustomer, dir, true)
 	defer a.Close()
 	out := results(t, a, ins(2, order(2, 1, cents(200), "a")))
-	check(t, out,
-		[]any{"u", 1, 2, 2, "3.00", "1.50", "1.00", "2.00", 1},
-		[]any{"u", 2, 1, 1, "3.00", "3.00", "3.00", "3.00", 1})
-	// The replay itself changed nothing: the next change counts once.
-	check(t, results(t, a, ins(3, order(3, 2, cents(300), "a")), ins(4, order(4, 2, cents(100), "b"))),
-		[]any{"u", 2, 2, 2, "4.00", "2.00", "1.00", "3.00", 2})
+	check(t, out, []any{"u", 1, 2, 2, "3.00", "1.50", "1.00", "2.00", 1})
+	if out[0].Origin != ver(2) {
+		t.Fatalf("written again with Origin %v, ahead of the replay at %v", out[0].Origin, ver(2))
+	}
+	// The replay reaches the second batch: its group, with the next
+	// change counted once (the replay itself changed nothing).
+	out = results(t, a, ins(3, order(3, 2, cents(300), "a")), ins(4, order(4, 2, cents(100), "b")))
+	check(t, out, []any{"u", 2, 2, 2, "4.00", "2.00", "1.00", "3.00", 2})
+	if out[0].Origin != ver(4) {
+		t.Fatalf("Origin %v, want the batch's newest %v", out[0].Origin, ver(4))
+	}
+}
+
+// A lost truncate: the resumed run deletes every group it had cleared,
+// and the truncate's version is above every group's last output (the
+// sinks' barrier clears rows below it only).
+func TestAggregateTruncateLostInACrash(t *testing.T) {
+	dir := t.TempDir()
+	a := openRun(t, perCustomer, dir, false)
+	read := pipeline.Record{Op: pipeline.OpRead, Table: orders, Version: pipeline.Version{0, 10, 0, 1}, Snapshot: true,
+		After: order(1, 1, cents(100), "a")}
+	other := read
+	other.After = order(2, 2, cents(100), "a")
+	for range 5 { // read again: the group's version rises to {0, 10, 0, 5}
+		results(t, a, read, other)
+	}
+	// A change of another table; a checkpoint covers it, so the reads'
+	// records are forgotten.
+	customers := &pipeline.Table{ID: pipeline.TableID{Schema: "public", Table: "customers"}}
+	results(t, a, pipeline.Record{Op: pipeline.OpInsert, Table: customers, Version: pipeline.Version{0, 10, 0, 2}})
+	a.Checkpointed(6)
+	truncate := pipeline.Record{Op: pipeline.OpTruncate, Table: orders, Version: pipeline.Version{0, 10, 0, 3}}
+	out := results(t, a, truncate)
+	if len(out) != 1 || out[0].Op != pipeline.OpTruncate || !(pipeline.Version{0, 10, 0, 5}).Less(out[0].Version) {
+		t.Fatalf("outputs %v: want a truncate above {0, 10, 0, 5}", out)
+	}
+	if err := a.Close(); err != nil { // the truncate never reached a sink
+		t.Fatal(err)
+	}
+	a = openRun(t, perCustomer, dir, true)
+	defer a.Close()
+	s := newSink()
+	s.rows["1"] = sinkRow{v: pipeline.Version{0, 10, 0, 5}, img: []any{int64(1)}}
+	s.rows["2"] = sinkRow{v: pipeline.Version{0, 10, 0, 5}, img: []any{int64(2)}}
+	s.write(results(t, a, truncate))
+	if got := s.live(); len(got) != 0 {
+		t.Fatalf("after the replay the sink holds %v", got)
+	}
 }

@@ -22,7 +22,6 @@ const (
 
 var (
 	keyApplied = []byte("applied")
-	keyOrigin  = []byte("origin")
 	keyShape   = []byte("shape")
 )
 
@@ -62,21 +61,36 @@ func (s *store) record(origin pipeline.Version, gk []byte) error {
 	return s.pending.Put(versioned(origin, gk), nil)
 }
 
-// recorded returns the groups recorded (A2), once each.
-func (s *store) recorded() ([][]byte, error) {
-	seen := map[string]bool{}
-	var out [][]byte
+// recorded is a group recorded under the Origin of the batch that wrote
+// it (A2).
+type recorded struct {
+	origin pipeline.Version
+	gk     []byte
+}
+
+// recorded returns the groups recorded (A2), in the order of their
+// Origins, each once (under its newest).
+func (s *store) recorded() ([]recorded, error) {
+	var out []recorded
 	err := s.pending.Scan(nil, func(k, _ []byte) error {
 		if len(k) < 32 {
 			return binform.ErrCorrupt
 		}
-		if gk := k[32:]; !seen[string(gk)] {
-			seen[string(gk)] = true
-			out = append(out, append([]byte{}, gk...))
-		}
+		out = append(out, recorded{binform.NewReader(k).Version(), append([]byte{}, k[32:]...)})
 		return nil
 	})
-	return out, err
+	last := map[string]int{}
+	for i, r := range out {
+		last[string(r.gk)] = i
+	}
+	n := 0
+	for i, r := range out {
+		if last[string(r.gk)] == i {
+			out[n] = r
+			n++
+		}
+	}
+	return out[:n], err
 }
 
 // errStop ends a scan early.

@@ -337,6 +337,7 @@ func (j *Join) note(in []pipeline.Record) (pipeline.Version, bool) {
 			least, has = v, true
 		}
 	}
+	j.refresh.replayFrom(least, has)
 	return j.floor.Note(least, has)
 }
 

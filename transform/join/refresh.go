@@ -15,15 +15,18 @@ import (
 // rewrite nothing, though the outputs rewritten may never have reached
 // the sinks. So each rewrite is recorded (meta refresh:<l|c><n> → the
 // version of the change that caused it) and a resumed run does it again
-// when it meets a change of that table at or after the version; a record
-// below the replay floor is forgotten (a checkpoint covers its change, so
-// its outputs are durable).
+// when the replay meets that change (or a later one of the table, should
+// the change come back at another version); a record below the replay
+// floor is forgotten (a checkpoint covers its change, so its outputs are
+// durable), and so is one below where the replay starts.
 
 // refreshes holds the rewrites recorded and not yet forgotten, and of
 // those, the ones a resumed run has still to do again.
 type refreshes struct {
 	recorded map[string]pipeline.Version
 	redo     map[string]pipeline.Version
+	// started: the resumed run's first batch has been seen.
+	started bool
 }
 
 const refreshPrefix = "refresh:"
@@ -32,7 +35,7 @@ func refreshKey(kind byte, n int) string { return string(kind) + strconv.Itoa(n)
 
 // load reads the recorded rewrites; resumed: they are to be done again.
 func (rs *refreshes) load(st joinState, resumed bool) error {
-	rs.recorded, rs.redo = map[string]pipeline.Version{}, map[string]pipeline.Version{}
+	rs.recorded, rs.redo, rs.started = map[string]pipeline.Version{}, map[string]pipeline.Version{}, false
 	return st.meta.Scan([]byte(refreshPrefix), func(k, v []byte) error {
 		ver := binform.NewReader(v).Version()
 		key := string(k[len(refreshPrefix):])
@@ -74,6 +77,21 @@ func (j *Join) again(st joinState, r *pipeline.Record, ro *roles) error {
 	return nil
 }
 
+// replayFrom tells the rewrites to do again where the resumed run's
+// replay starts (its first batch's least version): a change below it is
+// not brought again, its outputs being durable (N2).
+func (rs *refreshes) replayFrom(least pipeline.Version, has bool) {
+	if rs.started || !has {
+		return
+	}
+	rs.started = true
+	for key, v := range rs.redo {
+		if v.Less(least) {
+			delete(rs.redo, key)
+		}
+	}
+}
+
 // forget drops the records of rewrites below floor (N2).
 func (rs *refreshes) forget(st joinState, floor pipeline.Version) error {
 	for key, v := range rs.recorded {
@@ -82,6 +100,11 @@ func (rs *refreshes) forget(st joinState, floor pipeline.Version) error {
 				return err
 			}
 			delete(rs.recorded, key)
+		}
+	}
+	for key, v := range rs.redo {
+		if v.Less(floor) {
+			delete(rs.redo, key)
 		}
 	}
 	return nil
