@@ -32,8 +32,7 @@
 //	                                      outputs may not be durable yet (A2)
 //	tombs/<version><group key>            the tombstones, by version (A3)
 //	meta/...                              the newest stream change applied,
-//	                                      the newest Origin written, the
-//	                                      output's shape, the definition
+//	                                      the output's shape, the definition
 //
 // Process applies a batch in one transaction that commits (fsync) before
 // the outputs leave it (Invariant 5: the state is never behind the
@@ -46,13 +45,16 @@
 // their row's contribution, which applying twice leaves as once.
 //
 // Invariant A2 (a replay writes again what may be lost): every group a
-// batch writes is recorded under the batch's Origin in the same
-// transaction, and forgotten once a stored checkpoint covers that batch
-// (its outputs are then durable in every sink). A resumed run writes
-// every recorded group again, from the state, with its first batch: the
-// outputs of the batches after the checkpoint may never have reached the
-// sinks, and their replayed changes, skipped under A1, would not write
-// them.
+// batch writes (or a truncate clears) is recorded under the batch's
+// Origin in the same transaction, and forgotten once a stored checkpoint
+// covers that batch (its outputs are then durable in every sink). A
+// resumed run writes each recorded group again, from the state, in the
+// first batch whose newest version reaches the Origin it was recorded
+// under: the outputs of the batches after the checkpoint may never have
+// reached the sinks, and their replayed changes, skipped under A1, would
+// not write them. Outputs carry their own batch's newest version as
+// Origin, never one ahead of the replay: the exactly-once Kafka sink
+// skips every record whose Origin is below one it wrote.
 //
 // Invariant A3 (a group's outputs are newer each time): an output's
 // version is the version of the newest change that touched its group in
@@ -62,5 +64,7 @@
 // row left keeps a tombstone with its last output's version until the
 // replay floor (state.Floor) passes it: every later change is newer than
 // the floor, so a group that comes back is never written below its
-// delete.
+// delete. A truncate of the input is written at its version raised above
+// every group's last output (a sink's barrier clears what is below it),
+// and the groups' tombstones take that version.
 package aggregate
