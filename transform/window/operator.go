@@ -141,7 +141,14 @@ type Operator struct {
 	// arrive in version order, so one at or below it is a replay after a
 	// restart, even when the window it went to has expired since.
 	applied pipeline.Version
-	late    int64 // changes too late, by policy, since the start
+	// reemitAt, while reemitDue, is where a resumed run's replay must
+	// reach before every result held is written again: the newest change
+	// the state holds. origin is the newest OrderVersion of this run's
+	// batches, the Origin of the results.
+	reemitAt  pipeline.Version
+	reemitDue bool
+	origin    pipeline.Version
+	late      int64 // changes too late, by policy, since the start
 	// lastEarly is when the partial results were last written.
 	lastEarly time.Time
 	// side holds the batch's late changes for SideOutput.
@@ -312,8 +319,15 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 	}
 	// The results written last before the stop may not be durable, and
 	// the changes they came from are not replayed into them (the state
-	// holds them): write every closed window's results again.
+	// holds them): every closed window's results are written again. Their
+	// Origin is never ahead of the replay (the exactly-once Kafka sink
+	// skips a record whose Origin is below one it wrote).
+	// They are written with the first batch (an idle source brings no
+	// replay), whose Origin may be below what the sinks already hold, and
+	// again when the replay reaches the newest change the state holds,
+	// with an Origin not below it.
 	o.eng.Reemit()
+	o.reemitDue, o.reemitAt, o.origin = o.applied != pipeline.Version{}, o.applied, pipeline.Version{}
 	o.begun = true
 	return nil
 }
@@ -431,6 +445,15 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		return nil, fmt.Errorf("%s: Process before Begin", o.opts.Name)
 	}
 	o.batches++
+	for i := range in {
+		if ov := in[i].OrderVersion(); o.origin.Less(ov) {
+			o.origin = ov
+		}
+	}
+	if o.reemitDue && !o.origin.Less(o.reemitAt) {
+		o.eng.Reemit()
+		o.reemitDue = false
+	}
 	o.eng.Release(o.settled.Load())
 	o.settleLate(o.settled.Load())
 	for i := range in {
@@ -474,14 +497,14 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	}
 	out := in
 	// The results leave after the batch's records: their Origin is the
-	// newest version so far, so Origins never go down in the order records
-	// leave the operator (the exactly-once Kafka sink's high-water mark
-	// skips a record whose Origin is below one it wrote).
-	origin := o.eng.MaxOrigin()
-	for i := range in {
-		if ov := in[i].OrderVersion(); origin.Less(ov) {
-			origin = ov
-		}
+	// newest version this run has seen, so Origins never go down in the
+	// order records leave the operator and never run ahead of a replay
+	// (the exactly-once Kafka sink skips a record whose Origin is below
+	// one it wrote). Before any versioned record (results a heartbeat
+	// closed at the start of a run), the newest the state applied.
+	origin := o.origin
+	if origin == (pipeline.Version{}) {
+		origin = o.eng.MaxOrigin()
 	}
 	for _, e := range emissions {
 		e.Origin = origin
