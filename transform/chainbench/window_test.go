@@ -172,8 +172,11 @@ func runFeed(b *testing.B, dir string, source pipeline.Source, n int, ops []pipe
 	}
 	defer store.Close()
 	var sink pipeline.Sink = discard{}
-	if *sinkKind == "duckdb" {
+	switch *sinkKind {
+	case "duckdb":
 		sink = duckdb.New(duckdb.Options{Name: "duckdb", Path: filepath.Join(dir, "bench.duckdb")}, zap.NewNop())
+	case "opensearch":
+		sink = searchSink(b)
 	}
 	if wrap != nil {
 		sink = wrap(sink)
