@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unsafe"
@@ -221,6 +222,36 @@ func (v Version) Compare(o Version) int {
 
 // Less reports v < o.
 func (v Version) Less(o Version) bool { return v.Compare(o) < 0 }
+
+// Next is the smallest version above v: what an operator gives an output
+// that must sort above the last one of its row when its input's version
+// would not (transform/join, transform/aggregate).
+func (v Version) Next() Version {
+	for i := len(v) - 1; i >= 0; i-- {
+		if v[i] < math.MaxUint64 {
+			v[i]++
+			return v
+		}
+		v[i] = 0
+	}
+	return v
+}
+
+// SameColumns reports whether two shapes have the same columns: names,
+// types, sizes, keys, nullability and source types, in the same order.
+func SameColumns(a, b *Table) bool {
+	if len(a.Columns) != len(b.Columns) {
+		return false
+	}
+	for i := range a.Columns {
+		x, y := a.Columns[i], b.Columns[i]
+		if x.Name != y.Name || x.Type != y.Type || x.Elem != y.Elem || x.Precision != y.Precision || x.Scale != y.Scale ||
+			x.Key != y.Key || x.Nullable != y.Nullable || x.SourceType != y.SourceType {
+			return false
+		}
+	}
+	return true
+}
 
 // Bytes is the 32-byte big-endian form; byte-wise order equals version order,
 // so sinks can store and compare it as an opaque blob or string.

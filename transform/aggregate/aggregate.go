@@ -347,24 +347,10 @@ func (a *Aggregate) plan(t *pipeline.Table) (*plan, error) {
 		}
 		out.Columns = append(out.Columns, col)
 	}
-	if a.out == nil || !sameShape(a.out, out) {
+	if a.out == nil || !pipeline.SameColumns(a.out, out) {
 		a.out, a.outDirty = out, true
 	}
 	return p, nil
-}
-
-func sameShape(a, b *pipeline.Table) bool {
-	if len(a.Columns) != len(b.Columns) {
-		return false
-	}
-	for i := range a.Columns {
-		x, y := a.Columns[i], b.Columns[i]
-		if x.Name != y.Name || x.Type != y.Type || x.Elem != y.Elem || x.Precision != y.Precision || x.Scale != y.Scale ||
-			x.Key != y.Key || x.Nullable != y.Nullable || x.SourceType != y.SourceType {
-			return false
-		}
-	}
-	return true
 }
 
 // loadMeta reads what storeMeta wrote.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
@@ -461,7 +460,7 @@ func (b *batch) write(g *group, out []pipeline.Record) ([]pipeline.Record, error
 	}
 	v := g.last
 	if !g.emitted.Less(v) {
-		v = next(g.emitted)
+		v = g.emitted.Next()
 	}
 	g.emitted, g.last = v, pipeline.Version{}
 	rec := pipeline.Record{Table: a.out, Version: v, Origin: b.origin}
@@ -536,7 +535,7 @@ func (b *batch) truncate(r *pipeline.Record, out []pipeline.Record) ([]pipeline.
 			return err
 		}
 		if !g.emitted.Less(v) {
-			v = next(g.emitted)
+			v = g.emitted.Next()
 		}
 		groups = append(groups, g)
 		return nil
@@ -568,16 +567,4 @@ func (b *batch) truncate(r *pipeline.Record, out []pipeline.Record) ([]pipeline.
 	}
 	return append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: b.a.out, Version: v, Origin: b.origin,
 		EventTime: r.EventTime, TxID: r.TxID, Pos: r.Pos, Snapshot: r.Snapshot}), nil
-}
-
-// next is the smallest version above v.
-func next(v pipeline.Version) pipeline.Version {
-	for i := len(v) - 1; i >= 0; i-- {
-		if v[i] < math.MaxUint64 {
-			v[i]++
-			return v
-		}
-		v[i] = 0
-	}
-	return v
 }

@@ -3,7 +3,6 @@ package join
 import (
 	"bytes"
 	"fmt"
-	"math"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
@@ -351,7 +350,7 @@ func (j *Join) emit(st joinState, r *pipeline.Record, fk []byte, out []pipeline.
 	v := r.Version
 	first := e.emitted == pipeline.Version{}
 	if !e.emitted.Less(v) {
-		v = next(e.emitted)
+		v = e.emitted.Next()
 	}
 	e.emitted = v
 	if err := st.put(j.opts.From, fk, e); err != nil {
@@ -418,16 +417,4 @@ func (j *Join) row(st joinState, fk []byte, e *entry) ([]any, error) {
 		}
 	}
 	return img, nil
-}
-
-// next is the smallest version above v.
-func next(v pipeline.Version) pipeline.Version {
-	for i := len(v) - 1; i >= 0; i-- {
-		if v[i] < math.MaxUint64 {
-			v[i]++
-			return v
-		}
-		v[i] = 0
-	}
-	return v
 }

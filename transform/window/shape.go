@@ -103,7 +103,7 @@ func (o *Operator) plan(t *pipeline.Table) (*plan, error) {
 	for i := 0; i < 2+len(o.opts.GroupBy); i++ {
 		out.KeyIdx = append(out.KeyIdx, i)
 	}
-	if o.out == nil || !sameShape(o.out, out) {
+	if o.out == nil || !pipeline.SameColumns(o.out, out) {
 		o.out, o.outDirty = out, true
 	}
 	return p, nil
@@ -140,19 +140,6 @@ func ResultColumn(f Func, name string, in *pipeline.Column) (pipeline.Column, er
 		col.Name, col.Key, col.Nullable, col.Missing = name, false, true, nil
 	}
 	return col, nil
-}
-
-func sameShape(a, b *pipeline.Table) bool {
-	if len(a.Columns) != len(b.Columns) {
-		return false
-	}
-	for i := range a.Columns {
-		x, y := a.Columns[i], b.Columns[i]
-		if x.Name != y.Name || x.Type != y.Type || x.Elem != y.Elem || x.Precision != y.Precision || x.Scale != y.Scale || x.Key != y.Key {
-			return false
-		}
-	}
-	return true
 }
 
 var keyShape = []byte("shape")
