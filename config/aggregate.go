@@ -50,6 +50,9 @@ func (d *decoder) validateAggregate(c *Config, base string, g *AggregateTransfor
 	for k, a := range g.Aggregates {
 		p := index(base+".aggregates", k)
 		name, fn, _, err := ParseAggregate(a)
+		if err != nil {
+			_, _, _, err = parseAggregate(a, AggregateFunctions) // the same error, naming an aggregate's functions
+		}
 		switch {
 		case d.failed(p):
 		case err != nil:

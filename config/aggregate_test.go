@@ -36,7 +36,7 @@ func TestAggregateProblems(t *testing.T) {
 		`pipe.yaml:13:31: transforms[0].aggregate.group_by[1]: column customer_id is listed twice (hint: list each group column once)`,
 		`pipe.yaml:14:20: transforms[0].aggregate.aggregates[0]: output column customer_id is used twice (the group columns and the aggregates share one row) (hint: give it another name)`,
 		`pipe.yaml:14:43: transforms[0].aggregate.aggregates[1]: first needs an event time, which an aggregate without windows does not have (hint: use a window for first; an aggregate's functions: count, sum, avg, min, max, count_distinct)`,
-		`pipe.yaml:14:62: transforms[0].aggregate.aggregates[2]: unknown aggregate function total; the functions: count, sum, avg, min, max, count_distinct, first, last (hint: e.g. revenue = sum(amount); count() counts rows)`,
+		`pipe.yaml:14:62: transforms[0].aggregate.aggregates[2]: unknown aggregate function total; the functions: count, sum, avg, min, max, count_distinct (hint: e.g. revenue = sum(amount); count() counts rows)`,
 	}
 	if got := strings.Join(errs, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("got:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))

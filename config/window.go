@@ -76,14 +76,20 @@ var WindowFunctions = []string{"count", "sum", "avg", "min", "max", "count_disti
 // ParseAggregate reads "name = function(column)"; column is empty for
 // count().
 func ParseAggregate(s string) (name, fn, column string, err error) {
+	return parseAggregate(s, WindowFunctions)
+}
+
+// parseAggregate is ParseAggregate with the functions the transform
+// knows.
+func parseAggregate(s string, funcs []string) (name, fn, column string, err error) {
 	m := aggregateLine.FindStringSubmatch(s)
 	if m == nil {
 		return "", "", "", fmt.Errorf("%q is not name = function(column)", s)
 	}
 	name, fn, column = m[1], m[2], m[3]
 	switch {
-	case !slices.Contains(WindowFunctions, fn):
-		return "", "", "", fmt.Errorf("unknown aggregate function %s; the functions: %s", fn, strings.Join(WindowFunctions, ", "))
+	case !slices.Contains(funcs, fn):
+		return "", "", "", fmt.Errorf("unknown aggregate function %s; the functions: %s", fn, strings.Join(funcs, ", "))
 	case column == "" && fn != "count":
 		return "", "", "", fmt.Errorf("%s needs a column, e.g. %s = %s(amount)", fn, name, fn)
 	}

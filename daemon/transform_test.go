@@ -144,6 +144,45 @@ transforms:
 	}
 }
 
+// An aggregate's columns are checked against the table's shape at start.
+func TestAggregateCheckedAgainstShapes(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse(filepath.Join(dir, "pipe.yaml"), []byte(`pipeline: shop
+source:
+  generate: {changes: 10}
+sinks:
+  - duckdb: {path: ./db}
+transforms:
+  - aggregate:
+      output: analytics.per_customer
+      table: demo.orders
+      group_by: [customer_idd]
+      aggregates: ["n = count()"]
+  - aggregate:
+      output: analytics.by_vip
+      table: demo.customers
+      group_by: [vip]
+      aggregates: ["total = sum(name)"]
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = buildAndCheck(t, cfg)
+	var errs *config.Errors
+	if !errors.As(err, &errs) || len(errs.List) != 2 {
+		t.Fatalf("check: %v", err)
+	}
+	got := errs.Error()
+	for _, want := range []string{
+		`pipe.yaml:10:17: transforms[0].aggregate.group_by: table demo.orders: column "customer_idd" of demo.orders does not exist; its columns: id, customer_id,`,
+		`pipe.yaml:16:19: transforms[1].aggregate.aggregates: table demo.customers: total = sum(name): column name is string, not a number`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %s in\n%s", want, got)
+		}
+	}
+}
+
 // Each stateful transform's state cap comes from its max_state_bytes
 // (default 4GiB) and is exported next to its size.
 func TestStateCapsReachTheOperatorsAndMetrics(t *testing.T) {
@@ -165,6 +204,7 @@ transforms:
       from: demo.orders
       with: [{table: demo.customers, on: [customer_id], as: customer}]
   - dedup: {tables: [demo.events], key: after.id, ttl: 1h}
+  - aggregate: {output: analytics.per_status, table: demo.orders, group_by: [status], aggregates: ["n = count()"], max_state_bytes: 1GiB}
 `), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +232,8 @@ transforms:
 			}
 		}
 	}
-	if want := map[string]float64{"transforms[0].window": 64 << 20, "join:demo.order_docs": 4 << 30, "transforms[2].dedup": 4 << 30}; !reflect.DeepEqual(caps, want) {
+	if want := map[string]float64{"transforms[0].window": 64 << 20, "join:demo.order_docs": 4 << 30, "transforms[2].dedup": 4 << 30,
+		"transforms[3].aggregate": 1 << 30}; !reflect.DeepEqual(caps, want) {
 		t.Fatalf("caps %v, want %v", caps, want)
 	}
 }

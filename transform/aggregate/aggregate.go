@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/pipeline/binform"
+	"github.com/sluice-cdc/sluice/transform/eval"
 	"github.com/sluice-cdc/sluice/transform/scope"
 	"github.com/sluice-cdc/sluice/transform/state"
 	"github.com/sluice-cdc/sluice/transform/window"
@@ -323,7 +324,7 @@ func (a *Aggregate) plan(t *pipeline.Table) (*plan, error) {
 	for _, g := range a.opts.GroupBy {
 		i := index(g)
 		if i < 0 {
-			return fail("group_by", fmt.Errorf("table %s has no column %s", t.ID, g))
+			return fail("group_by", fmt.Errorf("%s", eval.UnknownColumn(t, g)))
 		}
 		p.groups = append(p.groups, i)
 		c := t.Columns[i]
@@ -336,7 +337,7 @@ func (a *Aggregate) plan(t *pipeline.Table) (*plan, error) {
 		arg := -1
 		if d.Func != window.CountRows {
 			if arg = index(d.Column); arg < 0 {
-				return fail("aggregates", fmt.Errorf("%s = %s(%s): table %s has no column %s", d.As, d.Func, d.Column, t.ID, d.Column))
+				return fail("aggregates", fmt.Errorf("%s = %s(%s): %s", d.As, d.Func, d.Column, eval.UnknownColumn(t, d.Column)))
 			}
 			in = &t.Columns[arg]
 		}
