@@ -1,6 +1,7 @@
 package binform
 
 import (
+	"fmt"
 	"math"
 	"math/big"
 
@@ -60,4 +61,29 @@ func canonicalDecimal(d pipeline.Decimal) any {
 		}
 	}
 	return pipeline.Decimal{Unscaled: u, Scale: scale}
+}
+
+// RowKey is the key form of img's primary-key columns (t.KeyIdx), which
+// the stateful transforms key a source row's state by: a row SQL finds
+// equal by key has one. A NULL or absent key value, or a table without
+// a primary key, is an error.
+func RowKey(t *pipeline.Table, img []any) ([]byte, error) {
+	if img == nil {
+		return nil, fmt.Errorf("%s: record without the image that holds its key", t.ID)
+	}
+	if len(t.KeyIdx) == 0 {
+		return nil, fmt.Errorf("%s has no primary key (or replica identity)", t.ID)
+	}
+	var b []byte
+	for _, k := range t.KeyIdx {
+		v := img[k]
+		if v == nil || v == pipeline.UnchangedValue {
+			return nil, fmt.Errorf("key column %s is NULL or absent", t.Columns[k].Name)
+		}
+		var err error
+		if b, err = AppendKey(b, v); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }

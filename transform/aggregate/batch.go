@@ -110,28 +110,6 @@ func (b *batch) rewrite(gk []byte) error {
 	return nil
 }
 
-// rowKey is the key form of img's key columns.
-func rowKey(t *pipeline.Table, img []any) ([]byte, error) {
-	if img == nil {
-		return nil, fmt.Errorf("%s: record without the image that holds its key", t.ID)
-	}
-	var k []byte
-	for _, i := range t.KeyIdx {
-		v := img[i]
-		if v == pipeline.UnchangedValue {
-			return nil, fmt.Errorf("key column %s is absent", t.Columns[i].Name)
-		}
-		var err error
-		if k, err = binform.AppendKey(k, v); err != nil {
-			return nil, err
-		}
-	}
-	if len(t.KeyIdx) == 0 {
-		return nil, fmt.Errorf("%s has no primary key (or replica identity): an aggregate retracts a row by its key", t.ID)
-	}
-	return k, nil
-}
-
 // apply applies an insert, update, read or delete. What the record
 // itself may lack (a key, a value the change does not carry, a column of
 // its shape) is read before the state changes: such a record is rejected
@@ -143,7 +121,7 @@ func (b *batch) apply(r *pipeline.Record) error {
 		return err
 	}
 	if r.Op == pipeline.OpDelete {
-		key, err := rowKey(r.Table, r.Before)
+		key, err := binform.RowKey(r.Table, r.Before)
 		if err != nil {
 			return err
 		}
@@ -157,13 +135,13 @@ func (b *batch) apply(r *pipeline.Record) error {
 		b.setRow(key, nil)
 		return nil
 	}
-	key, err := rowKey(r.Table, r.After)
+	key, err := binform.RowKey(r.Table, r.After)
 	if err != nil {
 		return err
 	}
 	var moved []byte // the old key of an update that changed the key
 	if r.Before != nil {
-		if bk, err := rowKey(r.Table, r.Before); err == nil && !bytes.Equal(bk, key) {
+		if bk, err := binform.RowKey(r.Table, r.Before); err == nil && !bytes.Equal(bk, key) {
 			moved = bk
 		}
 	}

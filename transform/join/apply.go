@@ -28,20 +28,20 @@ func (j *Join) applyRow(st joinState, r *pipeline.Record, ro *roles) ([][]byte, 
 	t := r.Table
 	name := t.ID.String()
 	if r.Op == pipeline.OpDelete {
-		k, err := rowKey(t, r.Before)
+		k, err := binform.RowKey(t, r.Before)
 		if err != nil {
 			return nil, err
 		}
 		return [][]byte{k}, j.remove(st, name, k, r, ro)
 	}
-	k, err := rowKey(t, r.After)
+	k, err := binform.RowKey(t, r.After)
 	if err != nil {
 		return nil, err
 	}
 	keys := [][]byte{k}
 	if r.Before != nil {
 		// An update that changed the key deletes the old row.
-		if old, err := rowKey(t, r.Before); err == nil && !bytes.Equal(old, k) {
+		if old, err := binform.RowKey(t, r.Before); err == nil && !bytes.Equal(old, k) {
 			if err := j.remove(st, name, old, r, ro); err != nil {
 				return nil, err
 			}
@@ -49,25 +49,6 @@ func (j *Join) applyRow(st joinState, r *pipeline.Record, ro *roles) ([][]byte, 
 		}
 	}
 	return keys, j.upsert(st, name, k, r, ro)
-}
-
-// rowKey encodes the key columns of img.
-func rowKey(t *pipeline.Table, img []any) ([]byte, error) {
-	if img == nil {
-		return nil, fmt.Errorf("%s: record without the image that holds its key", t.ID)
-	}
-	var b []byte
-	for _, k := range t.KeyIdx {
-		v := img[k]
-		if v == nil || v == pipeline.UnchangedValue {
-			return nil, fmt.Errorf("key column %s is NULL or absent", t.Columns[k].Name)
-		}
-		var err error
-		if b, err = binform.AppendKey(b, v); err != nil {
-			return nil, err
-		}
-	}
-	return b, nil
 }
 
 // stale reports whether a change at v is not newer than the stored row or

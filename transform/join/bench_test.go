@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"fmt"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"testing"
 	"time"
 
@@ -69,7 +70,7 @@ func BenchmarkJoin(b *testing.B) {
 					return err
 				}
 				for i := range recs {
-					k, _ := rowKey(orders, recs[i].After)
+					k, _ := binform.RowKey(orders, recs[i].After)
 					e := &entry{version: recs[i].Version, names: []string{"id", "customer_id", "note"}, values: recs[i].After}
 					v, err := e.encode()
 					if err != nil {
