@@ -3,11 +3,11 @@ package join
 import (
 	"context"
 	"fmt"
-	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"testing"
 	"time"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"github.com/sluice-cdc/sluice/transform/state"
 )
 

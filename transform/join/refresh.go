@@ -49,25 +49,20 @@ func (rs *refreshes) load(st joinState, resumed bool) error {
 
 // again adds to ro the rewrites a resumed run has still to do for the
 // lookups and children of r's table, at r's version or after it, and
-// records every rewrite ro holds under r's version (N2).
+// records every rewrite ro holds under r's version (N2). A change that
+// rewrites nothing and finds nothing to redo costs no allocation.
 func (j *Join) again(st joinState, r *pipeline.Record, ro *roles) error {
 	rs := &j.refresh
-	for kind, ns := range map[byte]*[]int{'l': &ro.refresh, 'c': &ro.refreshChildren} {
-		of := ro.lookupN
-		if kind == 'c' {
-			of = ro.childN
-		}
-		for _, n := range of {
-			key := refreshKey(kind, n)
-			if v, ok := rs.redo[key]; ok && !r.Version.Less(v) {
-				delete(rs.redo, key)
-				if !slices.Contains(*ns, n) {
-					*ns = append(*ns, n)
-				}
-			}
-		}
-		for _, n := range *ns {
-			key := refreshKey(kind, n)
+	if len(rs.redo) > 0 {
+		ro.refresh = rs.due('l', ro.lookupN, r.Version, ro.refresh)
+		ro.refreshChildren = rs.due('c', ro.childN, r.Version, ro.refreshChildren)
+	}
+	for _, set := range [...]struct {
+		kind byte
+		ns   []int
+	}{{'l', ro.refresh}, {'c', ro.refreshChildren}} {
+		for _, n := range set.ns {
+			key := refreshKey(set.kind, n)
 			if err := st.meta.Put([]byte(refreshPrefix+key), binform.AppendVersion(nil, r.Version)); err != nil {
 				return err
 			}
@@ -75,6 +70,21 @@ func (j *Join) again(st joinState, r *pipeline.Record, ro *roles) error {
 		}
 	}
 	return nil
+}
+
+// due adds to ns those of of (lookups or children, by kind) with a
+// rewrite to do again at or before v, and drops them from redo.
+func (rs *refreshes) due(kind byte, of []int, v pipeline.Version, ns []int) []int {
+	for _, n := range of {
+		key := refreshKey(kind, n)
+		if at, ok := rs.redo[key]; ok && !v.Less(at) {
+			delete(rs.redo, key)
+			if !slices.Contains(ns, n) {
+				ns = append(ns, n)
+			}
+		}
+	}
+	return ns
 }
 
 // replayFrom tells the rewrites to do again where the resumed run's
