@@ -113,7 +113,8 @@ func (b *batch) rewrite(gk []byte) error {
 // apply applies an insert, update, read or delete. What the record
 // itself may lack (a key, a value the change does not carry, a column of
 // its shape) is read before the state changes: such a record is rejected
-// and changes nothing. A failure of the state itself (a stored entry that
+// and changes nothing (Invariant 7: it goes to the dead-letter queue and
+// the batch goes on). A failure of the state itself (a stored entry that
 // does not decode) is fatal: the transaction is not committed.
 func (b *batch) apply(r *pipeline.Record) error {
 	p, err := b.a.plans.Get(r.Table, b.a.plan)
@@ -436,6 +437,8 @@ func (b *batch) write(g *group, out []pipeline.Record) ([]pipeline.Record, error
 	if a.out == nil {
 		return out, fmt.Errorf("groups to write but no shape of %s known", a.opts.Input)
 	}
+	// A3 (Invariant 4): above the group's last output, whatever the
+	// change's own version.
 	v := g.last
 	if !g.emitted.Less(v) {
 		v = g.emitted.Next()

@@ -56,7 +56,8 @@
 // Origin, never one ahead of the replay: the exactly-once Kafka sink
 // skips every record whose Origin is below one it wrote.
 //
-// Invariant A3 (a group's outputs are newer each time): an output's
+// Invariant A3 (a group's outputs are newer each time, which Invariant 4,
+// the sinks' version guard, needs to take them): an output's
 // version is the version of the newest change that touched its group in
 // the batch, raised to just above the group's last output when it would
 // not be newer (snapshot rows share a version; re-writes under A2 repeat
