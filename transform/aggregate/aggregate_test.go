@@ -201,3 +201,32 @@ func TestAggregateRefusesWhatItCannotCompute(t *testing.T) {
 		t.Fatalf("a sum of text: %v", err)
 	}
 }
+
+// A run without a checkpoint starts the state over (every row is read
+// again, so state left by an earlier attempt would count rows twice); a
+// resumed run refuses state built for another definition and names the
+// way to rebuild it.
+func TestAggregateStartsOverAndRefusesAnotherDefinition(t *testing.T) {
+	dir := t.TempDir()
+	a := openRun(t, perCustomer, dir, false)
+	results(t, a, ins(1, order(1, 1, cents(100), "a")))
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a = openRun(t, perCustomer, dir, false)
+	check(t, results(t, a, ins(1, order(1, 1, cents(100), "a"))), []any{"c", 1, 1, 1, "1.00", "1.00", "1.00", "1.00", 1})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other := perCustomer
+	other.GroupBy = []string{"product"}
+	other.Dir = dir
+	b, err := Open(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Begin(context.Background(), true); err == nil || !strings.Contains(err.Error(), "--reset-offsets") {
+		t.Fatalf("resumed with state of another definition: %v", err)
+	}
+}
