@@ -142,6 +142,9 @@ runtime:
 	waitCheckpoints(t, d, checkpoint, 2)
 	stop.Store(true)
 	wg.Wait()
+	if writes.Load() < 100 {
+		t.Fatalf("the writer made %d changes: nothing was tested", writes.Load())
+	}
 	stopDrained(t, ctx, d, dsn, "sluice_aggeo", `UPDATE lines SET qty = qty WHERE id = (SELECT min(id) FROM lines)`, &logs)
 
 	// The lines: folded by key and version, Kafka equals Postgres.
