@@ -203,6 +203,11 @@ func (s joinState) get(table string, key []byte) (*entry, error) {
 	if c, ok := s.cache[ck]; ok {
 		return c.e, nil
 	}
+	// A row this transaction flushed already is newer than warm's.
+	if e, ok := s.landed[ck]; ok {
+		s.cache[ck] = &cachedRow{table: table, key: key, e: e}
+		return e, nil
+	}
 	if s.warm != nil {
 		if e, ok := s.warm.m[ck]; ok {
 			s.cache[ck] = &cachedRow{table: table, key: key, e: e}

@@ -43,8 +43,11 @@ type Tx struct {
 	// is running.
 	it       *pebble.Iterator
 	scanning bool
-	st       *Store
-	now      int64 // Unix microseconds: the clock of the TTLs (noClock: unset)
+	// readErr is the first read of the Pebble engine that failed other
+	// than for a missing key: the transaction fails with it.
+	readErr error
+	st      *Store
+	now     int64 // Unix microseconds: the clock of the TTLs (noClock: unset)
 	// until bounds what the write sweeps (SweepUntil); limited: set.
 	until   int64
 	limited bool

@@ -131,6 +131,9 @@ func (s *Store) updatePebble(fn func(*Tx) error) error {
 	if cerr := tx.closeIter(); err == nil {
 		err = cerr
 	}
+	if err == nil && tx.readErr != nil {
+		err = fmt.Errorf("%s: read the state: %w", s.spec.What, tx.readErr)
+	}
 	if err != nil {
 		return err
 	}
@@ -145,6 +148,9 @@ func (s *Store) viewPebble(fn func(*Tx) error) error {
 	if cerr := tx.closeIter(); err == nil {
 		err = cerr
 	}
+	if err == nil && tx.readErr != nil {
+		err = fmt.Errorf("%s: read the state: %w", s.spec.What, tx.readErr)
+	}
 	return err
 }
 
@@ -158,10 +164,16 @@ func (t *Tx) closeIter() error {
 	return err
 }
 
+// pebbleGet returns the key's value, nil when there is none. A read that
+// fails otherwise also gives nil, and is kept on the transaction, which
+// then fails instead of committing what was built on the missing value.
 func (k *Keys) pebbleGet(key []byte) []byte {
 	v, closer, err := k.tx.pr.Get(k.pebbleKey(key))
 	if err != nil {
-		return nil // not found (a read error surfaces as the value missing, then at commit)
+		if !errors.Is(err, pebble.ErrNotFound) && k.tx.readErr == nil {
+			k.tx.readErr = err
+		}
+		return nil
 	}
 	defer closer.Close()
 	return bytes.Clone(v)
