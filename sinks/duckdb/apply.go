@@ -54,7 +54,7 @@ func (s *Sink) apply(ctx context.Context, batches []*upsert.TableBatch) (err err
 			// write), and the runtime isolates the record that caused it.
 			err = &pipeline.PanicError{Value: v, Stack: debug.Stack()}
 		}
-		if err != nil {
+		if err != nil && s.conn != nil { // nil: dropped by a failed commit
 			if _, rerr := s.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
 				s.log.Warn("rollback failed", zap.Error(rerr))
 			}
@@ -66,8 +66,7 @@ func (s *Sink) apply(ctx context.Context, batches []*upsert.TableBatch) (err err
 			return fmt.Errorf("table %s: %w", tb.ID, err)
 		}
 	}
-	_, err = s.conn.ExecContext(ctx, "COMMIT")
-	return err
+	return s.commit(ctx)
 }
 
 func (s *Sink) applyTable(ctx context.Context, tb *upsert.TableBatch, now time.Time) error {

@@ -60,6 +60,9 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, 
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
+	if s.conn == nil {
+		return false, err // the commit failed and dropped the database: the Write is retried
+	}
 	var de *duck.Error
 	switch {
 	case isConstraint(err): // a key exists or repeats
@@ -133,7 +136,7 @@ func (s *Sink) insertRecords(ctx context.Context, target string, t *pipeline.Tab
 		return err
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && s.conn != nil { // nil: dropped by a failed commit
 			if _, rerr := s.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
 				err = errors.Join(err, rerr)
 				s.off(target, rerr)
@@ -146,8 +149,7 @@ func (s *Sink) insertRecords(ctx context.Context, target string, t *pipeline.Tab
 	if err != nil {
 		return err
 	}
-	_, err = s.conn.ExecContext(ctx, "COMMIT")
-	return err
+	return s.commit(ctx)
 }
 
 // off disables the fast path of a table after a failed rollback.

@@ -382,12 +382,19 @@ func (s *Sink) Write(ctx context.Context, records []pipeline.Record) error {
 	return err
 }
 
-func (s *Sink) write(ctx context.Context, records []pipeline.Record) error {
+func (s *Sink) write(ctx context.Context, records []pipeline.Record) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		// A statement outside an explicit transaction commits on its own;
+		// its failed commit leaves the same stale index entries (commit).
+		if err != nil && s.conn != nil && strings.Contains(err.Error(), "Failed to commit") {
+			s.drop(err)
+		}
+	}()
 	if err := s.ready(ctx, "write"); err != nil {
 		return err
 	}
@@ -422,6 +429,9 @@ func (s *Sink) write(ctx context.Context, records []pipeline.Record) error {
 	// it (Invariant 9).
 	if len(batches) > 0 {
 		if err := s.apply(ctx, batches); err != nil {
+			if s.conn == nil {
+				return fmt.Errorf("duckdb sink: %w", err) // dropped by commit; ready reloads
+			}
 			if lerr := s.load(context.Background()); lerr != nil {
 				s.log.Warn("reload after failed write", zap.Error(lerr))
 			}
