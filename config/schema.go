@@ -123,9 +123,11 @@ type MySQLSnapshot struct {
 	Mode      string `yaml:"mode" default:"initial" enum:"initial|incremental|never"`
 	Parallel  int    `yaml:"parallel" default:"2" min:"1" max:"64"`
 	ChunkRows int64  `yaml:"chunk_rows" default:"100000" min:"1"`
-	// ChunkTime and MaxChunkRows size incremental chunks (Snapshot).
-	ChunkTime    Duration `yaml:"chunk_time" default:"500ms" min:"10ms"`
-	MaxChunkRows int      `yaml:"max_chunk_rows" default:"65536" min:"64" max:"1000000"`
+	// ChunkTime, MaxChunkRows and MaxChunkBytes size incremental chunks
+	// (Snapshot).
+	ChunkTime     Duration `yaml:"chunk_time" default:"500ms" min:"10ms"`
+	MaxChunkRows  int      `yaml:"max_chunk_rows" default:"65536" min:"64" max:"1000000"`
+	MaxChunkBytes ByteSize `yaml:"max_chunk_bytes" default:"8MiB" min:"64KiB"`
 	// WatermarkTable is where incremental snapshots write watermarks.
 	WatermarkTable string `yaml:"watermark_table" default:"sluice.watermarks" pattern:"^[^.\\s]+\\.[^.\\s]+$" doc:"database.table"`
 	// ReadOnly writes nothing: watermarks are GTID positions read from
@@ -155,6 +157,10 @@ type Snapshot struct {
 	// adapt between 64 and MaxChunkRows.
 	ChunkTime    Duration `yaml:"chunk_time" default:"500ms" min:"10ms"`
 	MaxChunkRows int      `yaml:"max_chunk_rows" default:"65536" min:"64" max:"1000000"`
+	// MaxChunkBytes bounds an incremental chunk's rows by their memory:
+	// each of the Parallel windows holds one chunk until its high
+	// watermark, beside the runtime's in-flight cap.
+	MaxChunkBytes ByteSize `yaml:"max_chunk_bytes" default:"8MiB" min:"64KiB"`
 	// ReadOnly writes nothing: watermarks are WAL positions read from
 	// the server (a user without write privileges); a hot standby is
 	// always read this way.

@@ -65,7 +65,8 @@ func buildSource(cfg *config.Config, flags RunFlags, log *zap.Logger, reg promet
 		return snapshot.New(src, src.ChunkReader(2*p.Snapshot.Parallel), snapshot.Options{
 			Tables: ids, Fresh: p.Snapshot.Mode == "incremental", IgnoreAdded: p.Snapshot.Mode == "never",
 			Parallel: p.Snapshot.Parallel, MaxChunkRows: p.Snapshot.MaxChunkRows, ChunkTime: p.Snapshot.ChunkTime.Std(),
-			Log: log.Named("snapshot"), Registerer: reg,
+			MaxChunkBytes: int(p.Snapshot.MaxChunkBytes.Int64()),
+			Log:           log.Named("snapshot"), Registerer: reg,
 		}), nil
 	case cfg.Source.MySQL != nil:
 		return buildMySQL(cfg, log, reg)
@@ -104,7 +105,8 @@ func buildMySQL(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) 
 	return snapshot.New(src, src.ChunkReader(2*m.Snapshot.Parallel), snapshot.Options{
 		Tables: ids, Fresh: m.Snapshot.Mode == "incremental", IgnoreAdded: m.Snapshot.Mode == "never",
 		Parallel: m.Snapshot.Parallel, MaxChunkRows: m.Snapshot.MaxChunkRows, ChunkTime: m.Snapshot.ChunkTime.Std(),
-		Log: log.Named("snapshot"), Registerer: reg,
+		MaxChunkBytes: int(m.Snapshot.MaxChunkBytes.Int64()),
+		Log:           log.Named("snapshot"), Registerer: reg,
 	}), nil
 }
 

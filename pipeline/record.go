@@ -401,14 +401,19 @@ func (b *Batch) Weight() int {
 // close to the memory the records in flight take; it errs high, never
 // much low (shared values such as the Table are not counted).
 func EstimateSize(r *Record) int {
-	n := int(unsafe.Sizeof(Record{})) + allocSize(len(r.Pos))
-	for _, img := range [2][]any{r.Before, r.After} {
-		if img != nil {
-			n += allocSize(16 * cap(img))
-		}
-		for _, v := range img {
-			n += valueSize(v)
-		}
+	return int(unsafe.Sizeof(Record{})) + allocSize(len(r.Pos)) + ImageSize(r.Before) + ImageSize(r.After)
+}
+
+// ImageSize estimates the heap bytes an image (a row's values) holds:
+// its backing array and each value's own allocation, as EstimateSize
+// counts them.
+func ImageSize(img []any) int {
+	n := 0
+	if img != nil {
+		n = allocSize(16 * cap(img))
+	}
+	for _, v := range img {
+		n += valueSize(v)
 	}
 	return n
 }

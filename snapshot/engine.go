@@ -36,6 +36,10 @@ type Options struct {
 	ChunkRows    int
 	MaxChunkRows int
 	ChunkTime    time.Duration
+	// MaxChunkBytes bounds a chunk's rows by their heap bytes (default
+	// DefaultMaxChunkBytes): each window holds one chunk until its high
+	// watermark, outside the runtime's in-flight cap (Invariant 6).
+	MaxChunkBytes int
 	// RetryWait is the first wait after a failed chunk (default 1s,
 	// doubling to 30s).
 	RetryWait time.Duration
@@ -54,6 +58,9 @@ func (o *Options) withDefaults() {
 	if o.ChunkRows <= 0 {
 		o.ChunkRows = 4096
 	}
+	if o.MaxChunkBytes <= 0 {
+		o.MaxChunkBytes = DefaultMaxChunkBytes
+	}
 	o.ChunkRows = min(max(o.ChunkRows, minChunkRows), o.MaxChunkRows)
 	if o.ChunkTime <= 0 {
 		o.ChunkTime = 500 * time.Millisecond
@@ -67,6 +74,9 @@ func (o *Options) withDefaults() {
 }
 
 const minChunkRows = 64
+
+// DefaultMaxChunkBytes is Options.MaxChunkBytes's default.
+const DefaultMaxChunkBytes = 8 << 20
 
 // Engine is a pipeline.Source: the wrapped source's stream with snapshot
 // chunks merged in at their high watermarks. It forwards

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"testing"
+	"time"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/verify"
@@ -72,5 +73,28 @@ func TestWindowTouchedStaysBounded(t *testing.T) {
 	}
 	if len(w.touched) != 3 {
 		t.Fatalf("the window keeps %d keys, want the chunk's 3 touched ones", len(w.touched))
+	}
+}
+
+// adapt follows the read time within the row bounds, and never past the
+// rows of MaxChunkBytes at the last chunk's bytes per row (Invariant 6).
+func TestAdaptBoundsChunkBytes(t *testing.T) {
+	target := 500 * time.Millisecond
+	for _, c := range []struct {
+		limit int
+		read  chunkRead
+		want  int
+	}{
+		{4096, chunkRead{took: 100 * time.Millisecond, rows: 4096, bytes: 4096 * 100}, 8192},     // fast: doubled
+		{4096, chunkRead{took: 2 * time.Second, rows: 4096, bytes: 4096 * 100}, 2048},            // slow: halved
+		{4096, chunkRead{took: 400 * time.Millisecond, rows: 4096, bytes: 4096 * 100}, 4096},     // near the target
+		{65536, chunkRead{took: 100 * time.Millisecond, rows: 65536, bytes: 65536 * 100}, 65536}, // the row bound
+		{32768, chunkRead{took: 100 * time.Millisecond, rows: 32768, bytes: 32768 * 1000}, 8388}, // 8 MiB of 1,000-byte rows
+		{4096, chunkRead{took: 100 * time.Millisecond, rows: 4096, bytes: 4096 << 20}, 64},       // 1 MiB rows: the floor
+		{4096, chunkRead{took: 100 * time.Millisecond}, 8192},                                    // an empty chunk
+	} {
+		if got := adapt(c.limit, c.read, target, 65536, 8<<20); got != c.want {
+			t.Errorf("adapt(%d, %+v) = %d, want %d", c.limit, c.read, got, c.want)
+		}
 	}
 }

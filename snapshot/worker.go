@@ -248,7 +248,7 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 			}
 			read = func(ctx context.Context) (Chunk, error) { return e.rd.Keys(ctx, t.target(), keyed) }
 		}
-		took, o, err := e.window(ctx, t, rng, limit, read, keyed, then)
+		read1, o, err := e.window(ctx, t, rng, limit, read, keyed, then)
 		if err != nil {
 			return limit, err
 		}
@@ -280,7 +280,7 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 			t.again, reported = "", false
 			e.mu.Unlock()
 		}
-		limit = adapt(limit, took, e.opts.ChunkTime, e.opts.MaxChunkRows)
+		limit = adapt(limit, read1, e.opts.ChunkTime, e.opts.MaxChunkRows, e.opts.MaxChunkBytes)
 	}
 }
 
@@ -314,16 +314,29 @@ func (e *Engine) refuse(t *tableProgress, err error) {
 	}
 }
 
+// chunkRead is what a chunk's read took: its time, rows and their heap
+// bytes (pipeline.ImageSize).
+type chunkRead struct {
+	took        time.Duration
+	rows, bytes int
+}
+
 // adapt moves a chunk's row limit towards the target read time: doubled
-// when a read took under half of it, halved when over twice.
-func adapt(limit int, took, target time.Duration, maxRows int) int {
+// when a read took under half of it, halved when over twice. Invariant
+// 6: it never exceeds the rows of maxBytes at the last chunk's bytes per
+// row, so a window holds about maxBytes of rows however wide they are.
+func adapt(limit int, c chunkRead, target time.Duration, maxRows, maxBytes int) int {
 	switch {
-	case took < target/2:
+	case c.took < target/2:
 		limit *= 2
-	case took > 2*target:
+	case c.took > 2*target:
 		limit /= 2
 	}
-	return min(max(limit, minChunkRows), maxRows)
+	if c.rows > 0 && c.bytes > 0 {
+		perRow := (c.bytes + c.rows - 1) / c.rows
+		maxRows = min(maxRows, maxBytes/perRow)
+	}
+	return min(max(limit, minChunkRows), max(maxRows, minChunkRows))
 }
 
 // register names w and lists it for Read's goroutine.
@@ -339,20 +352,20 @@ func (e *Engine) register(w *window) string {
 // window runs one chunk: L, read, H, then waits until Read's goroutine
 // reconciled it at H.
 func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, limit int,
-	read func(context.Context) (Chunk, error), keyed [][]any, then outcome) (time.Duration, outcome, error) {
+	read func(context.Context) (Chunk, error), keyed [][]any, then outcome) (chunkRead, outcome, error) {
 	w := &window{table: t, rng: rng, limit: limit, keyed: keyed, then: then, touched: map[string]struct{}{}, done: make(chan outcome, 1)}
 	e.register(w)
 	e.m.windows.Inc()
 	defer e.m.windows.Dec()
-	abandon := func(err error) (time.Duration, outcome, error) {
+	abandon := func(err error) (chunkRead, outcome, error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if w.over { // reconciled meanwhile: its H made it
-			return 0, <-w.done, nil
+			return chunkRead{}, <-w.done, nil
 		}
 		delete(e.windows, w.stem)
 		w.over = true
-		return 0, outcome{}, err
+		return chunkRead{}, outcome{}, err
 	}
 	id := t.id()
 	if err := e.rd.Mark(ctx, w.stem+lowSuffix, id, nil); err != nil {
@@ -360,9 +373,12 @@ func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, li
 	}
 	start := time.Now()
 	c, err := read(ctx)
-	took := time.Since(start)
+	stat := chunkRead{took: time.Since(start), rows: len(c.Rows)}
 	if err != nil {
 		return abandon(fmt.Errorf("read: %w", err))
+	}
+	for _, row := range c.Rows {
+		stat.bytes += pipeline.ImageSize(row)
 	}
 	if c.Table == nil {
 		return abandon(errors.New("read: the reader returned no shape"))
@@ -381,7 +397,7 @@ func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, li
 	}
 	select {
 	case o := <-w.done:
-		return took, o, o.err
+		return stat, o, o.err
 	case <-ctx.Done():
 		return abandon(ctx.Err())
 	}
