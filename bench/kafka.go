@@ -164,8 +164,17 @@ func (b *broker) toKafka(ctx context.Context, r kafkaRun) (res phase, err error)
 // measure runs rt until its sink named sink wrote n records (or until
 // returns true, checked every 5ms), then stops it: the phase's wall time,
 // time to the first durable batch, this process's CPU time and peak RSS,
-// under a profile named phase when profile is set.
+// under a profile named phase when profile is set, and under the daemon's
+// memory limit (daemonMemoryLimit).
 func measure(ctx context.Context, rt *pipeline.Runtime, sink, profile, phaseName string, n int64, until func(*pipeline.Runtime) bool) (res phase, err error) {
+	err = underDaemonLimit(func() error {
+		res, err = measureUnlimited(ctx, rt, sink, profile, phaseName, n, until)
+		return err
+	})
+	return res, err
+}
+
+func measureUnlimited(ctx context.Context, rt *pipeline.Runtime, sink, profile, phaseName string, n int64, until func(*pipeline.Runtime) bool) (res phase, err error) {
 	_, err = profiled(profile, phaseName, func() (time.Duration, error) {
 		// The peak is the phase's: memory earlier phases freed goes back
 		// to the system first.

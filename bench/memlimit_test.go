@@ -1,0 +1,15 @@
+package bench
+
+import "testing"
+
+// The bench's default pipeline parses, and its limit counts the
+// incremental snapshot's windows (Postgres pipelines run the engine).
+func TestDaemonMemoryLimit(t *testing.T) {
+	limit, err := daemonMemoryLimit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit != 160<<20 {
+		t.Fatalf("the daemon's default memory limit = %d MiB, want 160 MiB", limit>>20)
+	}
+}
