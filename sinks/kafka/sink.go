@@ -492,7 +492,7 @@ func (s *Sink) prepareTo(ctx context.Context, r *pipeline.Record, topic string, 
 		}
 		b, err = sh.codec.AppendValueFallback(b, r, fb)
 	} else {
-		b, err = sh.codec.AppendEnvelopeFallback(b, r, &schema.SourceInfo{Version: s.opts.Version}, fb)
+		b, err = sh.codec.AppendEnvelopeFallback(b, r, mem.source(s.opts.Version), fb)
 	}
 	if err != nil {
 		return nil, unencodable{err}
@@ -514,9 +514,10 @@ func (s *Sink) prepareTo(ctx context.Context, r *pipeline.Record, topic string, 
 	}
 	event := mem.record()
 	event.Topic, event.Key, event.Value, event.Headers = sh.topic, key, val, headers
+	event.Timestamp = mem.source(s.opts.Version).ProcessedAt
 	if r.Op == pipeline.OpDelete && s.opts.Tombstones && key != nil {
 		tomb := mem.record()
-		tomb.Topic, tomb.Key, tomb.Headers = sh.topic, key, headers
+		tomb.Topic, tomb.Key, tomb.Headers, tomb.Timestamp = sh.topic, key, headers, event.Timestamp
 		return mem.list(event, tomb), nil
 	}
 	return mem.list(event), nil

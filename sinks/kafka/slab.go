@@ -1,6 +1,12 @@
 package kafka
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-cdc/sluice/schema"
+)
 
 // slab hands out the memory of one batch's Kafka records from a few large
 // blocks instead of several small allocations per record: the framed key
@@ -13,6 +19,20 @@ type slab struct {
 	hdrs  []kgo.RecordHeader
 	recs  []kgo.Record
 	ptrs  []*kgo.Record
+	// at is when the batch's first record was encoded: every record's
+	// timestamp and envelope ts_ms (one clock read per batch rather than
+	// two per record), with src the envelope's source block.
+	at  time.Time
+	src schema.SourceInfo
+}
+
+// source returns the batch's source block, ts_ms set on first use.
+func (s *slab) source(version string) *schema.SourceInfo {
+	if s.at.IsZero() {
+		s.at = time.Now()
+		s.src = schema.SourceInfo{Version: version, ProcessedAt: s.at}
+	}
+	return &s.src
 }
 
 const (
