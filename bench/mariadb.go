@@ -147,10 +147,13 @@ func (s MariaDBBinlog) Run(o RunOptions) (figs []Figure, err error) {
 	}
 	var cpu time.Duration
 	var rss float64
-	e2e, err := profiled(o.Profile, "e2e", func() (time.Duration, error) {
+	e2e, err := profiled(o.Profile, "e2e", func() (d time.Duration, err error) {
 		ResetPeakRSS()
 		cpu0 := SelfCPU()
-		d, err := endToEnd(ctx, opts, changes)
+		err = underDaemonLimit(func() error {
+			d, err = endToEnd(ctx, opts, changes)
+			return err
+		})
 		cpu, rss = SelfCPU()-cpu0, PeakRSS()
 		return d, err
 	})
