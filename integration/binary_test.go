@@ -72,12 +72,24 @@ func startDaemon(t *testing.T, cfgPath string, extra ...string) *daemonProc {
 		t.Fatal(err)
 	}
 	d := &daemonProc{cmd: cmd, addr: make(chan string, 1), done: make(chan struct{})}
+	// SLUICE_DAEMON_LOGS=DIR also keeps every daemon's whole log there
+	// (failure messages show a tail).
+	var keep io.Writer = io.Discard
+	if dir := os.Getenv("SLUICE_DAEMON_LOGS"); dir != "" {
+		f, err := os.CreateTemp(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-*.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		keep = f
+	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		sent := false
 		for sc.Scan() {
 			line := sc.Text()
+			_, _ = io.WriteString(keep, line+"\n")
 			d.mu.Lock()
 			d.log.WriteString(line + "\n")
 			d.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -132,4 +133,51 @@ func TestFailedCommitReopensOnTheNextWrite(t *testing.T) {
 	}
 	expectRows(t, s, people, []any{int64(1), "create", nil}, []any{int64(2), "b2", nil}, []any{int64(3), "c", nil},
 		[]any{int64(4), "d", nil}, []any{int64(5), "e", nil})
+}
+
+// A merge whose DELETE runs out of memory part way, as right after a
+// restart when the primary-key index is read back from the file under
+// the followed limit, leaves its rows marked deleted by the rolled-back
+// transaction: retried on the same database, every write of those keys
+// failed with "Conflict on tuple deletion!" (the 5,000,000-row
+// incremental snapshot test stalled this way after its second kill).
+// The sink drops the database on that failure; the retry, on the
+// reopened database, applies the updates.
+func TestOutOfMemoryInsideADeleteLeavesNoDeletedRows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.duckdb")
+	s := New(Options{Path: path, Threads: 1, MemoryLimit: 2 << 30}, nil)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(0), "create", "x"))
+	const rows = 3_000_000
+	if _, err := s.conn.ExecContext(ctx, "INSERT INTO "+s.qualified("public_people")+" SELECT i, 'name-' || i, 'bio', "+
+		"unhex('0000000000000000000000000000000700000000000000000000000000000001'), false, now() FROM range(1, "+
+		strconv.Itoa(rows)+") r(i)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = openSink(t, Options{Path: path, Threads: 1, MemoryLimit: 24 << 20})
+	var updates []pipeline.Record
+	for i := range 5000 {
+		updates = append(updates, change(pipeline.OpUpdate, 2, int64(i*(rows/5000)+7), "upd", "x"))
+	}
+	err := s.Write(ctx, updates)
+	if err == nil || !pipeline.IsOverloaded(err) {
+		t.Fatalf("5,000 spread updates under a 24 MiB limit after a reopen: %v; want DuckDB out of memory", err)
+	}
+	if s.conn != nil {
+		t.Fatal("running out of memory inside a write should have dropped the database")
+	}
+	s.opts.MemoryLimit = 2 << 30
+	mustWrite(t, s, updates...)
+	var n int64
+	if err := s.conn.QueryRowContext(ctx, "SELECT count(*) FROM "+s.qualified("public_people")+" WHERE name = 'upd'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 5000 {
+		t.Fatalf("%d rows updated, want 5000", n)
+	}
 }

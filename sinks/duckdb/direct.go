@@ -60,8 +60,8 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, 
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
-	if s.conn == nil {
-		return false, err // the commit failed and dropped the database: the Write is retried
+	if s.conn == nil || s.dropIfTainted(err) {
+		return false, err // the database was dropped (commit.go): the Write is retried
 	}
 	var de *duck.Error
 	switch {

@@ -389,11 +389,10 @@ func (s *Sink) write(ctx context.Context, records []pipeline.Record) (err error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer func() {
-		// A statement outside an explicit transaction commits on its own;
-		// its failed commit leaves the same stale index entries (commit).
-		if err != nil && s.conn != nil && strings.Contains(err.Error(), "Failed to commit") {
-			s.drop(err)
-		}
+		// Tainted failures (commit.go) that no earlier step dropped the
+		// database for: a statement outside an explicit transaction
+		// commits on its own.
+		s.dropIfTainted(err)
 	}()
 	if err := s.ready(ctx, "write"); err != nil {
 		return err
@@ -429,8 +428,8 @@ func (s *Sink) write(ctx context.Context, records []pipeline.Record) (err error)
 	// it (Invariant 9).
 	if len(batches) > 0 {
 		if err := s.apply(ctx, batches); err != nil {
-			if s.conn == nil {
-				return fmt.Errorf("duckdb sink: %w", err) // dropped by commit; ready reloads
+			if s.conn == nil || s.dropIfTainted(err) {
+				return fmt.Errorf("duckdb sink: %w", err) // dropped (commit.go); ready reloads
 			}
 			if lerr := s.load(context.Background()); lerr != nil {
 				s.log.Warn("reload after failed write", zap.Error(lerr))
