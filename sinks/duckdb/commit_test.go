@@ -144,26 +144,8 @@ func TestFailedCommitReopensOnTheNextWrite(t *testing.T) {
 // The sink drops the database on that failure; the retry, on the
 // reopened database, applies the updates.
 func TestOutOfMemoryInsideADeleteLeavesNoDeletedRows(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "t.duckdb")
-	s := New(Options{Path: path, Threads: 1, MemoryLimit: 2 << 30}, nil)
-	if err := s.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(0), "create", "x"))
-	const rows = 3_000_000
-	if _, err := s.conn.ExecContext(ctx, "INSERT INTO "+s.qualified("public_people")+" SELECT i, 'name-' || i, 'bio', "+
-		"unhex('0000000000000000000000000000000700000000000000000000000000000001'), false, now() FROM range(1, "+
-		strconv.Itoa(rows)+") r(i)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s = openSink(t, Options{Path: path, Threads: 1, MemoryLimit: 24 << 20})
-	var updates []pipeline.Record
-	for i := range 5000 {
-		updates = append(updates, change(pipeline.OpUpdate, 2, int64(i*(rows/5000)+7), "upd", "x"))
-	}
+	path, updates := bigPeople(t)
+	s := openSink(t, Options{Path: path, Threads: 1, MemoryLimit: 24 << 20})
 	err := s.Write(ctx, updates)
 	if err == nil || !pipeline.IsOverloaded(err) {
 		t.Fatalf("5,000 spread updates under a 24 MiB limit after a reopen: %v; want DuckDB out of memory", err)
@@ -180,4 +162,31 @@ func TestOutOfMemoryInsideADeleteLeavesNoDeletedRows(t *testing.T) {
 	if n != 5000 {
 		t.Fatalf("%d rows updated, want 5000", n)
 	}
+}
+
+// bigPeople writes a closed database file whose people table holds
+// 3,000,000 rows at version 1, and returns it with 5,000 updates spread
+// over them.
+func bigPeople(t *testing.T) (string, []pipeline.Record) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "t.duckdb")
+	s := New(Options{Path: path, Threads: 1, MemoryLimit: 2 << 30}, nil)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(0), "create", "x"))
+	const rows = 3_000_000
+	if _, err := s.conn.ExecContext(ctx, "INSERT INTO "+s.qualified("public_people")+" SELECT i, 'name-' || i, 'bio', "+
+		"unhex('0000000000000000000000000000000700000000000000000000000000000001'), false, now() FROM range(1, "+
+		strconv.Itoa(rows)+") r(i)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var updates []pipeline.Record
+	for i := range 5000 {
+		updates = append(updates, change(pipeline.OpUpdate, 2, int64(i*(rows/5000)+7), "upd", "x"))
+	}
+	return path, updates
 }
