@@ -54,7 +54,7 @@ func (s *Sink) apply(ctx context.Context, batches []*upsert.TableBatch) (err err
 			// write), and the runtime isolates the record that caused it.
 			err = &pipeline.PanicError{Value: v, Stack: debug.Stack()}
 		}
-		if err != nil && s.conn != nil { // nil: dropped by a failed commit
+		if err != nil && s.conn != nil { // nil: dropped (commit.go)
 			if _, rerr := s.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
 				s.log.Warn("rollback failed", zap.Error(rerr))
 			}

@@ -64,7 +64,7 @@ func (s *Sink) commit(ctx context.Context) error {
 		return nil
 	}
 	s.drop(err)
-	return fmt.Errorf("commit failed; database reopened from its file before the next write: %w", err)
+	return fmt.Errorf("commit failed; database dropped, the next write reopens it from its file: %w", err)
 }
 
 // commitFault, set by tests, runs on the connection before each COMMIT;
@@ -78,10 +78,10 @@ func (s *Sink) drop(cause error) {
 		return
 	}
 	if _, err := s.conn.ExecContext(context.Background(), "PRAGMA disable_checkpoint_on_shutdown"); err != nil {
-		s.log.Error("duckdb checkpoint on close not disabled after a failed commit", zap.Error(err))
+		s.log.Error("duckdb checkpoint on close not disabled before dropping the database", zap.Error(err))
 	}
 	if err := s.closeLocked(); err != nil {
-		s.log.Warn("duckdb close after a failed commit", zap.Error(err))
+		s.log.Warn("duckdb close while dropping the database", zap.Error(err))
 	}
 	s.log.Warn("duckdb write failed in a way that leaves its memory in doubt: database dropped without a checkpoint; the next write reopens it from its file and WAL", zap.Error(cause))
 }

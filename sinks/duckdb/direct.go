@@ -136,7 +136,7 @@ func (s *Sink) insertRecords(ctx context.Context, target string, t *pipeline.Tab
 		return err
 	}
 	defer func() {
-		if err != nil && s.conn != nil { // nil: dropped by a failed commit
+		if err != nil && s.conn != nil { // nil: dropped (commit.go)
 			if _, rerr := s.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
 				err = errors.Join(err, rerr)
 				s.off(target, rerr)
