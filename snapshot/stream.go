@@ -249,6 +249,7 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 	v[3] = snapshotRow
 	now := time.Now().UTC()
 	var rows []pipeline.Record
+	var bytes int // the chunk's emitted records' sizes (outcome.bytes)
 	if !w.cleared {
 		rows = make([]pipeline.Record, 0, len(c.Rows))
 		for _, row := range c.Rows {
@@ -260,6 +261,7 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 			r := pipeline.Record{Op: pipeline.OpRead, Table: shape, After: row, Version: v, EventTime: now,
 				Snapshot: true, Pos: h.Pos}
 			r.Size = pipeline.EstimateSize(&r)
+			bytes += r.Size
 			rows = append(rows, r)
 		}
 	}
@@ -267,7 +269,7 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 		rows = append(rows, repairDeletes(w, c, shape, v, now, h.Pos)...)
 	}
 	e.m.rows.Add(float64(len(rows)))
-	o := outcome{emitted: len(rows)}
+	o := outcome{emitted: len(rows), read: chunkRead{rows: len(rows), bytes: bytes}}
 	if len(w.unchanged) > 0 {
 		w.needKeys()
 	}

@@ -51,7 +51,10 @@ type window struct {
 type outcome struct {
 	emitted int    // rows emitted
 	redo    string // why the chunk must be read again ("" when emitted)
-	err     error
+	// read is the chunk's rows emitted before any repair deletes, and
+	// their records' sizes (took is the worker's to fill in).
+	read chunkRead
+	err  error
 	// refetch: keys to read again (window.unchanged); the range moves on
 	// to last (or is done, short) only once they are.
 	refetch [][]any

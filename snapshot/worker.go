@@ -314,8 +314,9 @@ func (e *Engine) refuse(t *tableProgress, err error) {
 	}
 }
 
-// chunkRead is what a chunk's read took: its time, rows and their heap
-// bytes (pipeline.ImageSize).
+// chunkRead is what a chunk's read took: its time, and the rows it
+// emitted with their records' heap bytes (pipeline.EstimateSize, the
+// in-flight cap's measure).
 type chunkRead struct {
 	took        time.Duration
 	rows, bytes int
@@ -373,12 +374,9 @@ func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, li
 	}
 	start := time.Now()
 	c, err := read(ctx)
-	stat := chunkRead{took: time.Since(start), rows: len(c.Rows)}
+	took := time.Since(start)
 	if err != nil {
 		return abandon(fmt.Errorf("read: %w", err))
-	}
-	for _, row := range c.Rows {
-		stat.bytes += pipeline.ImageSize(row)
 	}
 	if c.Table == nil {
 		return abandon(errors.New("read: the reader returned no shape"))
@@ -397,7 +395,8 @@ func (e *Engine) window(ctx context.Context, t *tableProgress, rng *keyRange, li
 	}
 	select {
 	case o := <-w.done:
-		return stat, o, o.err
+		o.read.took = took
+		return o.read, o, o.err
 	case <-ctx.Done():
 		return abandon(ctx.Err())
 	}
