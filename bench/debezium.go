@@ -54,7 +54,7 @@ var ErrDebeziumUnavailable = errors.New("debezium runner unavailable")
 // (Kafka's JsonConverter with schemas off, for key and value: no schema
 // registry) to topic <TopicPrefix>.<schema>.<table>
 // (<TopicPrefix>.<database>.<table> for MariaDB) with the producer settings
-// of sluice's Kafka sink: acks=all, idempotence, zstd, linger 5ms, batches
+// of sluice's Kafka sink: acks=all, idempotence, lz4, linger 5ms, batches
 // up to ~1MB. Each engine batch is acknowledged by the broker before
 // Debezium commits its offsets, as a Kafka sink must.
 type DebeziumOptions struct {

@@ -86,7 +86,7 @@ func (b *broker) stop() {
 }
 
 // sinkOptions are the config defaults of the Kafka sink (Debezium envelope
-// in Avro, acks=all, idempotent, zstd, linger 5ms) with topics
+// in Avro, acks=all, idempotent, lz4, linger 5ms) with topics
 // {prefix}.{schema}.{table}.
 func (b *broker) sinkOptions(prefix, connector string) kafkasink.Options {
 	o := kafkasink.Defaults(b.k.Brokers(), prefix)
@@ -234,7 +234,7 @@ func (b *broker) topicEnd(ctx context.Context, topic string) (int64, error) {
 // ceiling measures the Kafka ceiling: the records sluice wrote to from
 // (keys, values and headers as stored, so the same number of the same size,
 // already encoded) are read into memory, then produced to a new topic with
-// the sink's producer settings (acks=all, idempotent, zstd, linger 5ms, the
+// the sink's producer settings (acks=all, idempotent, lz4, linger 5ms, the
 // same partitioner) until every one is acknowledged. Only the produce is
 // timed.
 func (b *broker) ceiling(ctx context.Context, from string) (time.Duration, int64, error) {
@@ -267,7 +267,7 @@ func (b *broker) ceiling(ctx context.Context, from string) (time.Duration, int64
 	opts := kafkasink.Defaults(b.k.Brokers(), "ceiling").Producer
 	prod, err := b.k.Client(kgo.DefaultProduceTopic(to), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), kgo.ProducerLinger(opts.Linger),
-		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.MaxBufferedRecords(200_000))
+		kgo.ProducerBatchCompression(opts.Codec()), kgo.MaxBufferedRecords(200_000))
 	if err != nil {
 		return 0, 0, err
 	}

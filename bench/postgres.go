@@ -160,7 +160,7 @@ func (s *pgServer) source(o postgres.Options) (*postgres.Source, error) {
 //     uses the mean);
 //  3. sluice: pipeline.Runtime with the source and the Kafka sink at the
 //     config defaults (Debezium envelope in Avro through the registry,
-//     acks=all, idempotent, zstd) until the broker acknowledged every
+//     acks=all, idempotent, lz4) until the broker acknowledged every
 //     change; CPU and peak RSS are the phase's, with the whole backlog
 //     waiting (the "RSS at a 1,000,000-row backlog" target);
 //  4. Kafka ceiling: the records sluice wrote, produced again by franz-go

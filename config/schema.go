@@ -412,7 +412,7 @@ type KafkaTopics struct {
 type KafkaProduce struct {
 	Linger          Duration `yaml:"linger" default:"5ms" min:"0s"`
 	BatchMaxBytes   ByteSize `yaml:"batch_max_bytes" default:"1MB" min:"1KiB" max:"1GiB"`
-	Compression     string   `yaml:"compression" default:"zstd" enum:"zstd|lz4|snappy|gzip|none"`
+	Compression     string   `yaml:"compression" default:"lz4" enum:"lz4|zstd|snappy|gzip|none"`
 	DeliveryTimeout Duration `yaml:"delivery_timeout" default:"2m" min:"1s"`
 }
 

@@ -112,7 +112,7 @@ type ProducerOptions struct {
 	// BatchMaxBytes caps a record batch; zero keeps the client default
 	// (1MB, the broker's default message.max.bytes).
 	BatchMaxBytes int
-	// Compression is zstd, lz4, snappy, gzip or none; "" means zstd.
+	// Compression is lz4, zstd, snappy, gzip or none; "" means lz4.
 	Compression string
 	// DeliveryTimeout bounds how long a record may wait for the broker's
 	// acknowledgement (retries included) before Write fails; zero means
@@ -164,7 +164,7 @@ func Defaults(brokers []string, serverName string) Options {
 		Envelope: EnvelopeDebezium, SubjectStrategy: StrategyTopic, Compatibility: schema.CompatBackward,
 		IncompatiblePolicy: PolicyFail, Tombstones: true, Unchanged: true, ConnectorName: "postgresql",
 		CreateTopics: TopicOptions{Enabled: true, Partitions: 1, ReplicationFactor: 1, Compact: true},
-		Producer:     ProducerOptions{Linger: 5 * time.Millisecond, Compression: "zstd", DeliveryTimeout: defaultDeliveryTimeout},
+		Producer:     ProducerOptions{Linger: 5 * time.Millisecond, Compression: "lz4", DeliveryTimeout: defaultDeliveryTimeout},
 	}
 }
 
@@ -200,7 +200,7 @@ func (o *Options) normalize() error {
 	if err := lower(&o.IncompatiblePolicy, PolicyFail, PolicyFail, PolicyNewSubjectVersion); err != nil {
 		return fmt.Errorf("incompatible policy: %w", err)
 	}
-	if err := lower(&o.Producer.Compression, "zstd", "zstd", "lz4", "snappy", "gzip", "none"); err != nil {
+	if err := lower(&o.Producer.Compression, "lz4", "lz4", "zstd", "snappy", "gzip", "none"); err != nil {
 		return fmt.Errorf("compression: %w", err)
 	}
 	o.Compatibility = strings.ToUpper(strings.TrimSpace(o.Compatibility))
@@ -244,7 +244,7 @@ func (o *Options) clientOpts() ([]kgo.Opt, error) {
 		kgo.ProducerLinger(o.Producer.Linger),
 		kgo.MaxBufferedRecords(o.MaxBufferedRecords),
 		kgo.RecordDeliveryTimeout(o.Producer.DeliveryTimeout),
-		kgo.ProducerBatchCompression(compression(o.Producer.Compression)),
+		kgo.ProducerBatchCompression(o.Producer.Codec()),
 	)
 	if !o.ExactlyOnce {
 		// Bounded delivery: a record still unacknowledged after
@@ -281,10 +281,11 @@ func (o *Options) connOpts(clientID string) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
-func compression(name string) kgo.CompressionCodec {
-	switch name {
-	case "lz4":
-		return kgo.Lz4Compression()
+// Codec is the producer's compression codec.
+func (p ProducerOptions) Codec() kgo.CompressionCodec {
+	switch p.Compression {
+	case "zstd":
+		return kgo.ZstdCompression()
 	case "snappy":
 		return kgo.SnappyCompression()
 	case "gzip":
@@ -292,7 +293,7 @@ func compression(name string) kgo.CompressionCodec {
 	case "none":
 		return kgo.NoCompression()
 	}
-	return kgo.ZstdCompression()
+	return kgo.Lz4Compression()
 }
 
 // config builds the TLS configuration from the files.

@@ -181,7 +181,7 @@ func TestOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.opts.Envelope != EnvelopeDebezium || s.opts.SubjectStrategy != StrategyTopic || s.opts.Compatibility != schema.CompatBackward ||
-		s.opts.IncompatiblePolicy != PolicyFail || s.opts.Producer.Compression != "zstd" || s.opts.TopicTemplate != DefaultTopicTemplate {
+		s.opts.IncompatiblePolicy != PolicyFail || s.opts.Producer.Compression != "lz4" || s.opts.TopicTemplate != DefaultTopicTemplate {
 		t.Errorf("normalized %+v", s.opts)
 	}
 	if err := s.Write(t.Context(), nil); err == nil {

@@ -435,7 +435,7 @@ public final class DebeziumBench {
         p.setProperty(ProducerConfig.CLIENT_ID_CONFIG, "debezium-bench-" + s.topicPrefix);
         p.setProperty(ProducerConfig.ACKS_CONFIG, "all");
         p.setProperty(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
-        p.setProperty(ProducerConfig.COMPRESSION_TYPE_CONFIG, "zstd");
+        p.setProperty(ProducerConfig.COMPRESSION_TYPE_CONFIG, "lz4");
         p.setProperty(ProducerConfig.LINGER_MS_CONFIG, "5");
         // sluice's sink keeps its client's default batch cap (about 1MB, the
         // broker's message.max.bytes); the Java client's 16KB would make
