@@ -104,7 +104,13 @@ func (e *Engine) scan(b pipeline.Batch) {
 			continue
 		}
 		rows, dead := e.reconcile(w, r)
-		recs = append(recs, rows...)
+		if len(recs) == 0 {
+			// The usual case: H alone since the last cut. The chunk's rows
+			// are the batch as reconcile made them, not a copy of them.
+			recs = rows
+		} else {
+			recs = append(recs, rows...)
+		}
 		out.Dead = append(out.Dead, dead...)
 		// Cut at H: its transaction's own position is a transaction
 		// boundary (Invariant 2) and covers the rows just emitted.
