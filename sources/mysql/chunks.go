@@ -305,7 +305,7 @@ func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo 
 		if err != nil {
 			return "", nil, err
 		}
-		return "SELECT " + columnList(descs) + " FROM " + quotedTable(t.Table) + where + " ORDER BY " + ks.list() +
+		return "SELECT " + selectList(descs) + " FROM " + quotedTable(t.Table) + where + " ORDER BY " + ks.list() +
 			" LIMIT " + strconv.Itoa(limit), args, nil
 	})
 }
@@ -333,17 +333,9 @@ func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any)
 		if len(ors) == 0 {
 			ors = []string{"FALSE"}
 		}
-		return "SELECT " + columnList(descs) + " FROM " + quotedTable(t.Table) + " WHERE (" + strings.Join(ors, " OR ") +
+		return "SELECT " + selectList(descs) + " FROM " + quotedTable(t.Table) + " WHERE (" + strings.Join(ors, " OR ") +
 			") ORDER BY " + ks.list(), args, nil
 	})
-}
-
-func columnList(descs []colDesc) string {
-	cols := make([]string, len(descs))
-	for i := range descs {
-		cols[i] = quoteIdent(descs[i].name)
-	}
-	return strings.Join(cols, ", ")
 }
 
 // read runs the query query builds in one transaction WITH CONSISTENT
@@ -376,7 +368,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func([]
 		return ch, permanent(fmt.Errorf("read %s: %w", t.Table, err))
 	}
 	defer stmt.Close()
-	conv := converter{zeroNull: r.s.opts.ZeroDates == ZeroDatesNull, charsets: r.s.cs}
+	rr := rowReader{conv: converter{zeroNull: r.s.opts.ZeroDates == ZeroDatesNull, charsets: r.s.cs}, descs: descs}
 	last := make([]any, len(table.KeyIdx))
 	seen := false
 	var result gomysql.Result
@@ -388,21 +380,13 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func([]
 			last[i] = fieldValue(row[k])
 		}
 		seen = true
-		out := make([]any, len(row))
-		for i, fv := range row {
-			x, err := conv.value(&descs[i], fieldValue(fv), false)
-			if err != nil {
-				raw := make([]any, len(row))
-				for j := range row {
-					raw[j] = fieldValue(row[j])
-				}
-				// Invariant 7: the row goes to the dead-letter queue, the
-				// chunk goes on.
-				ch.Dead = append(ch.Dead, deadLetter(table, pipeline.OpRead, pipeline.Version{}, [][]any{raw},
-					fmt.Errorf("snapshot of %s: column %s: %w", t.Table, descs[i].name, err)))
-				return nil
-			}
-			out[i] = x
+		out, bad, err := rr.row(row)
+		if err != nil {
+			// Invariant 7: the row goes to the dead-letter queue, the
+			// chunk goes on.
+			ch.Dead = append(ch.Dead, deadLetter(table, pipeline.OpRead, pipeline.Version{}, [][]any{rawRow(row)},
+				fmt.Errorf("snapshot of %s: column %s: %w", t.Table, descs[bad].name, err)))
+			return nil
 		}
 		ch.Rows = append(ch.Rows, out)
 		return nil

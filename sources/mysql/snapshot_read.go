@@ -27,11 +27,7 @@ func (l *snapshotLoad) plan(ctx context.Context) error {
 			return err
 		}
 		t := &loadTable{name: name, descs: descs, table: s.shapes.seed(tableID(name), descs)}
-		cols := make([]string, len(descs))
-		for i, d := range descs {
-			cols[i] = quoteIdent(d.name)
-		}
-		t.cols = strings.Join(cols, ", ")
+		t.cols = selectList(descs)
 		t.keys = newKeyset(descs, t.table.KeyIdx)
 		if len(t.table.KeyIdx) == 0 {
 			return fmt.Errorf("mysql source: table %s.%s has no primary key", name.db, name.table)
@@ -115,6 +111,16 @@ func cursorOf(bound []any) (snapshot.Cursor, error) {
 }
 
 // fieldValue turns a binary-protocol value into what converter.value reads.
+// rawRow is a copy of row's values as go-mysql gave them (a dead
+// letter's raw row).
+func rawRow(row []gomysql.FieldValue) []any {
+	raw := make([]any, len(row))
+	for i := range row {
+		raw[i] = fieldValue(row[i])
+	}
+	return raw
+}
+
 func fieldValue(fv gomysql.FieldValue) any {
 	switch fv.Type {
 	case gomysql.FieldValueTypeNull:
@@ -205,7 +211,7 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, err)
 	}
 	defer stmt.Close()
-	conv := converter{zeroNull: l.s.opts.ZeroDates == ZeroDatesNull, charsets: l.s.cs}
+	rr := rowReader{conv: converter{zeroNull: l.s.opts.ZeroDates == ZeroDatesNull, charsets: l.s.cs}, descs: t.descs}
 	v := l.version(r.pos, r.file, snapshotRow)
 	batch := make([]pipeline.Record, 0, snapshotBatch)
 	var dead []pipeline.DeadLetter
@@ -252,20 +258,13 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 		}
 		seen = true
 		rec := pipeline.Record{Op: pipeline.OpRead, Table: t.table, Snapshot: true, EventTime: l.startAt.UTC(), Version: v}
-		rec.After = make([]any, len(row))
-		for i, fv := range row {
-			x, err := conv.value(&t.descs[i], fieldValue(fv), false)
-			if err != nil {
-				raw := make([]any, len(row))
-				for j := range row {
-					raw[j] = fieldValue(row[j])
-				}
-				// Invariant 7: the row goes to the DLQ, the load goes on.
-				dead = append(dead, deadLetter(t.table, pipeline.OpRead, v, [][]any{raw}, fmt.Errorf("column %s: %w", t.descs[i].name, err)))
-				return nil
-			}
-			rec.After[i] = x
+		after, bad, err := rr.row(row)
+		if err != nil {
+			// Invariant 7: the row goes to the DLQ, the load goes on.
+			dead = append(dead, deadLetter(t.table, pipeline.OpRead, v, [][]any{rawRow(row)}, fmt.Errorf("column %s: %w", t.descs[bad].name, err)))
+			return nil
 		}
+		rec.After = after
 		rec.Size = pipeline.EstimateSize(&rec)
 		batch = append(batch, rec)
 		if len(batch) >= snapshotBatch {

@@ -50,7 +50,7 @@ func (cv *converter) value(d *colDesc, v any, fromBinlog bool) (any, error) {
 		gomysql.MYSQL_TYPE_LONGLONG, gomysql.MYSQL_TYPE_YEAR:
 		return integer(v, d.unsigned && d.kind != gomysql.MYSQL_TYPE_YEAR)
 	case gomysql.MYSQL_TYPE_NEWDECIMAL:
-		return pipeline.ParseDecimal(textOf(v))
+		return pipeline.ParseDecimal(viewOf(v))
 	case gomysql.MYSQL_TYPE_FLOAT, gomysql.MYSQL_TYPE_DOUBLE:
 		switch x := v.(type) {
 		case float32:
@@ -61,16 +61,16 @@ func (cv *converter) value(d *colDesc, v any, fromBinlog bool) (any, error) {
 	case gomysql.MYSQL_TYPE_BIT:
 		return bits(v, d.length)
 	case gomysql.MYSQL_TYPE_DATE:
-		return cv.date(textOf(v))
+		return cv.date(viewOf(v))
 	case gomysql.MYSQL_TYPE_DATETIME, gomysql.MYSQL_TYPE_TIMESTAMP:
 		if t, ok := v.(time.Time); ok {
 			// The binlog decoder's parsed form: DATETIME as a UTC wall
 			// clock, TIMESTAMP as the instant.
 			return pipeline.Timestamp{Micros: t.UnixMicro()}, nil
 		}
-		return cv.timestamp(textOf(v))
+		return cv.timestamp(viewOf(v))
 	case gomysql.MYSQL_TYPE_TIME:
-		return parseTime(textOf(v))
+		return parseTime(viewOf(v))
 	case gomysql.MYSQL_TYPE_ENUM:
 		if i, ok := v.(int64); ok { // the binlog sends the 1-based index
 			if i == 0 {

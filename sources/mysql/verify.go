@@ -93,11 +93,7 @@ func readTable(ctx context.Context, opts Options, db, table string, keys [][]any
 	if err := shape(t); err != nil {
 		return Position{}, err
 	}
-	cols := make([]string, len(descs))
-	for i, d := range descs {
-		cols[i] = quoteIdent(d.name)
-	}
-	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + quoteIdent(db) + "." + quoteIdent(table)
+	q := "SELECT " + selectList(descs) + " FROM " + quoteIdent(db) + "." + quoteIdent(table)
 	var args []any
 	if byKey {
 		where, a, err := keyFilter(t, keys)
@@ -124,15 +120,12 @@ func selectRows(c *client.Conn, q string, args []any, descs []colDesc, conv conv
 		return err
 	}
 	defer stmt.Close()
+	rr := rowReader{conv: conv, descs: descs}
 	var result gomysql.Result
 	return stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
-		out := make([]any, len(row))
-		for i, fv := range row {
-			v, err := conv.value(&descs[i], fieldValue(fv), false)
-			if err != nil {
-				return fmt.Errorf("column %s: %w", descs[i].name, err)
-			}
-			out[i] = v
+		out, bad, err := rr.row(row)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", descs[bad].name, err)
 		}
 		return fn(out)
 	}, nil, args...)

@@ -1,0 +1,92 @@
+package mysql
+
+import (
+	"strings"
+	"unsafe"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// The snapshot's chunk reads, the initial load and verify read rows with
+// prepared statements (the binary protocol, which sends numbers and
+// floats exactly). Two costs of that protocol are avoided here, for all
+// three alike:
+//
+//   - go-mysql formats a binary DATE, DATETIME, TIMESTAMP or TIME with
+//     fmt into the text the converter then parses: selectList has the
+//     server send those columns as their text instead (CAST … AS CHAR,
+//     the same text the text protocol would send, so the same values);
+//   - a field's bytes alias go-mysql's packet buffer and were copied
+//     before the converter copied them again: rowReader hands the
+//     converter the alias, and the converter copies what it keeps.
+
+// selectList is the SELECT list of descs, in their order. The
+// expressions are not aliased: ORDER BY and WHERE name the columns, and
+// an alias of the same name would make ORDER BY sort the text.
+func selectList(descs []colDesc) string {
+	cols := make([]string, len(descs))
+	for i := range descs {
+		cols[i] = quoteIdent(descs[i].name)
+		switch descs[i].kind {
+		case gomysql.MYSQL_TYPE_DATE, gomysql.MYSQL_TYPE_DATETIME, gomysql.MYSQL_TYPE_TIMESTAMP, gomysql.MYSQL_TYPE_TIME:
+			cols[i] = "CAST(" + cols[i] + " AS CHAR)"
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+// rowBlock is how many rows' values one allocation holds.
+const rowBlock = 256
+
+// rowReader converts the rows of a selectList query into values. The
+// rows it returns share blocks of cells: a row lives as long as any row
+// of its block does.
+type rowReader struct {
+	conv  converter
+	descs []colDesc
+	cells []any
+}
+
+// row converts row. A value the converter refuses gives its column's
+// index and the error; the row's other values are then not returned.
+func (rr *rowReader) row(row []gomysql.FieldValue) ([]any, int, error) {
+	n := len(row)
+	if len(rr.cells) < n {
+		rr.cells = make([]any, n*rowBlock)
+	}
+	out := rr.cells[:n:n]
+	rr.cells = rr.cells[n:]
+	for i := range row {
+		v, err := rr.conv.value(&rr.descs[i], fieldView(row[i]), false)
+		if err != nil {
+			return nil, i, err
+		}
+		out[i] = v
+	}
+	return out, -1, nil
+}
+
+// fieldView is fv as the converter takes it; bytes alias go-mysql's
+// buffer and are valid only until the next row (fieldValue copies them).
+func fieldView(fv gomysql.FieldValue) any {
+	switch fv.Type {
+	case gomysql.FieldValueTypeNull:
+		return nil
+	case gomysql.FieldValueTypeUnsigned:
+		return fv.AsUint64()
+	case gomysql.FieldValueTypeSigned:
+		return fv.AsInt64()
+	case gomysql.FieldValueTypeFloat:
+		return fv.AsFloat64()
+	}
+	return fv.AsString()
+}
+
+// viewOf is the text of v for parsing only: the string aliases v's bytes
+// and must not outlive the call that parses it.
+func viewOf(v any) string {
+	if b, ok := v.([]byte); ok {
+		return unsafe.String(unsafe.SliceData(b), len(b))
+	}
+	return textOf(v)
+}
