@@ -401,13 +401,13 @@ func (b *Batch) Weight() int {
 // close to the memory the records in flight take; it errs high, never
 // much low (shared values such as the Table are not counted).
 func EstimateSize(r *Record) int {
-	return int(unsafe.Sizeof(Record{})) + allocSize(len(r.Pos)) + imageSize(r.Before) + imageSize(r.After)
+	return int(unsafe.Sizeof(Record{})) + allocSize(len(r.Pos)) + ImageSize(r.Before) + ImageSize(r.After)
 }
 
-// imageSize estimates the heap bytes an image (a row's values) holds:
+// ImageSize estimates the heap bytes an image (a row's values) holds:
 // its backing array and each value's own allocation, as EstimateSize
 // counts them.
-func imageSize(img []any) int {
+func ImageSize(img []any) int {
 	n := 0
 	if img != nil {
 		n = allocSize(16 * cap(img))

@@ -37,8 +37,11 @@ type Options struct {
 	MaxChunkRows int
 	ChunkTime    time.Duration
 	// MaxChunkBytes bounds a chunk's rows by their heap bytes (default
-	// DefaultMaxChunkBytes): each window holds one chunk until its high
-	// watermark, outside the runtime's in-flight cap (Invariant 6).
+	// DefaultMaxChunkBytes): the row limit is sized to it from the last
+	// chunk's bytes per row, and a read keeps no row after the one that
+	// reaches it (Reader.Chunk), since each window holds one chunk until
+	// its high watermark, outside the runtime's in-flight cap (Invariant
+	// 6).
 	MaxChunkBytes int
 	// RetryWait is the first wait after a failed chunk (default 1s,
 	// doubling to 30s).

@@ -105,8 +105,9 @@ func fill(db *fakeDB, n int) {
 
 // The engine's core claim, against a model database: under random
 // inserts, updates, deletes, key updates and truncates committed while
-// chunks are read (Parallel windows over several ranges, small chunks),
-// a version-guarded sink ends equal to the table.
+// chunks are read (Parallel windows over several ranges, small chunks,
+// every other trial with chunks cut at a byte bound before their row
+// limit), a version-guarded sink ends equal to the table.
 func TestChunksReconcileWithConcurrentChanges(t *testing.T) {
 	trials := 20
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_TRIALS")); err == nil && v > 0 {
@@ -117,7 +118,11 @@ func TestChunksReconcileWithConcurrentChanges(t *testing.T) {
 			db := newFakeDB(t)
 			fill(db, 3000)
 			sink := newFakeSink()
-			e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 4, ChunkRows: 64, MaxChunkRows: 256}, nil)
+			opts := Options{Fresh: true, Parallel: 4, ChunkRows: 64, MaxChunkRows: 256}
+			if trial%2 == 1 {
+				opts.MaxChunkBytes = 2000 // about 30 of these rows
+			}
+			e, _ := openEngine(t, db, opts, nil)
 			rng := rand.New(rand.NewPCG(uint64(trial), 7))
 			n := 0
 			// The changes commit between reads of the stream (a few per
@@ -148,7 +153,40 @@ func TestChunksReconcileWithConcurrentChanges(t *testing.T) {
 			if d := sink.diff(db); len(d) > 0 {
 				t.Fatalf("%d keys differ, first: %v", len(d), d[:min(5, len(d))])
 			}
+			if db.mu.Lock(); opts.MaxChunkBytes > 0 && db.cuts == 0 {
+				t.Errorf("no chunk was cut at %d bytes", opts.MaxChunkBytes)
+			}
+			db.mu.Unlock()
 		})
+	}
+}
+
+// A chunk stops at MaxChunkBytes whatever its row limit: the first chunk
+// (ChunkRows, sized before any row was seen) over rows a hundred times
+// wider than the table's first ones keeps no row past the bound, and the
+// ranges, cut short many times, still deliver every row once
+// (Invariant 6).
+func TestChunksStopAtTheirByteBound(t *testing.T) {
+	db := newFakeDB(t)
+	for k := range 2000 {
+		v := "narrow"
+		if k >= 100 {
+			v = strings.Repeat("w", 2000+k)
+		}
+		db.commit(true, op{kind: pipeline.OpInsert, key: int64(k), value: v})
+	}
+	sink := newFakeSink()
+	const bound = 64 << 10
+	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 2, ChunkRows: 4096, MaxChunkBytes: bound}, nil)
+	finish(t, e, db, sink)
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.widest >= bound {
+		t.Errorf("a chunk kept %d bytes before its last row, bound %d", db.widest, bound)
+	}
+	// About 4 MB of rows at 64 KiB a chunk: dozens of cuts.
+	if db.cuts < 30 {
+		t.Errorf("%d chunks cut at the bound, want at least 30", db.cuts)
 	}
 }
 

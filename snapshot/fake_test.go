@@ -26,6 +26,8 @@ type fakeDB struct {
 	table   *pipeline.Table
 	log     chan pipeline.Batch
 	chunks  int
+	cuts    int                // chunks cut at their byte bound
+	widest  int                // the most bytes a chunk kept before its last row
 	onChunk func()             // called inside Chunk, after the read
 	onPlan  func()             // called inside Plan, after the read
 	onKeys  func(keys [][]any) // called inside Keys, after the read
@@ -157,9 +159,10 @@ func (db *fakeDB) Plan(_ context.Context, t Target, after Cursor, parts int) (Pl
 	return p, nil
 }
 
-func (db *fakeDB) Chunk(_ context.Context, t Target, after, upTo Cursor, limit int) (Chunk, error) {
+func (db *fakeDB) Chunk(_ context.Context, t Target, after, upTo Cursor, limit, maxBytes int) (Chunk, error) {
 	db.mu.Lock()
 	c := Chunk{Table: db.table}
+	bytes := 0
 	lo, hasLo := keyOf(after)
 	hi, hasHi := keyOf(upTo)
 	for _, k := range db.sortedKeys() {
@@ -169,8 +172,18 @@ func (db *fakeDB) Chunk(_ context.Context, t Target, after, upTo Cursor, limit i
 		if len(c.Rows) == limit {
 			break
 		}
-		c.Rows = append(c.Rows, []any{k, db.rows[k]})
+		if maxBytes > 0 && bytes >= maxBytes {
+			c.Cut = true
+			break
+		}
+		row := []any{k, db.rows[k]}
+		c.Rows = append(c.Rows, row)
 		c.Last = cursorOf(k)
+		db.widest = max(db.widest, bytes)
+		bytes += pipeline.ImageSize(row)
+	}
+	if c.Cut {
+		db.cuts++
 	}
 	for xid := range db.hidden {
 		c.InProgress = append(c.InProgress, xid)

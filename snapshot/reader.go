@@ -42,6 +42,9 @@ type Chunk struct {
 	Rows  [][]any
 	// Last is the key of the last row; nil when Rows is empty.
 	Last Cursor
+	// Cut says the read stopped at its byte bound: rows above Last may
+	// remain in the range although fewer than limit came back.
+	Cut bool
 	// InProgress lists the transactions the read could not see although
 	// they had started (Postgres: pg_current_snapshot()'s in-progress
 	// list, as 32-bit xids, which the stream's Record.TxID carries). A
@@ -72,8 +75,13 @@ type Reader interface {
 	Plan(ctx context.Context, t Target, after Cursor, parts int) (Plan, error)
 	// Chunk reads, in one consistent read, up to limit rows of t whose
 	// keys are above after (nil: from the first row) and at most upTo
-	// (nil: no bound), in key order.
-	Chunk(ctx context.Context, t Target, after, upTo Cursor, limit int) (Chunk, error)
+	// (nil: no bound), in key order. When maxBytes > 0 it keeps no row
+	// after the one that takes the rows' heap bytes (pipeline.ImageSize)
+	// to maxBytes, and sets Cut when it stopped there with fewer than
+	// limit rows: the memory a window holds is bounded even where the
+	// row limit, sized from earlier rows, meets much wider ones
+	// (Invariant 6).
+	Chunk(ctx context.Context, t Target, after, upTo Cursor, limit, maxBytes int) (Chunk, error)
 	// Keys reads, in one consistent read like Chunk's, the current rows
 	// of t among keys (each key's values in the table's key order, in
 	// the record model's types), in key order; keys with no row are

@@ -121,6 +121,7 @@ func (e *Engine) Status() pipeline.SourceStatus {
 // Stats counts the chunks of this run.
 type Stats struct {
 	Chunks    int64 // emitted
+	Cut       int64 // emitted chunks that stopped at MaxChunkBytes before their row limit
 	Redone    int64 // read again (visibility or schema)
 	Refetched int64 // keys read again after an unchanged value in their window
 	Repaired  int64 // keys of repair requests read again

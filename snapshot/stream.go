@@ -304,7 +304,10 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 	e.rateOf(t).add(len(c.Rows))
 	e.m.chunks.WithLabelValues("emitted").Inc()
 	e.stats.Chunks++
-	o.last, o.short = c.Last, len(c.Rows)+len(c.Dead) < w.limit || c.Last == nil
+	if c.Cut {
+		e.stats.Cut++
+	}
+	o.last, o.short = c.Last, len(c.Rows)+len(c.Dead) < w.limit && !c.Cut || c.Last == nil
 	if len(o.refetch) == 0 {
 		// The range moves on only now: the rows are in this batch, whose
 		// position carries the new cursor (Invariant 12).

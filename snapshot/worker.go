@@ -234,7 +234,9 @@ func (e *Engine) readRange(ctx context.Context, t *tableProgress, rng *keyRange,
 		if done {
 			return limit, nil
 		}
-		read := func(ctx context.Context) (Chunk, error) { return e.rd.Chunk(ctx, t.target(), after, upTo, limit) }
+		read := func(ctx context.Context) (Chunk, error) {
+			return e.rd.Chunk(ctx, t.target(), after, upTo, limit, e.opts.MaxChunkBytes)
+		}
 		var keyed [][]any
 		var then outcome
 		if repair != nil {

@@ -1,5 +1,6 @@
 // Package snaptest holds test helpers for sources and the snapshot engine:
-// an in-memory sink that applies records as every sink must.
+// an in-memory sink that applies records as every sink must, and a
+// reader that cuts chunks at a byte bound of its own.
 package snaptest
 
 import (

@@ -299,8 +299,8 @@ func (r *ChunkReader) Plan(ctx context.Context, t snapshot.Target, after snapsho
 }
 
 // Chunk implements snapshot.Reader.
-func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit int) (snapshot.Chunk, error) {
-	return r.read(ctx, t, func(descs []colDesc, ks keyset) (string, []any, error) {
+func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit, maxBytes int) (snapshot.Chunk, error) {
+	return r.read(ctx, t, maxBytes, func(descs []colDesc, ks keyset) (string, []any, error) {
 		where, args, err := conds(ks, t, after, upTo)
 		if err != nil {
 			return "", nil, err
@@ -312,7 +312,7 @@ func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo 
 
 // Keys implements snapshot.Reader: the rows among keys, in key order.
 func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any) (snapshot.Chunk, error) {
-	return r.read(ctx, t, func(descs []colDesc, ks keyset) (string, []any, error) {
+	return r.read(ctx, t, 0, func(descs []colDesc, ks keyset) (string, []any, error) {
 		var ors []string
 		var args []any
 		for _, key := range keys {
@@ -342,8 +342,10 @@ func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any)
 // SNAPSHOT. The columns are read again after the rows, under the
 // metadata lock the SELECT took: a schema change that committed between
 // the two would have failed the SELECT (ER_TABLE_DEF_CHANGED) or shows as
-// another shape, and the chunk is read again.
-func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func([]colDesc, keyset) (string, []any, error)) (ch snapshot.Chunk, err error) {
+// another shape, and the chunk is read again. With maxBytes > 0 no row
+// is kept after the one that takes the rows' bytes to maxBytes (the rest
+// of the result is read and dropped, and the chunk is Cut).
+func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, maxBytes int, query func([]colDesc, keyset) (string, []any, error)) (ch snapshot.Chunk, err error) {
 	c, err := r.acquire(ctx)
 	if err != nil {
 		return ch, err
@@ -371,10 +373,15 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func([]
 	rr := rowReader{conv: converter{zeroNull: r.s.opts.ZeroDates == ZeroDatesNull, charsets: r.s.cs}, descs: descs}
 	last := make([]any, len(table.KeyIdx))
 	seen := false
+	bytes := 0
 	var result gomysql.Result
 	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if maxBytes > 0 && bytes >= maxBytes {
+			ch.Cut = true
+			return nil
 		}
 		for i, k := range table.KeyIdx {
 			last[i] = fieldValue(row[k])
@@ -389,6 +396,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, query func([]
 			return nil
 		}
 		ch.Rows = append(ch.Rows, out)
+		bytes += pipeline.ImageSize(out)
 		return nil
 	}, nil, args...)
 	if err != nil {

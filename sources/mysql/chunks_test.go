@@ -114,7 +114,7 @@ func catchUp(t *testing.T, c *client.Conn, eng *snapshot.Engine, sink *snaptest.
 // decodes it, formatted like MemSink.Table.
 func tableRows(t *testing.T, src *Source, db, table string) []string {
 	t.Helper()
-	ch, err := src.ChunkReader(1).Chunk(ctx, snapshot.Target{Table: pipeline.TableID{Database: db, Schema: db, Table: table}}, nil, nil, 1<<30)
+	ch, err := src.ChunkReader(1).Chunk(ctx, snapshot.Target{Table: pipeline.TableID{Database: db, Schema: db, Table: table}}, nil, nil, 1<<30, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,13 @@ func TestIncrementalSnapshotMariaDBUnderConcurrentWrites(t *testing.T) {
 					errs <- writeRandomly(m, db, uint64(trial*10+w), &stop, &txns)
 				}()
 			}
-			src, eng := incremental(t, m, db, true, nil, tweak, "items", "pairs")
+			var wrap func(snapshot.Reader) snapshot.Reader
+			if !readOnly {
+				// Chunks cut at 2,000 bytes (about 30 of these rows),
+				// before their row limit.
+				wrap = func(rd snapshot.Reader) snapshot.Reader { return snaptest.ByteBound{Reader: rd, N: 2000} }
+			}
+			src, eng := incremental(t, m, db, true, wrap, tweak, "items", "pairs")
 			sink := snaptest.NewMemSink()
 			pump(t, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
 			stop.Store(true)
@@ -258,7 +264,11 @@ func TestIncrementalSnapshotMariaDBUnderConcurrentWrites(t *testing.T) {
 			snaptest.EqualRows(t, "items", sink.Table(db+".items"), tableRows(t, src, db, "items"))
 			snaptest.EqualRows(t, "pairs", sink.Table(db+".pairs"), tableRows(t, src, db, "pairs"))
 			st := eng.Stats()
-			t.Logf("%d writer transactions during the snapshot; %d chunks, %d read again", txns.Load(), st.Chunks, st.Redone)
+			t.Logf("%d writer transactions during the snapshot; %d chunks (%d cut at their bytes), %d read again",
+				txns.Load(), st.Chunks, st.Cut, st.Redone)
+			if !readOnly && st.Cut < 20 {
+				t.Fatalf("%d chunks cut at 2,000 bytes, want at least 20", st.Cut)
+			}
 			if readOnly {
 				// Nothing was written for this pipeline's watermarks.
 				r, err := c.Execute("SELECT COUNT(*) FROM information_schema.TABLES t JOIN sluice.watermarks w " +
@@ -360,8 +370,8 @@ type afterChunk struct {
 	hook func(snapshot.Target)
 }
 
-func (a *afterChunk) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit int) (snapshot.Chunk, error) {
-	c, err := a.Reader.Chunk(ctx, t, after, upTo, limit)
+func (a *afterChunk) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit, maxBytes int) (snapshot.Chunk, error) {
+	c, err := a.Reader.Chunk(ctx, t, after, upTo, limit, maxBytes)
 	a.hook(t)
 	return c, err
 }

@@ -150,8 +150,8 @@ func (r *ChunkReader) Plan(ctx context.Context, t snapshot.Target, after snapsho
 }
 
 // Chunk implements snapshot.Reader.
-func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit int) (snapshot.Chunk, error) {
-	return r.read(ctx, t, limit, func(shape *TableShape) (string, [][]byte, error) {
+func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit, maxBytes int) (snapshot.Chunk, error) {
+	return r.read(ctx, t, limit, maxBytes, func(shape *TableShape) (string, [][]byte, error) {
 		sql, args := newKeyQuery(shape, t, after, upTo).rows(limit)
 		return sql, args, nil
 	})
@@ -159,7 +159,7 @@ func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo 
 
 // Keys implements snapshot.Reader: the rows among keys, in key order.
 func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any) (snapshot.Chunk, error) {
-	return r.read(ctx, t, len(keys), func(shape *TableShape) (string, [][]byte, error) {
+	return r.read(ctx, t, len(keys), 0, func(shape *TableShape) (string, [][]byte, error) {
 		where, params, err := keyFilter(shape.Table, keys)
 		if err != nil {
 			return "", nil, err
@@ -180,8 +180,10 @@ func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any)
 // read runs the query query builds for the table's shape in one
 // REPEATABLE READ READ ONLY transaction. LOCK TABLE comes before the
 // transaction's snapshot, so the rows and the shape read under it agree.
-// At most limit rows come back.
-func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit int, query func(*TableShape) (string, [][]byte, error)) (ch snapshot.Chunk, err error) {
+// At most limit rows come back, and with maxBytes > 0 none after the one
+// that takes their bytes to maxBytes (the rest of the result is read and
+// dropped, and the chunk is Cut).
+func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxBytes int, query func(*TableShape) (string, [][]byte, error)) (ch snapshot.Chunk, err error) {
 	c, err := r.conn(ctx)
 	if err != nil {
 		return ch, err
@@ -220,7 +222,12 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit int, qu
 	width := len(shape.Columns)
 	var cells []any
 	ch.Rows = make([][]any, 0, limit)
+	bytes := 0
 	for res.NextRow() {
+		if maxBytes > 0 && bytes >= maxBytes {
+			ch.Cut = true
+			break
+		}
 		vals := res.Values()
 		if len(cells) < width {
 			cells = make([]any, width*rowBlock)
@@ -252,6 +259,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit int, qu
 			continue
 		}
 		ch.Rows = append(ch.Rows, row)
+		bytes += pipeline.ImageSize(row)
 	}
 	if _, err := res.Close(); err != nil {
 		return ch, fmt.Errorf("read %s: %w", t.Table, err)

@@ -17,18 +17,21 @@ import (
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/snapshot"
+	"github.com/sluice-cdc/sluice/snapshot/snaptest"
 )
 
 // incremental opens a source (no initial load) wrapped in the snapshot
 // engine; fresh snapshots every table at once.
 func incremental(t *testing.T, ctx context.Context, pg *harness.Postgres, fresh bool, reg prometheus.Registerer, tables ...string) *snapshot.Engine {
 	t.Helper()
-	return incrementalRO(t, ctx, pg, fresh, false, reg, tables...)
+	return incrementalRO(t, ctx, pg, fresh, false, nil, reg, tables...)
 }
 
 // incrementalRO is incremental with read-only watermarks when readOnly
-// (WAL positions the stream meets, marks.go).
-func incrementalRO(t *testing.T, ctx context.Context, pg *harness.Postgres, fresh, readOnly bool, reg prometheus.Registerer, tables ...string) *snapshot.Engine {
+// (WAL positions the stream meets, marks.go), and the source's reader
+// wrapped by wrap when it is set.
+func incrementalRO(t *testing.T, ctx context.Context, pg *harness.Postgres, fresh, readOnly bool, wrap func(snapshot.Reader) snapshot.Reader,
+	reg prometheus.Registerer, tables ...string) *snapshot.Engine {
 	t.Helper()
 	opts := testOptions(pg, tables...)
 	opts.Snapshot.ReadOnly = readOnly
@@ -41,7 +44,11 @@ func incrementalRO(t *testing.T, ctx context.Context, pg *harness.Postgres, fres
 		s, n, _ := strings.Cut(tb, ".")
 		ids[i] = pipeline.TableID{Schema: s, Table: n}
 	}
-	eng := snapshot.New(src, src.ChunkReader(8), snapshot.Options{Tables: ids, Fresh: fresh, Parallel: 4,
+	var rd snapshot.Reader = src.ChunkReader(8)
+	if wrap != nil {
+		rd = wrap(rd)
+	}
+	eng := snapshot.New(src, rd, snapshot.Options{Tables: ids, Fresh: fresh, Parallel: 4,
 		ChunkRows: 64, MaxChunkRows: 512, ChunkTime: 20 * time.Millisecond, Log: testLogger(t), Registerer: reg})
 	if err := eng.Open(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -155,7 +162,9 @@ func writeRandomly(ctx context.Context, dsn string, seed uint64, stop *atomic.Bo
 // key table and a composite key whose first column has two values, with
 // 4 windows over 4 ranges each and chunks of 64 to 512 rows; the
 // version-guarded sink then equals both tables. Odd trials write nothing
-// (snapshot.read_only: watermarks are WAL positions the stream meets).
+// (snapshot.read_only: watermarks are WAL positions the stream meets);
+// even ones cut their chunks at 2,000 bytes (about 30 of these rows),
+// before the row limit.
 func TestIncrementalSnapshotUnderConcurrentWrites(t *testing.T) {
 	for trial := range harness.Trials(2) {
 		readOnly := trial%2 == 1
@@ -174,7 +183,11 @@ func TestIncrementalSnapshotUnderConcurrentWrites(t *testing.T) {
 				}()
 			}
 			reg := prometheus.NewRegistry()
-			eng := incrementalRO(t, ctx, pg, true, readOnly, reg, "public.items", "public.pairs")
+			var wrap func(snapshot.Reader) snapshot.Reader
+			if !readOnly {
+				wrap = func(rd snapshot.Reader) snapshot.Reader { return snaptest.ByteBound{Reader: rd, N: 2000} }
+			}
+			eng := incrementalRO(t, ctx, pg, true, readOnly, wrap, reg, "public.items", "public.pairs")
 			sink := newMemSink()
 			pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
 			stop.Store(true)
@@ -188,9 +201,13 @@ func TestIncrementalSnapshotUnderConcurrentWrites(t *testing.T) {
 			equalRows(t, "items", sink.Table("public.items"), selectRows(t, ctx, pg, "SELECT id, v FROM items"))
 			equalRows(t, "pairs", sink.Table("public.pairs"), selectRows(t, ctx, pg, "SELECT a::bigint, b, n FROM pairs"))
 			st := eng.Stats()
-			t.Logf("%d writer transactions during the snapshot; %d chunks, %d read again", txns.Load(), st.Chunks, st.Redone)
+			t.Logf("%d writer transactions during the snapshot; %d chunks (%d cut at their bytes), %d read again",
+				txns.Load(), st.Chunks, st.Cut, st.Redone)
 			if txns.Load() < 50 || st.Chunks < 20 {
 				t.Fatalf("too little overlap to mean anything: %d transactions, %d chunks", txns.Load(), st.Chunks)
+			}
+			if !readOnly && st.Cut < 20 {
+				t.Fatalf("%d chunks cut at 2,000 bytes, want at least 20", st.Cut)
 			}
 		})
 	}
@@ -217,7 +234,7 @@ func visibilitySkew(t *testing.T, readOnly bool) {
 	exec(t, ctx, pg, "shop",
 		"CREATE TABLE items (id bigint PRIMARY KEY, v text)",
 		"INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
-	eng := incrementalRO(t, ctx, pg, false, readOnly, nil, "public.items")
+	eng := incrementalRO(t, ctx, pg, false, readOnly, nil, nil, "public.items")
 	sink := newMemSink()
 
 	skew, err := pgx.Connect(ctx, pg.DSN("shop"))
@@ -339,8 +356,8 @@ type afterChunk struct {
 	hook func()
 }
 
-func (a *afterChunk) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit int) (snapshot.Chunk, error) {
-	c, err := a.Reader.Chunk(ctx, t, after, upTo, limit)
+func (a *afterChunk) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit, maxBytes int) (snapshot.Chunk, error) {
+	c, err := a.Reader.Chunk(ctx, t, after, upTo, limit, maxBytes)
 	a.once.Do(a.hook)
 	return c, err
 }
