@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // The snapshot's chunk reads, the initial load and verify read rows with
@@ -57,13 +59,56 @@ func (rr *rowReader) row(row []gomysql.FieldValue) ([]any, int, error) {
 	out := rr.cells[:n:n]
 	rr.cells = rr.cells[n:]
 	for i := range row {
-		v, err := rr.conv.value(&rr.descs[i], fieldView(row[i]), false)
+		v, err := rr.conv.field(&rr.descs[i], row[i])
 		if err != nil {
 			return nil, i, err
 		}
 		out[i] = v
 	}
 	return out, -1, nil
+}
+
+// field converts fv as value converts the same value of a read (not the
+// binlog): the common kinds straight from the field, without boxing it
+// first, the others through value.
+func (cv *converter) field(d *colDesc, fv gomysql.FieldValue) (any, error) {
+	switch fv.Type {
+	case gomysql.FieldValueTypeNull:
+		return nil, nil
+	case gomysql.FieldValueTypeSigned:
+		if isInteger(d.kind) {
+			i := fv.AsInt64()
+			return intValue(i, uint64(i), i < 0, d.unsigned && d.kind != gomysql.MYSQL_TYPE_YEAR)
+		}
+	case gomysql.FieldValueTypeUnsigned:
+		if isInteger(d.kind) {
+			u := fv.AsUint64()
+			return intValue(int64(u), u, false, d.unsigned && d.kind != gomysql.MYSQL_TYPE_YEAR)
+		}
+	case gomysql.FieldValueTypeString:
+		b := fv.AsString()
+		switch d.kind {
+		case gomysql.MYSQL_TYPE_NEWDECIMAL:
+			return pipeline.ParseDecimal(view(b))
+		case gomysql.MYSQL_TYPE_DATETIME, gomysql.MYSQL_TYPE_TIMESTAMP:
+			return cv.timestamp(view(b))
+		case gomysql.MYSQL_TYPE_VARCHAR, gomysql.MYSQL_TYPE_STRING, gomysql.MYSQL_TYPE_BLOB:
+			if !d.binary {
+				return utf8Text(d, b)
+			}
+		}
+	}
+	return cv.value(d, fieldView(fv), false)
+}
+
+// isInteger reports the integer kinds (value's first case).
+func isInteger(kind byte) bool {
+	switch kind {
+	case gomysql.MYSQL_TYPE_TINY, gomysql.MYSQL_TYPE_SHORT, gomysql.MYSQL_TYPE_INT24, gomysql.MYSQL_TYPE_LONG,
+		gomysql.MYSQL_TYPE_LONGLONG, gomysql.MYSQL_TYPE_YEAR:
+		return true
+	}
+	return false
 }
 
 // fieldView is fv as the converter takes it; bytes alias go-mysql's
@@ -86,7 +131,10 @@ func fieldView(fv gomysql.FieldValue) any {
 // and must not outlive the call that parses it.
 func viewOf(v any) string {
 	if b, ok := v.([]byte); ok {
-		return unsafe.String(unsafe.SliceData(b), len(b))
+		return view(b)
 	}
 	return textOf(v)
 }
+
+// view is b as a string for parsing only (viewOf).
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -139,6 +139,12 @@ func (cv *converter) text(d *colDesc, v any, fromBinlog bool) (any, error) {
 	if fromBinlog {
 		return cv.charsets.decode(d.charset, b)
 	}
+	return utf8Text(d, b)
+}
+
+// utf8Text is a read's text (the connection's character set is utf8mb4):
+// a copy of b once it is valid UTF-8.
+func utf8Text(d *colDesc, b []byte) (any, error) {
 	if !utf8.Valid(b) {
 		return nil, fmt.Errorf("column %s: value is not valid UTF-8", d.name)
 	}
@@ -200,6 +206,12 @@ func integer(v any, unsigned bool) (any, error) {
 	default:
 		i = int64(u)
 	}
+	return intValue(i, u, neg, unsigned)
+}
+
+// intValue is an integer column's value from its signed (i) and unsigned
+// (u) readings, neg when the source's value was negative.
+func intValue(i int64, u uint64, neg, unsigned bool) (any, error) {
 	if unsigned {
 		if neg {
 			return nil, fmt.Errorf("unsigned column holds %d", i)
