@@ -129,8 +129,17 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, sl *sinkLane, in <-chan
 		if len(batch) == 0 {
 			return nil
 		}
-		all := batch[0].records
-		if len(batch) > 1 {
+		// One item with records (beside position-only ones) is written
+		// as it is; several are copied into one slice.
+		var all []Record
+		holding := 0
+		for _, it := range batch {
+			if len(it.records) > 0 {
+				all = it.records
+				holding++
+			}
+		}
+		if holding > 1 {
 			all = make([]Record, 0, recs)
 			for _, it := range batch {
 				all = append(all, it.records...)
@@ -152,6 +161,14 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, sl *sinkLane, in <-chan
 					return err
 				}
 				return fl.settleAll(ctx)
+			}
+			if recs > 0 && (len(it.records) >= sl.ad.size() || it.bytes >= r.cfg.BatchMaxBytes) {
+				// An item that fills a write by itself (an incremental
+				// snapshot's chunk) goes alone: the few records before it
+				// are written first, not copied in front of it.
+				if err := flush(); err != nil {
+					return err
+				}
 			}
 			batch = append(batch, it)
 			recs += len(it.records)
