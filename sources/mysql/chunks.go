@@ -300,7 +300,7 @@ func (r *ChunkReader) Plan(ctx context.Context, t snapshot.Target, after snapsho
 
 // Chunk implements snapshot.Reader.
 func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo snapshot.Cursor, limit, maxBytes int) (snapshot.Chunk, error) {
-	return r.read(ctx, t, maxBytes, func(descs []colDesc, ks keyset) (string, []any, error) {
+	return r.read(ctx, t, limit, maxBytes, func(descs []colDesc, ks keyset) (string, []any, error) {
 		where, args, err := conds(ks, t, after, upTo)
 		if err != nil {
 			return "", nil, err
@@ -312,7 +312,7 @@ func (r *ChunkReader) Chunk(ctx context.Context, t snapshot.Target, after, upTo 
 
 // Keys implements snapshot.Reader: the rows among keys, in key order.
 func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any) (snapshot.Chunk, error) {
-	return r.read(ctx, t, 0, func(descs []colDesc, ks keyset) (string, []any, error) {
+	return r.read(ctx, t, len(keys), 0, func(descs []colDesc, ks keyset) (string, []any, error) {
 		var ors []string
 		var args []any
 		for _, key := range keys {
@@ -342,10 +342,11 @@ func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any)
 // SNAPSHOT. The columns are read again after the rows, under the
 // metadata lock the SELECT took: a schema change that committed between
 // the two would have failed the SELECT (ER_TABLE_DEF_CHANGED) or shows as
-// another shape, and the chunk is read again. With maxBytes > 0 no row
-// is kept after the one that takes the rows' bytes to maxBytes (the rest
-// of the result is read and dropped, and the chunk is Cut).
-func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, maxBytes int, query func([]colDesc, keyset) (string, []any, error)) (ch snapshot.Chunk, err error) {
+// another shape, and the chunk is read again. The query returns at most
+// limit rows; with maxBytes > 0 no row is kept after the one that takes
+// the rows' bytes to maxBytes (the rest of the result is read and
+// dropped, and the chunk is Cut).
+func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxBytes int, query func([]colDesc, keyset) (string, []any, error)) (ch snapshot.Chunk, err error) {
 	c, err := r.acquire(ctx)
 	if err != nil {
 		return ch, err
@@ -374,6 +375,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, maxBytes int,
 	last := make([]any, len(table.KeyIdx))
 	seen := false
 	bytes := 0
+	ch.Rows = make([][]any, 0, min(limit, 1<<16))
 	var result gomysql.Result
 	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
 		if err := ctx.Err(); err != nil {

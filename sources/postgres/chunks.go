@@ -221,7 +221,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	const rowBlock = 256
 	width := len(shape.Columns)
 	var cells []any
-	ch.Rows = make([][]any, 0, limit)
+	ch.Rows = make([][]any, 0, min(limit, 1<<16))
 	bytes := 0
 	for res.NextRow() {
 		if maxBytes > 0 && bytes >= maxBytes {
