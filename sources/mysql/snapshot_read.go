@@ -110,7 +110,6 @@ func cursorOf(bound []any) (snapshot.Cursor, error) {
 	return encodeCursor(bound)
 }
 
-// fieldValue turns a binary-protocol value into what converter.value reads.
 // rawRow is a copy of row's values as go-mysql gave them (a dead
 // letter's raw row).
 func rawRow(row []gomysql.FieldValue) []any {
@@ -121,18 +120,14 @@ func rawRow(row []gomysql.FieldValue) []any {
 	return raw
 }
 
+// fieldValue turns a binary-protocol value into what converter.value
+// reads: fieldView with the bytes copied, so that it may outlive the row.
 func fieldValue(fv gomysql.FieldValue) any {
-	switch fv.Type {
-	case gomysql.FieldValueTypeNull:
-		return nil
-	case gomysql.FieldValueTypeUnsigned:
-		return fv.AsUint64()
-	case gomysql.FieldValueTypeSigned:
-		return fv.AsInt64()
-	case gomysql.FieldValueTypeFloat:
-		return fv.AsFloat64()
+	v := fieldView(fv)
+	if b, ok := v.([]byte); ok {
+		return append([]byte(nil), b...)
 	}
-	return append([]byte(nil), fv.AsString()...)
+	return v
 }
 
 // run reads the planned ranges on every reader until none is left.
