@@ -242,20 +242,22 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 			continue // heartbeats and shapes carry no row; the runtime checkpoints them
 		}
 		recs, err := s.prepare(ctx, r, &mem)
-		var ue unencodable
-		switch {
-		case errors.As(err, &ue):
-			b.bad = append(b.bad, pipeline.RecordError{Index: i, Err: ue.err, Permanent: true})
-		case err != nil:
-			if cerr := ctx.Err(); cerr != nil {
-				return nil, cerr
+		if err != nil {
+			// Declared here, not for every record: errors.As moves its
+			// target to the heap.
+			var ue unencodable
+			if !errors.As(err, &ue) {
+				if cerr := ctx.Err(); cerr != nil {
+					return nil, cerr
+				}
+				return nil, err
 			}
-			return nil, err
-		default:
-			p := s.pendingOf(i, r, recs)
-			b.work = append(b.work, p)
-			b.f.produce(ctx, s.client, p)
+			b.bad = append(b.bad, pipeline.RecordError{Index: i, Err: ue.err, Permanent: true})
+			continue
 		}
+		p := s.pendingOf(i, r, recs)
+		b.work = append(b.work, p)
+		b.f.produce(ctx, s.client, p)
 	}
 	for _, f := range b.bad {
 		r := &records[f.Index]
