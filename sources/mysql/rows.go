@@ -92,6 +92,8 @@ func (cv *converter) field(d *colDesc, fv gomysql.FieldValue) (any, error) {
 			return pipeline.ParseDecimal(view(b))
 		case gomysql.MYSQL_TYPE_DATETIME, gomysql.MYSQL_TYPE_TIMESTAMP:
 			return cv.timestamp(view(b))
+		case gomysql.MYSQL_TYPE_JSON:
+			return jsonValue(string(b)), nil
 		case gomysql.MYSQL_TYPE_VARCHAR, gomysql.MYSQL_TYPE_STRING, gomysql.MYSQL_TYPE_BLOB:
 			if !d.binary {
 				return utf8Text(d, b)

@@ -98,11 +98,7 @@ func (cv *converter) value(d *colDesc, v any, fromBinlog bool) (any, error) {
 		}
 		return cv.text(d, v, false)
 	case gomysql.MYSQL_TYPE_JSON:
-		s := textOf(v)
-		if s == "" {
-			s = "null" // MySQL logs an empty document for NULL put into NOT NULL with IGNORE
-		}
-		return pipeline.JSON(s), nil
+		return jsonValue(textOf(v)), nil
 	case gomysql.MYSQL_TYPE_GEOMETRY:
 		g, err := geometry(bytesOf(v))
 		if err != nil {
@@ -123,6 +119,14 @@ func (cv *converter) value(d *colDesc, v any, fromBinlog bool) (any, error) {
 		return append([]byte(nil), bytesOf(v)...), nil
 	}
 	return nil, fmt.Errorf("column %s (%s): unexpected value of Go type %T", d.name, d.column().SourceType, v)
+}
+
+// jsonValue is a JSON column's document.
+func jsonValue(s string) any {
+	if s == "" {
+		s = "null" // MySQL logs an empty document for NULL put into NOT NULL with IGNORE
+	}
+	return pipeline.JSON(s)
 }
 
 // text converts a character value to UTF-8.
@@ -275,8 +279,30 @@ func (cv *converter) timestamp(s string) (any, error) {
 	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return nil, fmt.Errorf("datetime %q: want YYYY-MM-DD HH:MM:SS[.ffffff]", s)
 	}
-	t := time.Date(y, time.Month(mo), d, h, mi, sec, 0, time.UTC)
-	return pipeline.Timestamp{Micros: t.Unix()*1e6 + int64(us)}, nil
+	if mo > 12 {
+		t := time.Date(y, time.Month(mo), d, h, mi, sec, 0, time.UTC)
+		return pipeline.Timestamp{Micros: t.Unix()*1e6 + int64(us)}, nil
+	}
+	secs := civilDays(y, mo, d)*86400 + int64(h*3600+mi*60+sec)
+	return pipeline.Timestamp{Micros: secs*1e6 + int64(us)}, nil
+}
+
+// civilDays is the days from 1970-01-01 to y-m-d in the proleptic
+// Gregorian calendar, for m in 1..12 and any d (a day past the month's
+// end counts on into the next, as time.Date normalizes it): time.Date's
+// arithmetic without its cost, a tenth of a read's conversions.
+func civilDays(y, m, d int) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	if y < 0 && y%400 != 0 {
+		era--
+	}
+	yoe := y - era*400                     // [0, 399]
+	doy := (153*((m+9)%12)+2)/5 + d - 1    // days since March 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy // days since the era began
+	return int64(era)*146097 + int64(doe) - 719468
 }
 
 func (cv *converter) zero() (any, error) {

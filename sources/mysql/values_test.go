@@ -3,6 +3,9 @@ package mysql
 import (
 	"bytes"
 	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // TestGeometryKeepsSRID converts MySQL's stored geometry (SRID, then WKB)
@@ -27,6 +30,43 @@ func TestGeometryKeepsSRID(t *testing.T) {
 	for _, bad := range [][]byte{nil, {1, 0, 0, 0, 1, 1, 0, 0}, {1, 0, 0, 0, 7, 1, 0, 0, 0}} {
 		if g, err := geometry(bad); err == nil {
 			t.Errorf("geometry(% x) = % x, want an error", bad, g)
+		}
+	}
+}
+
+// civilDays agrees with time.Date over years 0 to 9999, every month, and
+// days 1 to 31 (those past a month's end count on into the next, as
+// MySQL's ALLOW_INVALID_DATES stores them and time.Date normalizes them).
+func TestCivilDaysAgreesWithTimeDate(t *testing.T) {
+	for y := 0; y <= 9999; y++ {
+		for m := 1; m <= 12; m++ {
+			for d := 1; d <= 31; d++ {
+				want := time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC).Unix() / 86400
+				if got := civilDays(y, m, d); got != want {
+					t.Fatalf("civilDays(%d, %d, %d) = %d, want %d", y, m, d, got, want)
+				}
+			}
+		}
+	}
+}
+
+// A read's timestamps, including an invalid day and the fraction's
+// digits, come out as time.Date would make them.
+func TestTimestampText(t *testing.T) {
+	cv := converter{}
+	for s, want := range map[string]time.Time{
+		"1970-01-01 00:00:00":        time.Unix(0, 0),
+		"0001-01-01 00:00:00.000001": time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC),
+		"2020-02-31 23:59:59.5":      time.Date(2020, 2, 31, 23, 59, 59, 5e8, time.UTC),
+		"9999-12-31 23:59:59.999999": time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC),
+		"1969-12-31 23:59:59.123":    time.Date(1969, 12, 31, 23, 59, 59, 123e6, time.UTC),
+	} {
+		got, err := cv.timestamp(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if got != (pipeline.Timestamp{Micros: want.UnixMicro()}) {
+			t.Errorf("%s: %v, want %d", s, got, want.UnixMicro())
 		}
 	}
 }
