@@ -226,6 +226,25 @@ func (d Date) String() string {
 	return d.Time().Format("2006-01-02")
 }
 
+// CivilDays counts the days from 1970-01-01 to y-m-d in the proleptic
+// Gregorian calendar with astronomical year numbering (1 BC is year 0),
+// for m in 1..12 and any d: a day past the month's end counts on into the
+// next, as time.Date normalizes it. It is time.Date's arithmetic without
+// its cost, for the sources' date and timestamp decoding.
+func CivilDays(y, m, d int64) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	if y < 0 && y%400 != 0 {
+		era--
+	}
+	yoe := y - era*400                     // [0, 399]
+	doy := (153*((m+9)%12)+2)/5 + d - 1    // days since March 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy // days since the era began
+	return era*146097 + doe - 719468
+}
+
 // DateOf returns the Date of t's calendar day (in t's location).
 func DateOf(t time.Time) Date {
 	y, m, dd := t.Date()

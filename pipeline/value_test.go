@@ -3,6 +3,7 @@ package pipeline
 import (
 	"math/big"
 	"testing"
+	"time"
 )
 
 func TestDecimalString(t *testing.T) {
@@ -44,6 +45,22 @@ func TestParseDecimalFastPath(t *testing.T) {
 	for _, s := range []string{"", "-", ".", "1.2.3", "1-2", "abc"} {
 		if _, err := ParseDecimal(s); err == nil {
 			t.Errorf("%q parsed", s)
+		}
+	}
+}
+
+// CivilDays agrees with time.Date over years 0 to 9999, every month, and
+// days 1 to 31 (those past a month's end count on into the next, as
+// MySQL's ALLOW_INVALID_DATES stores them and time.Date normalizes them).
+func TestCivilDaysAgreesWithTimeDate(t *testing.T) {
+	for y := 0; y <= 9999; y++ {
+		for m := 1; m <= 12; m++ {
+			for d := 1; d <= 31; d++ {
+				want := time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC).Unix() / 86400
+				if got := CivilDays(int64(y), int64(m), int64(d)); got != want {
+					t.Fatalf("CivilDays(%d, %d, %d) = %d, want %d", y, m, d, got, want)
+				}
+			}
 		}
 	}
 }

@@ -283,26 +283,8 @@ func (cv *converter) timestamp(s string) (any, error) {
 		t := time.Date(y, time.Month(mo), d, h, mi, sec, 0, time.UTC)
 		return pipeline.Timestamp{Micros: t.Unix()*1e6 + int64(us)}, nil
 	}
-	secs := civilDays(y, mo, d)*86400 + int64(h*3600+mi*60+sec)
+	secs := pipeline.CivilDays(int64(y), int64(mo), int64(d))*86400 + int64(h*3600+mi*60+sec)
 	return pipeline.Timestamp{Micros: secs*1e6 + int64(us)}, nil
-}
-
-// civilDays is the days from 1970-01-01 to y-m-d in the proleptic
-// Gregorian calendar, for m in 1..12 and any d (a day past the month's
-// end counts on into the next, as time.Date normalizes it): time.Date's
-// arithmetic without its cost, a tenth of a read's conversions.
-func civilDays(y, m, d int) int64 {
-	if m <= 2 {
-		y--
-	}
-	era := y / 400
-	if y < 0 && y%400 != 0 {
-		era--
-	}
-	yoe := y - era*400                     // [0, 399]
-	doy := (153*((m+9)%12)+2)/5 + d - 1    // days since March 1
-	doe := yoe*365 + yoe/4 - yoe/100 + doy // days since the era began
-	return int64(era)*146097 + int64(doe) - 719468
 }
 
 func (cv *converter) zero() (any, error) {

@@ -34,22 +34,6 @@ func TestGeometryKeepsSRID(t *testing.T) {
 	}
 }
 
-// civilDays agrees with time.Date over years 0 to 9999, every month, and
-// days 1 to 31 (those past a month's end count on into the next, as
-// MySQL's ALLOW_INVALID_DATES stores them and time.Date normalizes them).
-func TestCivilDaysAgreesWithTimeDate(t *testing.T) {
-	for y := 0; y <= 9999; y++ {
-		for m := 1; m <= 12; m++ {
-			for d := 1; d <= 31; d++ {
-				want := time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC).Unix() / 86400
-				if got := civilDays(y, m, d); got != want {
-					t.Fatalf("civilDays(%d, %d, %d) = %d, want %d", y, m, d, got, want)
-				}
-			}
-		}
-	}
-}
-
 // A read's timestamps, including an invalid day and the fraction's
 // digits, come out as time.Date would make them.
 func TestTimestampText(t *testing.T) {

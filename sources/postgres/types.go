@@ -462,23 +462,6 @@ func parseDigits(s string, n int, exact bool) (int64, string, error) {
 	return v, s[i:], err
 }
 
-// daysFromCivil counts days from 1970-01-01 to a proleptic Gregorian date
-// with astronomical year numbering (1 BC is year 0).
-func daysFromCivil(y, m, d int64) int64 {
-	if m <= 2 {
-		y--
-	}
-	era := y / 400
-	if y < 0 && y%400 != 0 {
-		era--
-	}
-	yoe := y - era*400
-	mp := (m + 9) % 12
-	doy := (153*mp+2)/5 + d - 1
-	doe := yoe*365 + yoe/4 - yoe/100 + doy
-	return era*146097 + doe - 719468
-}
-
 // parseDateBody reads "YYYY-MM-DD" (years may have more than 4 digits) and
 // returns days since 1970-01-01 before any BC adjustment of the year.
 func parseDateBody(s string, bc bool) (int64, string, error) {
@@ -497,7 +480,7 @@ func parseDateBody(s string, bc bool) (int64, string, error) {
 	if bc {
 		y = 1 - y
 	}
-	return daysFromCivil(y, m, d), rest[6:], nil
+	return pipeline.CivilDays(y, m, d), rest[6:], nil
 }
 
 func cutBC(s string) (string, bool) {
