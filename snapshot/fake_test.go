@@ -178,9 +178,10 @@ func (db *fakeDB) Chunk(_ context.Context, t Target, after, upTo Cursor, limit, 
 		}
 		row := []any{k, db.rows[k]}
 		c.Rows = append(c.Rows, row)
+		c.Sizes = append(c.Sizes, pipeline.ImageSize(row))
 		c.Last = cursorOf(k)
 		db.widest = max(db.widest, bytes)
-		bytes += pipeline.ImageSize(row)
+		bytes += c.Sizes[len(c.Sizes)-1]
 	}
 	if c.Cut {
 		db.cuts++
@@ -203,7 +204,9 @@ func (db *fakeDB) Keys(_ context.Context, t Target, keys [][]any) (Chunk, error)
 	c := Chunk{Table: db.table}
 	for _, k := range keys {
 		if v, ok := db.rows[k[0].(int64)]; ok {
-			c.Rows = append(c.Rows, []any{k[0], v})
+			row := []any{k[0], v}
+			c.Rows = append(c.Rows, row)
+			c.Sizes = append(c.Sizes, pipeline.ImageSize(row))
 		}
 	}
 	for xid := range db.hidden {
@@ -275,6 +278,10 @@ func (s *fakeSink) apply(t *testing.T, recs []pipeline.Record) {
 	for _, r := range recs {
 		if r.Op == pipeline.OpWatermark {
 			t.Fatalf("a watermark reached the sink: %+v", r)
+		}
+		if r.Op == pipeline.OpRead && r.Size != pipeline.EstimateSize(&r) {
+			// Invariant 6: the in-flight cap counts what the record holds.
+			t.Fatalf("a chunk record sized %d, EstimateSize gives %d", r.Size, pipeline.EstimateSize(&r))
 		}
 		if !r.Op.IsData() || r.Version.Less(s.barrier) {
 			continue

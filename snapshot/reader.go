@@ -40,6 +40,10 @@ type Chunk struct {
 	// its columns and decoded exactly as the source decodes changes.
 	Table *pipeline.Table
 	Rows  [][]any
+	// Sizes[i] is pipeline.ImageSize(Rows[i]), counted once as the row
+	// was read (the byte bound's measure); the engine sizes the rows'
+	// records from it rather than counting them again.
+	Sizes []int
 	// Last is the key of the last row; nil when Rows is empty.
 	Last Cursor
 	// Cut says the read stopped at its byte bound: rows above Last may

@@ -258,15 +258,16 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 	var bytes int // the chunk's emitted records' sizes (outcome.bytes)
 	if !w.cleared {
 		rows = make([]pipeline.Record, 0, len(c.Rows))
-		for _, row := range c.Rows {
+		// A record's size is its struct and position beside its row's.
+		base := pipeline.EstimateSize(&pipeline.Record{Pos: h.Pos})
+		for i, row := range c.Rows {
 			if len(w.touched) > 0 {
 				if _, hit := w.touched[verify.RowKey(shape, row)]; hit {
 					continue
 				}
 			}
 			r := pipeline.Record{Op: pipeline.OpRead, Table: shape, After: row, Version: v, EventTime: now,
-				Snapshot: true, Pos: h.Pos}
-			r.Size = pipeline.EstimateSize(&r)
+				Snapshot: true, Pos: h.Pos, Size: base + c.Sizes[i]}
 			bytes += r.Size
 			rows = append(rows, r)
 		}

@@ -376,6 +376,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	seen := false
 	bytes := 0
 	ch.Rows = make([][]any, 0, min(limit, 1<<16))
+	ch.Sizes = make([]int, 0, cap(ch.Rows))
 	var result gomysql.Result
 	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
 		if err := ctx.Err(); err != nil {
@@ -398,7 +399,8 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 			return nil
 		}
 		ch.Rows = append(ch.Rows, out)
-		bytes += pipeline.ImageSize(out)
+		ch.Sizes = append(ch.Sizes, pipeline.ImageSize(out))
+		bytes += ch.Sizes[len(ch.Sizes)-1]
 		return nil
 	}, nil, args...)
 	if err != nil {

@@ -222,6 +222,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	width := len(shape.Columns)
 	var cells []any
 	ch.Rows = make([][]any, 0, min(limit, 1<<16))
+	ch.Sizes = make([]int, 0, cap(ch.Rows))
 	bytes := 0
 	for res.NextRow() {
 		if maxBytes > 0 && bytes >= maxBytes {
@@ -259,7 +260,8 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 			continue
 		}
 		ch.Rows = append(ch.Rows, row)
-		bytes += pipeline.ImageSize(row)
+		ch.Sizes = append(ch.Sizes, pipeline.ImageSize(row))
+		bytes += ch.Sizes[len(ch.Sizes)-1]
 	}
 	if _, err := res.Close(); err != nil {
 		return ch, fmt.Errorf("read %s: %w", t.Table, err)
