@@ -137,14 +137,7 @@ func TestTimedOutWritesAreSplit(t *testing.T) {
 	store := &memStore{}
 	obs := &limitObserver{f: func(n int) { mu.Lock(); limits = append(limits, n); mu.Unlock() }}
 	rt, err := New(cfg, src, []NamedSink{{Name: "slow", Sink: sink}}, store, Options{Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := rt.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	runToEnd(t, rt, err)
 	if store.position() != total-1 {
 		t.Fatalf("final checkpoint %d, want %d", store.position(), total-1)
 	}

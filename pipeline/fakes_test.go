@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -280,6 +281,20 @@ func (s *memStore) commitCount() int {
 }
 
 // listSource emits fixed batches, each with position {"n": its index}.
+// runToEnd runs rt, which New returned with err, until its source ends
+// (a minute at most).
+func runToEnd(t *testing.T, rt *Runtime, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rt.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 type listSource struct {
 	mu      sync.Mutex
 	batches [][]Record

@@ -3,8 +3,6 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"slices"
 	"testing"
 	"time"
@@ -216,63 +214,33 @@ func (s *ctxSink) Open(context.Context) error                     { return nil }
 func (s *ctxSink) Write(ctx context.Context, recs []Record) error { return s.write(ctx, recs) }
 func (s *ctxSink) Close(context.Context) error                    { return nil }
 
-// scriptSource emits its batches in order, then io.EOF.
-type scriptSource struct {
-	feedSource
-	batches []Batch
-}
-
-func (s *scriptSource) Read(ctx context.Context) (Batch, error) {
-	if err := ctx.Err(); err != nil {
-		return Batch{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.batches) == 0 {
-		return Batch{}, io.EOF
-	}
-	b := s.batches[0]
-	s.batches = s.batches[1:]
-	return b, nil
-}
-
 // A batch that fills a write by itself (an incremental snapshot's chunk
 // behind a few stream changes) is written alone, as the source made it,
 // after the records before it; the others are coalesced as before, and
 // the sink sees every record once, in order.
 func TestItemThatFillsAWriteGoesAlone(t *testing.T) {
 	n := 0
-	batch := func(size int) Batch {
-		var b Batch
+	batch := func(size int) []Record {
+		recs := []Record{} // none: a batch that carries only its position
 		for range size {
-			b.Records = append(b.Records, Record{Op: OpUpdate, Table: testTable, After: []any{int64(n), int64(n)},
+			recs = append(recs, Record{Op: OpUpdate, Table: testTable, After: []any{int64(n), int64(n)},
 				Version: Version{0, 0, 0, uint64(n + 1)}, Size: 100})
-			b.Pos = Position(fmt.Sprintf(`{"n":%d}`, n))
 			n++
 		}
-		return b
+		return recs
 	}
-	src := &scriptSource{batches: []Batch{batch(2), batch(3), {Pos: Position(`{"n":4}`)}, batch(60), batch(1)}}
+	src := &listSource{batches: [][]Record{batch(2), batch(3), batch(0), batch(60), batch(1)}}
 	big := src.batches[3]
-	ev := &eventLog{}
-	src.events = ev
-	sink := &recordingSink{memSink: newMemSink("s", ev)}
+	sink := &recordingSink{memSink: newMemSink("s", &eventLog{})}
 	cfg := fastConfig()
 	cfg.BatchLinger = time.Hour // writes are cut by size and at the end only
-	rt, err := New(cfg, src, []NamedSink{{Name: "s", Sink: sink}}, &memStore{events: ev}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := rt.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rt, err := New(cfg, src, []NamedSink{{Name: "s", Sink: sink}}, &memStore{}, Options{})
+	runToEnd(t, rt, err)
 	// The 60 records go in pieces of BatchMaxRecords (50), as any write.
 	if want := []int{5, 50, 10, 1}; !slices.Equal(sink.sizes, want) {
 		t.Fatalf("writes of %v records, want %v", sink.sizes, want)
 	}
-	if sink.first[1] != &big.Records[0] {
+	if sink.first[1] != &big[0] {
 		t.Error("the 60-record batch was copied before its write")
 	}
 	for k := range int64(n) {

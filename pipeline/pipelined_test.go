@@ -163,14 +163,7 @@ func TestPipelinedSinkPermanentFailuresGoToDLQ(t *testing.T) {
 func runFeed(t *testing.T, src *feedSource, sinks []NamedSink, store *memStore, opts Options) *Runtime {
 	t.Helper()
 	rt, err := New(fastConfig(), src, sinks, store, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := rt.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	runToEnd(t, rt, err)
 	if got := store.position(); got != src.total-1 {
 		t.Fatalf("final checkpoint at %d, want %d", got, src.total-1)
 	}

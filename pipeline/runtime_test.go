@@ -51,14 +51,7 @@ func TestCheckpointNeverPassesUndurableRecord(t *testing.T) {
 		return nil
 	}
 	rt, err := New(fastConfig(), src, []NamedSink{{Name: "slow", Sink: slow}, {Name: "flaky", Sink: flaky}}, store, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := rt.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	runToEnd(t, rt, err)
 	if got := store.position(); got != total-1 {
 		t.Fatalf("final checkpoint at %d, want %d", got, total-1)
 	}
