@@ -82,6 +82,22 @@ func drain(t *testing.T, e *Engine, db *fakeDB, sink *fakeSink) pipeline.Positio
 	})
 }
 
+// pumpOver reads until the snapshot is over and returns how many
+// snapshot rows came.
+func pumpOver(t *testing.T, e *Engine, sink *fakeSink) int {
+	t.Helper()
+	reads := 0
+	pump(t, e, sink, func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpRead {
+				reads++
+			}
+		}
+		return len(e.Snapshotting()) == 0
+	})
+	return reads
+}
+
 func snapshotOver(e *Engine) func(pipeline.Batch) bool {
 	return func(pipeline.Batch) bool { return len(e.Snapshotting()) == 0 }
 }
@@ -415,15 +431,14 @@ func TestAChunkReadAgainForLongSaysWhy(t *testing.T) {
 	}
 }
 
-// A restart resumes from the progress inside the last position: the
-// chunks emitted before it are not read again, the source gets its own
-// position back, and the sink ends equal.
-func TestResumeFromTheLastPosition(t *testing.T) {
-	db := newFakeDB(t)
-	fill(db, 1000)
-	sink := newFakeSink()
-	e, _ := openEngine(t, db, Options{Fresh: true, Parallel: 2, ChunkRows: 64, MaxChunkRows: 64}, nil)
-	pos := pumpReads(t, e, sink, 300)
+// crashAfterReads runs an engine over db until at least n snapshot rows
+// reached sink and a batch carried a position, and returns that position
+// as a crash would leave it: the engine stops, and what the log still
+// holds is lost.
+func crashAfterReads(t *testing.T, db *fakeDB, sink *fakeSink, opts Options, n int) (pipeline.Position, position) {
+	t.Helper()
+	e, _ := openEngine(t, db, opts, nil)
+	pos := pumpReads(t, e, sink, n)
 	if err := e.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -431,14 +446,23 @@ func TestResumeFromTheLastPosition(t *testing.T) {
 	if err := json.Unmarshal(pos, &p); err != nil || len(p.Snapshot.Tables) != 1 {
 		t.Fatalf("position %s: %v", pos, err)
 	}
+	for len(db.log) > 0 {
+		<-db.log
+	}
+	return pos, p
+}
+
+// A restart resumes from the progress inside the last position: the
+// chunks emitted before it are not read again, the source gets its own
+// position back, and the sink ends equal.
+func TestResumeFromTheLastPosition(t *testing.T) {
+	db := newFakeDB(t)
+	fill(db, 1000)
+	sink := newFakeSink()
+	pos, p := crashAfterReads(t, db, sink, Options{Fresh: true, Parallel: 2, ChunkRows: 64, MaxChunkRows: 64}, 300)
 	done := p.Snapshot.Tables[0].Rows
 	if done < 256 {
 		t.Fatalf("the position records %d rows done, want at least 256", done)
-	}
-	// Everything after the position is lost, as in a crash: drop what the
-	// log still holds.
-	for len(db.log) > 0 {
-		<-db.log
 	}
 	db.mu.Lock()
 	before := db.chunks
@@ -477,19 +501,8 @@ func TestResumeAfterChunksCutAtTheirBytes(t *testing.T) {
 	fill(db, 1000)
 	sink := newFakeSink()
 	opts := Options{Fresh: true, Parallel: 2, ChunkRows: 64, MaxChunkRows: 64, MaxChunkBytes: 1000}
-	e, _ := openEngine(t, db, opts, nil)
-	pos := pumpReads(t, e, sink, 300)
-	if err := e.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var p position
-	if err := json.Unmarshal(pos, &p); err != nil || len(p.Snapshot.Tables) != 1 {
-		t.Fatalf("position %s: %v", pos, err)
-	}
+	pos, p := crashAfterReads(t, db, sink, opts, 300)
 	done := p.Snapshot.Tables[0].Rows
-	for len(db.log) > 0 {
-		<-db.log // lost in the crash
-	}
 	db.mu.Lock()
 	cutBefore := db.cuts
 	db.mu.Unlock()
@@ -497,15 +510,7 @@ func TestResumeAfterChunksCutAtTheirBytes(t *testing.T) {
 		t.Fatal("no chunk was cut before the crash")
 	}
 	e2, _ := openEngine(t, db, opts, pos)
-	reads := 0
-	pump(t, e2, sink, func(b pipeline.Batch) bool {
-		for _, r := range b.Records {
-			if r.Op == pipeline.OpRead {
-				reads++
-			}
-		}
-		return len(e2.Snapshotting()) == 0
-	})
+	reads := pumpOver(t, e2, sink)
 	// At most the two ranges' chunks in flight (64 rows each) again.
 	if max := int(1000-done) + 2*64; reads > max {
 		t.Errorf("resumed with %d rows done and read %d rows, want at most %d", done, reads, max)
@@ -616,15 +621,7 @@ func TestResumeIgnoresAnEarlierRunsWatermarks(t *testing.T) {
 	// is read by the second run.
 	left := len(db.log)
 	e2, _ := openEngine(t, db, Options{Fresh: true, Parallel: 2, ChunkRows: 64, MaxChunkRows: 64}, pos)
-	reads := 0
-	pump(t, e2, sink, func(b pipeline.Batch) bool {
-		for _, r := range b.Records {
-			if r.Op == pipeline.OpRead {
-				reads++
-			}
-		}
-		return len(e2.Snapshotting()) == 0
-	})
+	reads := pumpOver(t, e2, sink)
 	t.Logf("%d batches of the first run replayed", left)
 	var p position
 	if err := json.Unmarshal(pos, &p); err != nil || len(p.Snapshot.Tables) != 1 {
