@@ -78,12 +78,12 @@ func (cv *converter) field(d *colDesc, fv gomysql.FieldValue) (any, error) {
 	case gomysql.FieldValueTypeSigned:
 		if isInteger(d.kind) {
 			i := fv.AsInt64()
-			return intValue(i, uint64(i), i < 0, d.unsigned && d.kind != gomysql.MYSQL_TYPE_YEAR)
+			return intValue(i, uint64(i), i < 0, d.intUnsigned())
 		}
 	case gomysql.FieldValueTypeUnsigned:
 		if isInteger(d.kind) {
 			u := fv.AsUint64()
-			return intValue(int64(u), u, false, d.unsigned && d.kind != gomysql.MYSQL_TYPE_YEAR)
+			return intValue(int64(u), u, false, d.intUnsigned())
 		}
 	case gomysql.FieldValueTypeString:
 		b := fv.AsString()
@@ -101,16 +101,6 @@ func (cv *converter) field(d *colDesc, fv gomysql.FieldValue) (any, error) {
 		}
 	}
 	return cv.value(d, fieldView(fv), false)
-}
-
-// isInteger reports the integer kinds (value's first case).
-func isInteger(kind byte) bool {
-	switch kind {
-	case gomysql.MYSQL_TYPE_TINY, gomysql.MYSQL_TYPE_SHORT, gomysql.MYSQL_TYPE_INT24, gomysql.MYSQL_TYPE_LONG,
-		gomysql.MYSQL_TYPE_LONGLONG, gomysql.MYSQL_TYPE_YEAR:
-		return true
-	}
-	return false
 }
 
 // fieldView is fv as the converter takes it; bytes alias go-mysql's

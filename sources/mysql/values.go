@@ -45,10 +45,10 @@ func (cv *converter) value(d *colDesc, v any, fromBinlog bool) (any, error) {
 	if v == nil {
 		return nil, nil
 	}
+	if isInteger(d.kind) {
+		return integer(v, d.intUnsigned())
+	}
 	switch d.kind {
-	case gomysql.MYSQL_TYPE_TINY, gomysql.MYSQL_TYPE_SHORT, gomysql.MYSQL_TYPE_INT24, gomysql.MYSQL_TYPE_LONG,
-		gomysql.MYSQL_TYPE_LONGLONG, gomysql.MYSQL_TYPE_YEAR:
-		return integer(v, d.unsigned && d.kind != gomysql.MYSQL_TYPE_YEAR)
 	case gomysql.MYSQL_TYPE_NEWDECIMAL:
 		return pipeline.ParseDecimal(viewOf(v))
 	case gomysql.MYSQL_TYPE_FLOAT, gomysql.MYSQL_TYPE_DOUBLE:
@@ -174,6 +174,20 @@ func bytesOf(v any) []byte {
 	}
 	return []byte(fmt.Sprint(v))
 }
+
+// isInteger reports the kinds whose values are integers.
+func isInteger(kind byte) bool {
+	switch kind {
+	case gomysql.MYSQL_TYPE_TINY, gomysql.MYSQL_TYPE_SHORT, gomysql.MYSQL_TYPE_INT24, gomysql.MYSQL_TYPE_LONG,
+		gomysql.MYSQL_TYPE_LONGLONG, gomysql.MYSQL_TYPE_YEAR:
+		return true
+	}
+	return false
+}
+
+// intUnsigned reports an integer column whose values are unsigned (not
+// YEAR: its values stay signed integers).
+func (d *colDesc) intUnsigned() bool { return d.unsigned && d.kind != gomysql.MYSQL_TYPE_YEAR }
 
 func integer(v any, unsigned bool) (any, error) {
 	var i int64
