@@ -165,7 +165,8 @@ func (r *Runtime) lane(ctx context.Context, s NamedSink, sl *sinkLane, in <-chan
 			if recs > 0 && (len(it.records) >= sl.ad.size() || it.bytes >= r.cfg.BatchMaxBytes) {
 				// An item that fills a write by itself (an incremental
 				// snapshot's chunk) goes alone: the few records before it
-				// are written first, not copied in front of it.
+				// are written first, not copied in front of it. Items are
+				// marked durable in their order either way (Invariant 1).
 				if err := flush(); err != nil {
 					return err
 				}
