@@ -234,8 +234,12 @@ func TestItemThatFillsAWriteGoesAlone(t *testing.T) {
 	sink := &recordingSink{memSink: newMemSink("s", &eventLog{})}
 	cfg := fastConfig()
 	cfg.BatchLinger = time.Hour // writes are cut by size and at the end only
-	rt, err := New(cfg, src, []NamedSink{{Name: "s", Sink: sink}}, &memStore{}, Options{})
+	store := &memStore{}
+	rt, err := New(cfg, src, []NamedSink{{Name: "s", Sink: sink}}, store, Options{})
 	runToEnd(t, rt, err)
+	if got := store.position(); got != 4 {
+		t.Errorf("final checkpoint at batch %d, want the last, 4 (Invariant 1)", got)
+	}
 	// The 60 records go in pieces of BatchMaxRecords (50), as any write.
 	if want := []int{5, 50, 10, 1}; !slices.Equal(sink.sizes, want) {
 		t.Fatalf("writes of %v records, want %v", sink.sizes, want)
