@@ -52,6 +52,10 @@ type TableShape struct {
 	// 'f' full, 'i' index, 'n' nothing.
 	ReplicaIdentity byte
 	HasPrimaryKey   bool
+	// DeferrableKey is true when the primary key is DEFERRABLE: inside a
+	// transaction two rows may then share a key for a while, and the
+	// decoder re-reads the keys such moves leave in doubt (doubt.go).
+	DeferrableKey bool
 	// signature identifies the Relation message the shape was built from,
 	// so a resent identical Relation keeps the shape (and its Generation).
 	signature string
@@ -114,20 +118,24 @@ func LoadTableShape(ctx context.Context, q Querier, database string, rel TableRe
 		return nil, fmt.Errorf("load columns of %s: %w", name, err)
 	}
 	var pk, identIdx []int16
-	rows, err = q.Query(ctx, `SELECT i.indisprimary, i.indisreplident, i.indkey::int2[]
+	rows, err = q.Query(ctx, `SELECT i.indisprimary, i.indisreplident, i.indkey::int2[],
+			EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c WHERE c.conindid = i.indexrelid AND c.condeferrable)
 		FROM pg_catalog.pg_index i WHERE i.indrelid = $1 AND (i.indisprimary OR i.indisreplident)`, s.RelationOID)
 	if err != nil {
 		return nil, fmt.Errorf("load keys of %s: %w", name, err)
 	}
 	for rows.Next() {
-		var primary, replident bool
+		var primary, replident, deferrable bool
 		var keys []int16
-		if err := rows.Scan(&primary, &replident, &keys); err != nil {
+		if err := rows.Scan(&primary, &replident, &keys, &deferrable); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load keys of %s: %w", name, err)
 		}
 		if primary {
 			pk = keys
+			// A replica identity index cannot be deferrable: only the
+			// primary key can be.
+			s.DeferrableKey = deferrable
 		}
 		if replident {
 			identIdx = keys
@@ -291,6 +299,7 @@ func ShapeFromRelation(ctx context.Context, database string, rel *pglogrepl.Rela
 			}
 			keys = append(keys, i)
 		}
+		s.DeferrableKey = keys != nil && base.DeferrableKey
 	}
 	if keys == nil && rel.ReplicaIdentity != 'f' {
 		keys = flagged

@@ -38,12 +38,14 @@ type DecoderOptions struct {
 	SpillThreshold int64
 	// ChunkRecords caps the records of one Chunk (default 5000).
 	ChunkRecords int
-	// Refetch reads the current values of cols of the row whose key is
-	// the key columns' text in key (see refetchUnchanged); found is false
-	// when no such row exists any more. Nil: such values stay unchanged.
-	// xid is the change's transaction, committed (its commit record was
+	// Refetch reads the current values of cols of the rows whose keys
+	// are keys (each the key columns' text, in key order; see
+	// refetchUnchanged and doubt.go); rows[i] is nil when key i has no
+	// row any more. It blocks until the reads are done or ctx ends. Nil:
+	// unchanged values stay unchanged and keys in doubt are not re-read.
+	// xid is the changes' transaction, committed (its commit record was
 	// decoded) but possibly not yet visible to other sessions.
-	Refetch func(ctx context.Context, xid uint32, s *TableShape, key []string, cols []int) (values []any, found bool, err error)
+	Refetch func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) (rows [][]any, err error)
 	// Generation leads every version (Invariant 10, docs/versions.md).
 	Generation uint64
 	// HeartbeatPrefix is the logical message prefix of heartbeats
@@ -120,6 +122,7 @@ type txnState struct {
 	index      uint64
 	records    []pipeline.Record
 	dead       []pipeline.DeadLetter
+	doubt      *doubt // keys of deferrable primary keys (doubt.go)
 }
 
 // streamBuf holds the changes of one streamed transaction until it ends.
@@ -267,6 +270,9 @@ func (d *Decoder) Decode(ctx context.Context, walData []byte, walStart pglogrepl
 			return &DecodeError{WALStart: walStart, Err: fmt.Errorf("commit LSN %s differs from begin's final LSN %s", m.CommitLSN, tx.commitLSN)}
 		}
 		d.txn = nil
+		if err := d.settle(ctx, tx, emit); err != nil {
+			return err
+		}
 		return d.flush(tx, true, m.TransactionEndLSN, emit)
 	case *pglogrepl.RelationMessageV2:
 		return d.applyRelation(ctx, &m.RelationMessage, walStart)
@@ -486,6 +492,7 @@ func (d *Decoder) changeRecords(ctx context.Context, tx *txnState, msg pglogrepl
 		if err != nil {
 			return err
 		}
+		d.noteKey(tx, s, m.Tuple, keyPut)
 		return d.add(tx, pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: after}, emit)
 	case *pglogrepl.UpdateMessageV2:
 		return d.update(ctx, tx, &m.UpdateMessage, walStart, emit)
@@ -498,6 +505,7 @@ func (d *Decoder) changeRecords(ctx context.Context, tx *txnState, msg pglogrepl
 		if err != nil {
 			return err
 		}
+		d.noteKey(tx, s, m.OldTuple, keyLeft)
 		return d.add(tx, pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: before}, emit)
 	case *pglogrepl.TruncateMessageV2:
 		for _, id := range m.RelationIDs {
@@ -538,6 +546,8 @@ func (d *Decoder) update(ctx context.Context, tx *txnState, m *pglogrepl.UpdateM
 		}
 	}
 	if m.OldTuple != nil && keyChanged(s.Table.KeyIdx, m.OldTuple, m.NewTuple) {
+		d.noteKey(tx, s, m.OldTuple, keyLeft)
+		d.noteKey(tx, s, m.NewTuple, keyPut)
 		if err := d.add(tx, pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: before}, emit); err != nil {
 			return err
 		}
@@ -546,6 +556,7 @@ func (d *Decoder) update(ctx context.Context, tx *txnState, m *pglogrepl.UpdateM
 		}
 		return d.add(tx, pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: after}, emit)
 	}
+	d.noteKey(tx, s, m.NewTuple, keyTouched)
 	return d.add(tx, pipeline.Record{Op: pipeline.OpUpdate, Table: s.Table, Before: before, After: after}, emit)
 }
 

@@ -169,5 +169,8 @@ func (d *Decoder) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMes
 			}
 		}
 	}
+	if err := d.settle(ctx, tx, emit); err != nil {
+		return err
+	}
 	return d.flush(tx, true, m.TransactionEndLSN, emit)
 }

@@ -37,7 +37,10 @@
 //
 // Key columns are the primary key, else the replica identity index. Update
 // messages whose key changed become a delete of the old key and an insert
-// of the new one. Unchanged TOAST values are filled from the old tuple under
+// of the new one. Under a DEFERRABLE primary key two rows may share a key
+// inside a transaction, so the keys such moves leave in doubt are read
+// again at the commit and their rows appended to it (doubt.go). Unchanged
+// TOAST values are filled from the old tuple under
 // REPLICA IDENTITY FULL and are otherwise pipeline.UnchangedValue, never
 // NULL.
 package postgres

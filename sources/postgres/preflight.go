@@ -34,9 +34,12 @@ type tableCheck struct {
 	schemaUsage bool
 	canSelect   bool
 	hasPK       bool
-	hasRIIndex  bool
-	owned       bool
-	toastable   []string
+	// pkDeferrable: the primary key is DEFERRABLE, so it cannot be the
+	// replica identity (DEFAULT then identifies nothing).
+	pkDeferrable bool
+	hasRIIndex   bool
+	owned        bool
+	toastable    []string
 }
 
 // preflight checks the server settings, the role and every table, and
@@ -133,7 +136,7 @@ func (s *Source) preflight(ctx context.Context) error {
 		if !c.canSelect {
 			add("role %s may not read table %s: run `GRANT SELECT ON %s TO %s;`", role, tableName(c.ref), name, quoteIdent(role))
 		}
-		identified := c.replident == "f" || (c.replident == "i" && c.hasRIIndex) || (c.replident == "d" && c.hasPK)
+		identified := c.replident == "f" || (c.replident == "i" && c.hasRIIndex) || (c.replident == "d" && c.hasPK && !c.pkDeferrable)
 		if s.full[c.ref] {
 			if c.replident != "f" {
 				if c.owned {
@@ -147,6 +150,14 @@ func (s *Source) preflight(ctx context.Context) error {
 						tableName(c.ref), replidentName(c.replident), name)
 				}
 			}
+			continue
+		}
+		if !identified && c.replident == "d" && c.hasPK {
+			// Published under DEFAULT, its UPDATEs and DELETEs would fail
+			// in the application ("does not have a replica identity").
+			add("table %s has a DEFERRABLE primary key, which PostgreSQL cannot use as its replica identity: once published, "+
+				"its updates and deletes would fail. List it in full_identity_tables (REPLICA IDENTITY FULL), or run "+
+				"`ALTER TABLE %s REPLICA IDENTITY USING INDEX <a unique, not deferrable index on NOT NULL columns>;`", tableName(c.ref), name)
 			continue
 		}
 		if !identified {
@@ -184,6 +195,7 @@ func (s *Source) checkTables(ctx context.Context) ([]tableCheck, error) {
 		coalesce(has_schema_privilege(n.oid, 'USAGE'), false),
 		coalesce(has_table_privilege(c.oid, 'SELECT'), false),
 		coalesce(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), false),
+		coalesce(EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype = 'p' AND k.condeferrable), false),
 		coalesce(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident), false),
 		coalesce(pg_has_role(c.relowner, 'USAGE'), false),
 		coalesce(ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0
@@ -201,7 +213,7 @@ func (s *Source) checkTables(ctx context.Context) ([]tableCheck, error) {
 		var ord int64
 		var c tableCheck
 		if err := rows.Scan(&ord, &c.exists, &c.kind, &c.replident, &c.schemaUsage, &c.canSelect,
-			&c.hasPK, &c.hasRIIndex, &c.owned, &c.toastable); err != nil {
+			&c.hasPK, &c.pkDeferrable, &c.hasRIIndex, &c.owned, &c.toastable); err != nil {
 			return nil, fmt.Errorf("postgres source: preflight: inspect tables: %w", err)
 		}
 		c.ref = s.tables[ord-1]

@@ -66,9 +66,10 @@ func TestPreflightRoleAndTables(t *testing.T) {
 		"CREATE TABLE nopk2 (a int)",
 		"CREATE TABLE secret (id int PRIMARY KEY)",
 		"CREATE TABLE fullme (a int)",
-		"GRANT SELECT ON ok, nopk, nopk2, fullme TO cdc",
+		"CREATE TABLE deferred (id int PRIMARY KEY DEFERRABLE)",
+		"GRANT SELECT ON ok, nopk, nopk2, fullme, deferred TO cdc",
 	)
-	opts := testOptions(pg, "public.ok", "public.nopk", "public.nopk2", "public.secret", "public.missing", "public.fullme")
+	opts := testOptions(pg, "public.ok", "public.nopk", "public.nopk2", "public.secret", "public.missing", "public.fullme", "public.deferred")
 	opts.DSN = pg.UserDSN("cdc", "pw", "shop")
 	opts.FullIdentityTables = []string{"public.fullme"}
 	pe := preflightErr(t, opts)
@@ -78,8 +79,11 @@ func TestPreflightRoleAndTables(t *testing.T) {
 	wantProblem(t, pe, "without a primary key or replica identity index: public.nopk, public.nopk2", "REPLICA IDENTITY USING INDEX", "full_identity_tables")
 	// cdc does not own fullme, so it is told what to run.
 	wantProblem(t, pe, "public.fullme is listed in full_identity_tables", `ALTER TABLE "public"."fullme" REPLICA IDENTITY FULL;`)
-	if len(pe.Problems) != 5 {
-		t.Errorf("want 5 problems, got %v", pe)
+	// A deferrable key cannot be the replica identity: published under
+	// DEFAULT, the table's updates would fail in the application.
+	wantProblem(t, pe, "public.deferred has a DEFERRABLE primary key", "full_identity_tables", `ALTER TABLE "public"."deferred" REPLICA IDENTITY USING INDEX`)
+	if len(pe.Problems) != 6 {
+		t.Errorf("want 6 problems, got %v", pe)
 	}
 
 	// As the owner, full_identity_tables are switched to REPLICA IDENTITY

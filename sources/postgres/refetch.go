@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,41 +45,51 @@ func (d *Decoder) refetchUnchanged(ctx context.Context, xid uint32, s *TableShap
 	if len(cols) == 0 || d.opts.Refetch == nil {
 		return nil
 	}
-	key := make([]string, len(s.Table.KeyIdx))
-	for i, k := range s.Table.KeyIdx {
-		if tuple.Columns[k].DataType != pglogrepl.TupleDataTypeText {
-			return nil // a key column itself unchanged or NULL: no key to read by
-		}
-		key[i] = string(tuple.Columns[k].Data)
+	key, ok := tupleKey(s, tuple)
+	if !ok {
+		return nil // a key column itself unchanged or NULL: no key to read by
 	}
-	values, found, err := d.opts.Refetch(ctx, xid, s, key, cols)
+	rows, err := d.opts.Refetch(ctx, xid, s, [][]string{key}, cols)
 	if err != nil {
 		return fmt.Errorf("postgres source: re-read the unchanged TOASTed columns of %s after a key change: %w", s.Table.ID, err)
 	}
 	for j, i := range cols {
 		after[i] = nil
-		if found {
-			after[i] = values[j]
+		if rows[0] != nil {
+			after[i] = rows[0][j]
 		}
 	}
 	return nil
 }
 
-// refetcher reads columns by key through pool, decoding them exactly as
-// the stream decodes them.
-func refetcher(pool *pgxpool.Pool) func(ctx context.Context, xid uint32, s *TableShape, key []string, cols []int) ([]any, bool, error) {
-	return func(ctx context.Context, xid uint32, s *TableShape, key []string, cols []int) ([]any, bool, error) {
-		values, found, err := refetch(ctx, pool, s, key, cols)
-		if err != nil || found {
-			return values, found, err
+// tupleKey returns the text of the key columns of tuple, false when one
+// of them carries no text (unchanged or NULL).
+func tupleKey(s *TableShape, tuple *pglogrepl.TupleData) ([]string, bool) {
+	key := make([]string, len(s.Table.KeyIdx))
+	for i, k := range s.Table.KeyIdx {
+		if tuple == nil || tuple.Columns[k].DataType != pglogrepl.TupleDataTypeText {
+			return nil, false
+		}
+		key[i] = string(tuple.Columns[k].Data)
+	}
+	return key, true
+}
+
+// refetcher reads rows by key through pool, decoding them exactly as the
+// stream decodes them (the Refetch of DecoderOptions).
+func refetcher(pool *pgxpool.Pool) func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
+	return func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
+		rows, err := refetch(ctx, pool, s, keys, cols)
+		if err != nil || !slices.ContainsFunc(rows, func(r []any) bool { return r == nil }) {
+			return rows, err
 		}
 		// A commit is written to the WAL (and decoded) before it becomes
 		// visible to other sessions: wait until it is, then read again,
 		// or a row the transaction moved would look gone.
 		if waitVisible(ctx, pool, xid) {
-			return refetch(ctx, pool, s, key, cols)
+			return refetch(ctx, pool, s, keys, cols)
 		}
-		return values, found, err
+		return rows, nil
 	}
 }
 
@@ -110,38 +122,86 @@ func waitVisible(ctx context.Context, pool *pgxpool.Pool, xid uint32) bool {
 	}
 }
 
-func refetch(ctx context.Context, pool *pgxpool.Pool, s *TableShape, key []string, cols []int) ([]any, bool, error) {
-	sel := make([]string, len(cols))
-	for j, i := range cols {
-		sel[j] = pgx.Identifier{s.Columns[i].Name}.Sanitize() + "::text"
+// refetchBatch is the most keys one query reads.
+const refetchBatch = 500
+
+// refetch reads cols of the rows of keys (each the key columns' text in
+// key order); rows[i] is nil when key i has no row.
+func refetch(ctx context.Context, pool *pgxpool.Pool, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
+	out := make([][]any, len(keys))
+	at := make(map[string]int, len(keys))
+	for i, k := range keys {
+		at[strings.Join(k, "\x00")] = i
 	}
-	where := make([]string, len(s.Table.KeyIdx))
-	args := make([]any, len(key))
+	nk := len(s.Table.KeyIdx)
+	sel := make([]string, 0, nk+len(cols))
+	kcols := make([]string, nk)
 	for j, k := range s.Table.KeyIdx {
-		// The key's text is compared as a literal of the column's
-		// type (simple protocol), so the primary key's index is used.
-		where[j] = fmt.Sprintf("%s = $%d", pgx.Identifier{s.Columns[k].Name}.Sanitize(), j+1)
-		args[j] = key[j]
+		kcols[j] = pgx.Identifier{s.Columns[k].Name}.Sanitize()
+		sel = append(sel, kcols[j]+"::text")
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s", strings.Join(sel, ", "),
-		pgx.Identifier{s.Table.ID.Schema, s.Table.ID.Table}.Sanitize(), strings.Join(where, " AND "))
-	rows, err := pool.Query(ctx, q, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+	for _, i := range cols {
+		sel = append(sel, pgx.Identifier{s.Columns[i].Name}.Sanitize()+"::text")
+	}
+	head := fmt.Sprintf("SELECT %s FROM %s WHERE (%s) IN (", strings.Join(sel, ", "),
+		pgx.Identifier{s.Table.ID.Schema, s.Table.ID.Table}.Sanitize(), strings.Join(kcols, ", "))
+	for lo := 0; lo < len(keys); lo += refetchBatch {
+		batch := keys[lo:min(lo+refetchBatch, len(keys))]
+		// The keys' text is compared as literals of the columns' types
+		// (simple protocol), so the primary key's index is used.
+		var q strings.Builder
+		q.WriteString(head)
+		args := []any{pgx.QueryExecModeSimpleProtocol}
+		for i, k := range batch {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(")
+			for j, v := range k {
+				if j > 0 {
+					q.WriteString(", ")
+				}
+				args = append(args, v)
+				q.WriteString("$" + strconv.Itoa(len(args)-1))
+			}
+			q.WriteString(")")
+		}
+		q.WriteString(")")
+		if err := readKeyed(ctx, pool, q.String(), args, s, nk, cols, at, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// readKeyed runs q and puts each row's decoded cols at the index at gives
+// its key's text.
+func readKeyed(ctx context.Context, pool *pgxpool.Pool, q string, args []any, s *TableShape, nk int, cols []int, at map[string]int, out [][]any) error {
+	rows, err := pool.Query(ctx, q, args...)
 	if err != nil {
-		return nil, false, err
+		return err
 	}
 	defer rows.Close()
-	if !rows.Next() {
-		return nil, false, rows.Err()
-	}
-	raw := rows.RawValues()
-	out := make([]any, len(cols))
-	for j, i := range cols {
-		if raw[j] == nil {
+	key := make([]string, nk)
+	for rows.Next() {
+		raw := rows.RawValues()
+		for j := range key {
+			key[j] = string(raw[j])
+		}
+		i, ok := at[strings.Join(key, "\x00")]
+		if !ok {
 			continue
 		}
-		if out[j], err = DecodeText(s.Columns[i], raw[j]); err != nil {
-			return nil, false, fmt.Errorf("column %s: %w", s.Columns[i].Name, err)
+		vals := make([]any, len(cols))
+		for j, c := range cols {
+			if raw[nk+j] == nil {
+				continue
+			}
+			if vals[j], err = DecodeText(s.Columns[c], raw[nk+j]); err != nil {
+				return fmt.Errorf("column %s: %w", s.Columns[c].Name, err)
+			}
 		}
+		out[i] = vals
 	}
-	return out, true, rows.Err()
+	return rows.Err()
 }

@@ -1,0 +1,131 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+)
+
+// Under a DEFERRABLE primary key two rows share a key inside a transaction
+// for a while, and the changes name keys, not rows. Shifting every key by
+// one (streamed as an in-progress transaction, and not), swapping two
+// keys, moving a new row onto a held key and away again, deleting the row
+// that held a key after a new one arrived, and inserting and deleting a
+// row in one transaction — while another session keeps updating random
+// rows and moving keys of a table whose key is not deferrable — leave the
+// sink equal to both tables, every round.
+func TestDeferrableKeyMoves(t *testing.T) {
+	pg, ctx := testDB(t)
+	rounds := harness.Trials(3)
+	const rows = 3000
+	exec(t, ctx, pg, "shop",
+		// A deferrable key cannot be the replica identity: such a table
+		// publishes its updates under FULL (or another unique index).
+		"CREATE TABLE t (id int PRIMARY KEY DEFERRABLE, body text, n int)",
+		"ALTER TABLE t REPLICA IDENTITY FULL",
+		"CREATE TABLE plain (id int PRIMARY KEY, n int)",
+		// The shifts of every row (about 400 kB) are streamed in progress.
+		"ALTER DATABASE shop SET logical_decoding_work_mem = '64kB'")
+	opts := testOptions(pg, "public.t", "public.plain")
+	opts.Streaming = true
+	src := openSource(t, ctx, opts, nil)
+	exec(t, ctx, pg, "shop",
+		"INSERT INTO t SELECT g, 'row ' || g || repeat('.', 100), 0 FROM generate_series(1, 3000) g",
+		"INSERT INTO plain SELECT g, 0 FROM generate_series(1, 100) g")
+
+	pool, err := pgxpool.New(ctx, pg.DSN("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	wctx, stop := context.WithCancel(ctx)
+	writerDone := make(chan error, 1)
+	var paused sync.Mutex // held: the writer waits (the sink is compared)
+	go func() {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for wctx.Err() == nil {
+			paused.Lock()
+			_, err := pool.Exec(wctx, "UPDATE t SET n = n + 1 WHERE id = $1", rng.IntN(rows+2*rounds)+1)
+			if err == nil {
+				_, err = pool.Exec(wctx, "UPDATE plain SET n = n + 1, id = id + 1000 WHERE id = $1", rng.IntN(100)+1)
+			}
+			paused.Unlock()
+			if err != nil && wctx.Err() == nil && !isSerializationOrUnique(err) {
+				writerDone <- err
+				return
+			}
+		}
+		writerDone <- nil
+	}()
+
+	r := newReader(t, src, false)
+	for round := range rounds {
+		exec(t, ctx, pg, "shop",
+			// Every key moves one up: row k sits on k+1 before row k+1 leaves.
+			"UPDATE t SET id = id + 1, body = body || 'x'",
+			// Only the top rows, in a transaction too small to be streamed.
+			"UPDATE t SET id = id + 1 WHERE id > (SELECT max(id) FROM t) - 50",
+			// A swap.
+			"UPDATE t SET id = CASE id WHEN 500 THEN 501 ELSE 500 END, n = n + 1000 WHERE id IN (500, 501)",
+			// A new row lands on a held key and moves on: the key keeps
+			// its row, which no change of the transaction carries.
+			"BEGIN; SET CONSTRAINTS ALL DEFERRED; INSERT INTO t VALUES (700, 'visitor', -1); "+
+				"UPDATE t SET id = 100000 + 700 * 10 + "+strconv.Itoa(round)+" WHERE id = 700 AND body = 'visitor'; COMMIT",
+			// A new row lands on a held key and the old row is deleted.
+			"BEGIN; SET CONSTRAINTS ALL DEFERRED; INSERT INTO t VALUES (800, 'newcomer "+strconv.Itoa(round)+"', -2); "+
+				"DELETE FROM t WHERE id = 800 AND body NOT LIKE 'newcomer%'; COMMIT",
+			// A row inserted and deleted in one transaction.
+			"BEGIN; INSERT INTO t VALUES (900000, 'brief', 0); DELETE FROM t WHERE id = 900000; COMMIT",
+		)
+		paused.Lock()
+		r.reachLSN(ctx, currentLSN(t, ctx, pg))
+		equalRows(t, "public.t, round "+strconv.Itoa(round), r.sink.Table("public.t"), selectRows(t, ctx, pg, "SELECT id, body, n FROM t"))
+		paused.Unlock()
+	}
+	stop()
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+	r.reachLSN(ctx, currentLSN(t, ctx, pg))
+	equalRows(t, "public.t", r.sink.Table("public.t"), selectRows(t, ctx, pg, "SELECT id, body, n FROM t"))
+	equalRows(t, "public.plain", r.sink.Table("public.plain"), selectRows(t, ctx, pg, "SELECT id, n FROM plain"))
+	// The shifts of every row went through the streamed path. The
+	// server publishes the slot's counters a moment after decoding.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var streamed int64
+		if err := pool.QueryRow(ctx, "SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = $1", opts.Slot).Scan(&streamed); err != nil {
+			t.Fatal(err)
+		}
+		if streamed >= int64(rounds) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transactions streamed in progress, want at least %d", streamed, rounds)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// isSerializationOrUnique reports the writer's update of a key a shift
+// moved at the same moment (a unique violation under the immediate key of
+// plain, or a deadlock against a shift).
+func isSerializationOrUnique(err error) bool {
+	var pe interface{ SQLState() string }
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.SQLState() {
+	case "23505", "40P01", "40001":
+		return true
+	}
+	return false
+}
