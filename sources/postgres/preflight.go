@@ -156,8 +156,8 @@ func (s *Source) preflight(ctx context.Context) error {
 			// Published under DEFAULT, its UPDATEs and DELETEs would fail
 			// in the application ("does not have a replica identity").
 			add("table %s has a DEFERRABLE primary key, which PostgreSQL cannot use as its replica identity: once published, "+
-				"its updates and deletes would fail. List it in full_identity_tables (REPLICA IDENTITY FULL), or run "+
-				"`ALTER TABLE %s REPLICA IDENTITY USING INDEX <a unique, not deferrable index on NOT NULL columns>;`", tableName(c.ref), name)
+				"its updates and deletes would fail. List it in full_identity_tables, or run `ALTER TABLE %s REPLICA IDENTITY FULL;` "+
+				"as its owner", tableName(c.ref), name)
 			continue
 		}
 		if !identified {

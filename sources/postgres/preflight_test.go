@@ -81,7 +81,7 @@ func TestPreflightRoleAndTables(t *testing.T) {
 	wantProblem(t, pe, "public.fullme is listed in full_identity_tables", `ALTER TABLE "public"."fullme" REPLICA IDENTITY FULL;`)
 	// A deferrable key cannot be the replica identity: published under
 	// DEFAULT, the table's updates would fail in the application.
-	wantProblem(t, pe, "public.deferred has a DEFERRABLE primary key", "full_identity_tables", `ALTER TABLE "public"."deferred" REPLICA IDENTITY USING INDEX`)
+	wantProblem(t, pe, "public.deferred has a DEFERRABLE primary key", "full_identity_tables", `ALTER TABLE "public"."deferred" REPLICA IDENTITY FULL;`)
 	if len(pe.Problems) != 6 {
 		t.Errorf("want 6 problems, got %v", pe)
 	}
