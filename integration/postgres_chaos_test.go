@@ -48,6 +48,15 @@ INSERT INTO items
          decode(md5(g::text), 'hex')
   FROM generate_series(1, ITEMS) g;
 INSERT INTO events SELECT g % 500, 'k' || (g / 500), repeat('p', g % 50), g FROM generate_series(1, EVENTS) g;
+-- A deferrable key: two rows share a key inside a transaction (chaosSeats).
+-- It cannot be the replica identity, hence FULL.
+CREATE TABLE seats (
+  id   integer PRIMARY KEY DEFERRABLE,
+  name text NOT NULL,
+  n    integer NOT NULL DEFAULT 0
+);
+ALTER TABLE seats REPLICA IDENTITY FULL;
+INSERT INTO seats SELECT g, 'seat ' || g, 0 FROM generate_series(1, 200) g;
 `
 
 // chaosAdded are the columns the chaos workload adds to items as it goes,
@@ -65,6 +74,22 @@ var chaosAdded = []string{
 	`c_num numeric(10,2) DEFAULT 'NaN'`,
 	`c_neg double precision DEFAULT '-0'`,
 	`c_text text DEFAULT e'tab\there, quote '' and \\'`,
+}
+
+// chaosSeats are the workload's transactions on seats, whose key is
+// DEFERRABLE: every key moved one up (row k sits on k+1 before row k+1
+// leaves it), or the upper half of them, two keys swapped, and a new row that lands on a
+// held key and moves on, leaving the key to the row that held it.
+var chaosSeats = []string{
+	`UPDATE seats SET id = id + 1, n = n + 1`,
+	`UPDATE seats SET id = id + 1 WHERE id > (SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY id) FROM seats)`,
+	`WITH p AS (SELECT id FROM seats ORDER BY random() LIMIT 2)
+	 UPDATE seats SET id = CASE id WHEN (SELECT min(id) FROM p) THEN (SELECT max(id) FROM p) ELSE (SELECT min(id) FROM p) END, n = n + 10
+	 WHERE id IN (SELECT id FROM p)`,
+	`BEGIN; SET CONSTRAINTS ALL DEFERRED;
+	 INSERT INTO seats SELECT min(id), 'visitor', -1 FROM seats;
+	 UPDATE seats SET id = (SELECT max(id) + 1 FROM seats), name = 'was a visitor' WHERE name = 'visitor';
+	 COMMIT`,
 }
 
 const (
@@ -101,8 +126,9 @@ func (c *chaosCounts) waitDDL(t *testing.T, d *daemonProc) {
 }
 
 // chaosWorkload keeps writing small transactions until ctx ends, counting
-// them into c: inserts, updates, deletes, primary-key updates, upserts and
-// transactions across both tables; with ddl, also an ALTER TABLE items ADD
+// them into c: inserts, updates, deletes, primary-key updates, upserts,
+// transactions across both tables and key moves under seats' deferrable
+// key (chaosSeats); with ddl, also an ALTER TABLE items ADD
 // COLUMN … DEFAULT (chaosAdded) every chaosAlterEvery transactions and a
 // TRUNCATE events every chaosTruncateEvery. perSecond > 0 paces it to
 // that many transactions a second.
@@ -130,7 +156,7 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts,
 		}
 		var err error
 		id := 1 + rng.Int64N(next)
-		switch n := rng.IntN(12); {
+		switch n := rng.IntN(13); {
 		case ddl && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(chaosAdded):
 			if _, err = conn.Exec(ctx, `ALTER TABLE items ADD COLUMN `+chaosAdded[c.alters.Load()]); err == nil {
 				c.alters.Add(1)
@@ -151,6 +177,8 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts,
 			// A primary-key update.
 			next++
 			_, err = conn.Exec(ctx, `UPDATE items SET id = $2 WHERE id = $1`, id, next)
+		case n == 12:
+			_, err = conn.Exec(ctx, chaosSeats[rng.IntN(len(chaosSeats))])
 		case n < 10:
 			_, err = conn.Exec(ctx, `INSERT INTO events VALUES ($1, $2, 'w', $3) ON CONFLICT (a, b) DO UPDATE SET n = events.n + 1, payload = events.payload || 'x'`,
 				rng.IntN(600), fmt.Sprintf("w%d", rng.IntN(50)), rng.Int64())
@@ -239,7 +267,7 @@ func runPostgresChaos(t *testing.T, c postgresChaos) {
 source:
   postgres:
     dsn: %s
-    tables: [public.items, public.events]
+    tables: [public.items, public.events, public.seats]
     heartbeat_interval: 1s
     status_interval: 1s
     snapshot: %s
@@ -285,9 +313,10 @@ runtime: {checkpoint_interval: 100ms}
 	duck := filepath.Join(dir, "sink.duckdb")
 	n1 := assertSinkEqualsSource(t, ctx, dsn, c.name, duck, "public", "items")
 	n2 := assertSinkEqualsSource(t, ctx, dsn, c.name, duck, "public", "events")
+	n3 := assertSinkEqualsSource(t, ctx, dsn, c.name, duck, "public", "seats")
 	expectVerifyEqual(t, cfg)
-	t.Logf("items: %d rows, events: %d rows equal in DuckDB and the Postgres sink after %d kills, %d transactions, %d columns added with a DEFAULT, %d truncates",
-		n1, n2, loadKills+streamKills, work.writes.Load(), work.alters.Load(), work.truncates.Load())
+	t.Logf("items: %d rows, events: %d rows, seats: %d rows equal in DuckDB and the Postgres sink after %d kills, %d transactions, %d columns added with a DEFAULT, %d truncates",
+		n1, n2, n3, loadKills+streamKills, work.writes.Load(), work.alters.Load(), work.truncates.Load())
 }
 
 // commitMark commits a change to a captured table and returns an LSN inside
