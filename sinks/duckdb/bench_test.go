@@ -154,3 +154,63 @@ func BenchmarkWriteSpreadUpdates(b *testing.B) {
 		return append(recs, fresh[600:7600]...)
 	})
 }
+
+// BenchmarkWriteChunks is an incremental snapshot into a 1,000,000-row
+// table: per iteration one chunk of 65,536 snapshot rows of new keys
+// (idle), and under load 1% of the chunk's keys written by the stream
+// before the chunk's window (in the table already) and one stream batch
+// of 200 updates spread over the table besides.
+func BenchmarkWriteChunks(b *testing.B) {
+	for _, loaded := range []bool{false, true} {
+		name := "idle"
+		if loaded {
+			name = "loaded"
+		}
+		b.Run(name, func(b *testing.B) { writeChunks(b, loaded) })
+	}
+}
+
+func writeChunks(b *testing.B, loaded bool) {
+	s := openBenchSink(b)
+	const preload = 100 // batches of benchBatch keys
+	for i := range preload {
+		if err := s.Write(ctx, benchRecords(pipeline.OpRead, int64(i)*benchBatch, 1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	n, chunk := preload*benchBatch, benchChunk
+	b.ReportAllocs()
+	b.ResetTimer()
+	rows := 0
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		recs := make([]pipeline.Record, 0, chunk)
+		for len(recs) < chunk {
+			recs = append(recs, benchRecords(pipeline.OpRead, int64(n+i*chunk+len(recs)), uint64(100+2*i))...)
+		}
+		recs = recs[:chunk]
+		var upd []pipeline.Record
+		if loaded {
+			for j := 0; j < chunk; j += 100 {
+				recs[j].After = append([]any{int64((i*chunk+j)*7919) % int64(n)}, recs[j].After[1:]...)
+			}
+			upd = benchRecords(pipeline.OpUpdate, 0, uint64(101+2*i))[:200]
+			for j := range upd {
+				upd[j].After = append([]any{int64((i*200+j)*104729) % int64(n)}, upd[j].After[1:]...)
+			}
+		}
+		b.StartTimer()
+		if err := s.Write(ctx, recs); err != nil {
+			b.Fatal(err)
+		}
+		if len(upd) > 0 {
+			if err := s.Write(ctx, upd); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rows += len(recs) + len(upd)
+	}
+	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+}
+
+var benchChunk = 65_536

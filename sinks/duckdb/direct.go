@@ -19,42 +19,106 @@ import (
 // The bulk-load fast path (see upsert.BulkPath): a Write of inserts and
 // snapshot reads of one shape is appended straight into the target in its
 // own transaction, converting each record on the way and without the batch
-// fold. A key that exists or repeats makes the primary key refuse it, the
-// transaction is rolled back and the Write takes the MERGE path, which also
-// reports values that cannot be converted (Invariant 7).
+// fold. A key that exists or repeats makes the primary key refuse it and
+// the transaction is rolled back. The sink then asks the target which of
+// the Write's keys it holds (probe): the others are appended after all,
+// and only the records of held keys take the MERGE path, which is
+// version-guarded and also reports values that cannot be converted
+// (Invariant 7). An incremental snapshot's chunk meets the few rows the
+// stream wrote before its window this way, instead of a MERGE of the
+// whole chunk joining every row of the table. After a refusal the next
+// Writes of the table probe first (BulkPath's penalty) instead of trying
+// and rolling back.
 
-// appendNew tries the fast path; it reports whether the records were
-// written, durably (committed). false with a nil error means: take the
-// MERGE path (nothing of the attempt remains).
-func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, error) {
+// appendNew writes what it can of records through the fast path, durably
+// (committed), and returns the records it did not write: all of them
+// when the path does not apply, none when it wrote them all. The caller
+// writes those through the MERGE path.
+func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) ([]pipeline.Record, error) {
 	t := upsert.InsertShape(records)
 	if t == nil {
-		return false, nil
+		return records, nil
 	}
 	target := strings.ToLower(s.targetName(t.ID))
 	have, ok := s.tables[target]
 	if !ok {
-		return false, nil // the MERGE path creates the table
+		return records, nil // the MERGE path creates the table
 	}
 	for i := range t.Columns {
 		if _, ok := have[strings.ToLower(t.Columns[i].Name)]; !ok {
-			return false, nil
+			return records, nil
 		}
 	}
 	if b, ok := s.barriers[target]; ok {
 		for i := range records {
 			if records[i].Op != pipeline.OpHeartbeat && records[i].Version.Less(b) {
-				return false, nil // the MERGE path drops those
+				return records, nil // the MERGE path drops those
 			}
 		}
 	}
 	st := s.direct.For(target)
-	if !st.Try() {
-		return false, nil
+	if st.Off {
+		return records, nil
 	}
+	if st.Try() {
+		written, err := s.tryInsert(ctx, st, target, t, records)
+		if written || err != nil {
+			if written {
+				st.Succeeded()
+			}
+			return nil, err
+		}
+		if st.Off {
+			return records, nil
+		}
+		st.KeyExists()
+	}
+	// Refused by a key (now or in a recent Write): probe.
+	held, err := s.probe(ctx, s.targetName(t.ID), t, records)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if s.conn == nil || s.dropIfTainted(err) {
+			return nil, err
+		}
+		s.log.Debug("bulk-load probe failed; using MERGE", zap.String("table", target), zap.Error(err))
+		return records, nil
+	}
+	fresh := make([]pipeline.Record, 0, len(records)-len(held))
+	left := make([]pipeline.Record, 0, len(held))
+	next, rows := 0, 0
+	for i := range records {
+		switch {
+		case next < len(held) && held[next] == i:
+			left = append(left, records[i])
+			next++
+		case records[i].Op != pipeline.OpHeartbeat:
+			fresh = append(fresh, records[i])
+			rows++
+		}
+	}
+	if rows == 0 {
+		return left, nil
+	}
+	written, err := s.tryInsert(ctx, st, target, t, fresh)
+	if err != nil || !written {
+		return records, err // a key repeats in the Write: MERGE it all
+	}
+	s.probedIn += int64(rows)
+	if len(held) == 0 {
+		st.Succeeded() // the table's keys are new again: try first
+	}
+	return left, nil
+}
+
+// tryInsert inserts records through insertRecords; false with a nil error
+// means the target refused them (nothing of the attempt remains): a key
+// it holds or one that repeats, or a value it cannot take. Any other
+// failure turns the path off for the table.
+func (s *Sink) tryInsert(ctx context.Context, st *upsert.BulkPath, target string, t *pipeline.Table, records []pipeline.Record) (bool, error) {
 	err := s.insertRecords(ctx, s.targetName(t.ID), t, records)
 	if err == nil {
-		st.Succeeded()
 		return true, nil
 	}
 	if ctx.Err() != nil {
@@ -66,7 +130,6 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, 
 	var de *duck.Error
 	switch {
 	case isConstraint(err): // a key exists or repeats
-		st.KeyExists()
 	case errors.As(err, &de) && (de.Type == duck.ErrorTypeConversion || de.Type == duck.ErrorTypeOutOfRange),
 		strings.Contains(err.Error(), "Conversion Error"), strings.Contains(err.Error(), "Out of Range Error"):
 		// A value the target refuses: the MERGE path finds the record.
@@ -77,6 +140,84 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) (bool, 
 		s.log.Info("bulk-load path disabled for table; using MERGE", zap.String("table", target), zap.Error(err))
 	}
 	return false, nil
+}
+
+// probeTable holds, for one probe, the indexes of the records whose key
+// the target holds.
+const probeTable = "_sluice_held"
+
+// probe returns, in increasing order, the indexes of the records whose
+// key target holds (a live row or a tombstone). It joins the records'
+// staged keys with the target's key columns.
+func (s *Sink) probe(ctx context.Context, target string, t *pipeline.Table, records []pipeline.Record) ([]int, error) {
+	names := []string{"i"}
+	it, err := typeInfo("INTEGER")
+	if err != nil {
+		return nil, err
+	}
+	types := []duck.TypeInfo{it}
+	var on []string
+	for _, k := range t.KeyIdx {
+		ct := typeOf(&t.Columns[k])
+		ti, err := typeInfo(ct.stage)
+		if err != nil {
+			return nil, err
+		}
+		x := "c" + strconv.Itoa(k)
+		names, types = append(names, x), append(types, ti)
+		if ct.conv != nil {
+			x = ct.conv(x)
+		}
+		on = append(on, "t."+quote(t.Columns[k].Name)+" = "+x)
+	}
+	if _, err := s.conn.ExecContext(ctx, "CREATE OR REPLACE TEMP TABLE "+probeTable+" (i INTEGER)"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if s.conn != nil {
+			_, _ = s.conn.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+probeTable)
+		}
+	}()
+	q := "INSERT INTO " + probeTable + " SELECT i FROM " + stageTable + " JOIN " + s.qualified(target) + " AS t ON " +
+		strings.Join(on, " AND ")
+	err = s.appendThrough(ctx, q, types, names, func(a *duck.Appender) error {
+		args := make([]driver.Value, 1+len(t.KeyIdx))
+		for i := range records {
+			r := &records[i]
+			if r.Op == pipeline.OpHeartbeat {
+				continue
+			}
+			args[0] = int32(i)
+			for j, k := range t.KeyIdx {
+				v, err := toStage(&t.Columns[k], r.After[k])
+				if err != nil {
+					return fmt.Errorf("%w: column %s: %v", errConvert, t.Columns[k].Name, err)
+				}
+				args[1+j] = v
+			}
+			if err := a.AppendRow(args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.conn.QueryContext(ctx, "SELECT i FROM "+probeTable+" ORDER BY i")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var held []int
+	for rows.Next() {
+		var i int32
+		if err := rows.Scan(&i); err != nil {
+			return nil, err
+		}
+		held = append(held, int(i))
+	}
+	return held, rows.Err()
 }
 
 // isConstraint reports a primary-key refusal. The appender flattens the

@@ -43,7 +43,15 @@ func (s *Sink) mergeRows(ctx context.Context, tb *upsert.TableBatch, rows []upse
 	if _, err := s.conn.ExecContext(ctx, "CREATE OR REPLACE TEMP TABLE "+mergeTable+" AS SELECT * FROM "+target+" LIMIT 0"); err != nil {
 		return err
 	}
-	fill, on := s.mergeQuery(tb, lean, comp, "make_timestamptz("+strconv.FormatInt(now.UnixMicro(), 10)+"::BIGINT)")
+	// A small merge names its keys, so that DuckDB reads the target's
+	// rows of them through the primary-key index.
+	keys := keyList(tb, rows)
+	fill, on := s.mergeQuery(tb, lean, comp, "make_timestamptz("+strconv.FormatInt(now.UnixMicro(), 10)+"::BIGINT)", keys)
+	del := "DELETE FROM " + target + " AS t USING " + mergeTable + " AS m WHERE " + on
+	if keys != "" {
+		k := quote(tb.Cols[tb.Keys[0]].Name)
+		del = "DELETE FROM " + target + " AS t WHERE t." + keys + " AND t." + k + " IN (SELECT " + k + " FROM " + mergeTable + ")"
+	}
 	// The query may run more than once (the Appender flushes in pieces),
 	// which only appends: every key appears once in the rows.
 	if err := s.appendThrough(ctx, fill, types, names, func(a *duck.Appender) error {
@@ -52,7 +60,7 @@ func (s *Sink) mergeRows(ctx context.Context, tb *upsert.TableBatch, rows []upse
 		return err
 	}
 	for _, q := range []string{
-		"DELETE FROM " + target + " AS t USING " + mergeTable + " AS m WHERE " + on,
+		del,
 		"INSERT INTO " + target + " BY NAME SELECT * FROM " + mergeTable,
 		"DROP TABLE " + mergeTable,
 	} {
@@ -66,7 +74,10 @@ func (s *Sink) mergeRows(ctx context.Context, tb *upsert.TableBatch, rows []upse
 // mergeQuery returns the query that fills mergeTable from the staged rows
 // (step 1 of mergeRows) and the condition matching a target row t with a
 // mergeTable row m by key. now is the _sluice_updated_at expression.
-func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, comp []bool, now string) (fill, on string) {
+//
+// keys, when not empty, is a condition selecting the target's rows of the
+// batch's keys (keyList); the join reads only those.
+func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, comp []bool, now, keys string) (fill, on string) {
 	sel := make([]string, 0, 2*len(tb.Cols)+4)
 	prefixes := []string{"c", "f"}
 	if lean {
@@ -143,8 +154,63 @@ func (s *Sink) mergeQuery(tb *upsert.TableBatch, lean bool, comp []bool, now str
 	// Invariant 4: a change whose version is not newer than the stored
 	// row's (live or tombstone) changes nothing, so replays are idempotent
 	// and late snapshot rows cannot resurrect deleted ones.
+	target := s.qualified(tb.Target)
+	if keys != "" {
+		target = "(SELECT * FROM " + target + " WHERE " + keys + ")"
+	}
 	fill = "INSERT INTO " + mergeTable + " BY NAME SELECT " + strings.Join(out, ", ") +
-		" FROM (SELECT " + strings.Join(sel, ", ") + " FROM " + stageTable + ") AS s LEFT JOIN " + s.qualified(tb.Target) +
+		" FROM (SELECT " + strings.Join(sel, ", ") + " FROM " + stageTable + ") AS s LEFT JOIN " + target +
 		" AS t ON " + strings.Join(join, " AND ") + " WHERE " + missing + " OR s.v > t." + quote(colVersion)
 	return fill, strings.Join(match, " AND ")
+}
+
+// inListMax is the most keys a merge names (keyList): up to it DuckDB
+// reads the named keys' rows through the primary-key index (an index
+// scan; its index_scan_max_count is 2,048), where a join reads the key
+// and version of every row of the table — for a stream batch of 200
+// updates of a 1,000,000-row table, 40 ms instead of 4 ms
+// (BenchmarkWriteChunks).
+const inListMax = 2048
+
+// keyList returns the condition `key IN (…)` naming the rows' keys as
+// literals, or "" when the batch has more rows than inListMax or a key
+// that is not one integer or text column stored as staged.
+func keyList(tb *upsert.TableBatch, rows []upsert.Row) string {
+	if len(tb.Keys) != 1 || len(rows) == 0 || len(rows) > inListMax {
+		return ""
+	}
+	k := tb.Keys[0]
+	if typeOf(&tb.Cols[k]).conv != nil {
+		return ""
+	}
+	b := make([]byte, 0, 16*len(rows))
+	b = append(append(b, quote(tb.Cols[k].Name)...), " IN ("...)
+	for i := range rows {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		switch x := rows[i].Vals[k].(type) {
+		case int64:
+			b = strconv.AppendInt(b, x, 10)
+		case int32:
+			b = strconv.AppendInt(b, int64(x), 10)
+		case int16:
+			b = strconv.AppendInt(b, int64(x), 10)
+		case int8:
+			b = strconv.AppendInt(b, int64(x), 10)
+		case uint64:
+			b = strconv.AppendUint(b, x, 10)
+		case uint32:
+			b = strconv.AppendUint(b, uint64(x), 10)
+		case uint16:
+			b = strconv.AppendUint(b, uint64(x), 10)
+		case uint8:
+			b = strconv.AppendUint(b, uint64(x), 10)
+		case string:
+			b = append(append(append(b, '\''), strings.ReplaceAll(x, "'", "''")...), '\'')
+		default:
+			return ""
+		}
+	}
+	return string(append(b, ')'))
 }

@@ -93,8 +93,10 @@ type Sink struct {
 	// gen is the generation recorded in generationTable.
 	gen    upsert.Generation
 	purger upsert.Purge
-	// direct is the bulk-load fast path's state per target (direct.go).
-	direct upsert.BulkPaths
+	// direct is the bulk-load fast path's state per target (direct.go);
+	// probedIn counts the records it appended after a probe.
+	direct   upsert.BulkPaths
+	probedIn int64
 	// limit is the memory_limit the sink set last and headroom the
 	// working memory it allows above the indexes' (memory.go).
 	limit, headroom int64
@@ -411,16 +413,18 @@ func (s *Sink) write(ctx context.Context, records []pipeline.Record) (err error)
 		return err
 	}
 	if bulk, rest := upsert.SplitBulk(records); bulk != nil {
-		done, err := s.appendNew(ctx, bulk)
+		left, err := s.appendNew(ctx, bulk)
 		if err != nil {
 			return err
 		}
-		if done && len(rest) == 0 {
+		if len(left) == 0 && len(rest) == 0 {
 			s.purge(ctx)
 			return nil
 		}
-		if done {
-			records = rest
+		if len(left) < len(bulk) {
+			// The bulk part's records before the rest: each key's changes
+			// keep their order (the fold keeps the newest anyway).
+			records = append(left, rest...)
 		}
 	}
 	batches, failed := s.prepare(records)

@@ -7,12 +7,14 @@ import (
 	"math"
 	"math/big"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sinks/sinktest"
+	"github.com/sluice-cdc/sluice/sinks/upsert"
 )
 
 var ctx = context.Background()
@@ -506,6 +508,81 @@ func TestBulkLoadPathFallsBackToMerge(t *testing.T) {
 	mustWrite(t, s, change(pipeline.OpInsert, 9, int64(6), "below", nil))
 	mustWrite(t, s, change(pipeline.OpInsert, 11, int64(7), "above", nil))
 	expectRows(t, s, people, []any{int64(7), "above", nil})
+}
+
+// An insert-only Write some of whose keys the target holds (the rows an
+// incremental snapshot's chunk shares with the stream changes before its
+// window) is split after one probe of its keys: the new keys are appended,
+// only the held ones take the version-guarded MERGE — a newer snapshot row
+// replaces its row, an older one changes nothing, and neither resurrects a
+// tombstone above it.
+func TestBulkLoadProbeAppendsNewKeysAndMergesHeldOnes(t *testing.T) {
+	s := openSink(t, Options{})
+	mustWrite(t, s, change(pipeline.OpInsert, 5, int64(1), "stream", nil), change(pipeline.OpInsert, 5, int64(2), "stream", nil),
+		change(pipeline.OpInsert, 5, int64(3), "stream", nil))
+	mustWrite(t, s, del(6, 3))
+	var chunk []pipeline.Record
+	for id := int64(1); id <= 1000; id++ {
+		v := uint64(7)
+		if id == 2 {
+			v = 4 // below the stream's row
+		}
+		chunk = append(chunk, change(pipeline.OpRead, v, id, "read "+strconv.FormatInt(id, 10), nil))
+	}
+	chunk[2].Version = ver(5) // id 3: below its tombstone
+	mustWrite(t, s, chunk...)
+	if got := s.probedIn; got != 997 {
+		t.Fatalf("%d records appended after the probe, want 997 (1,000 less the 3 held keys)", got)
+	}
+	if st := s.direct["public_people"]; st == nil || st.Off || st.Penalty < 2 {
+		t.Fatalf("fast path after a refusal: %+v", st)
+	}
+	want := [][]any{{int64(1), "read 1", nil}, {int64(2), "stream", nil}}
+	for id := int64(4); id <= 1000; id++ {
+		want = append(want, []any{id, "read " + strconv.FormatInt(id, 10), nil})
+	}
+	expectRows(t, s, people, want...)
+	// The next chunk is probed at once, without a refused attempt first.
+	before := s.probedIn
+	mustWrite(t, s, change(pipeline.OpRead, 8, int64(1001), "read 1001", nil), change(pipeline.OpRead, 8, int64(1), "again", nil))
+	if got := s.probedIn - before; got != 1 {
+		t.Fatalf("%d records appended after the second probe, want 1", got)
+	}
+	if st := s.direct["public_people"]; st.Skip != 0 || st.Penalty != 2 {
+		t.Fatalf("the second chunk should have skipped the attempt (not met a refusal): %+v", st)
+	}
+}
+
+// A small merge names its keys in an IN list (the target's rows of them
+// are read through the index): text keys with quotes, and integer keys,
+// update and delete exactly their rows; a composite key or a large batch
+// keeps the join.
+func TestSmallMergeNamesItsKeys(t *testing.T) {
+	s := openSink(t, Options{})
+	tags := &pipeline.Table{ID: pipeline.TableID{Schema: "s", Table: "names"}, KeyIdx: []int{0},
+		Columns: []pipeline.Column{{Name: "name", Type: pipeline.TypeString, Key: true}, {Name: "n", Type: pipeline.TypeInt32}}}
+	rec := func(op pipeline.Op, v uint64, name string, n int64) pipeline.Record {
+		r := pipeline.Record{Op: op, Table: tags, Version: ver(v), After: []any{name, n}}
+		if op == pipeline.OpDelete {
+			r.Before, r.After = []any{name, nil}, nil
+		}
+		return r
+	}
+	mustWrite(t, s, rec(pipeline.OpInsert, 1, "o'neil", 1), rec(pipeline.OpInsert, 1, "a', 'b", 2), rec(pipeline.OpInsert, 1, "plain", 3))
+	mustWrite(t, s, rec(pipeline.OpUpdate, 2, "o'neil", 10), rec(pipeline.OpDelete, 2, "a', 'b", 0), rec(pipeline.OpUpdate, 0, "plain", 99))
+	expectRows(t, s, tags, []any{"o'neil", int64(10)}, []any{"plain", int64(3)})
+
+	tb := &upsert.TableBatch{Cols: tags.Columns, Keys: []int{0}}
+	rows := []upsert.Row{{Vals: []any{"o'neil", int32(1)}}, {Vals: []any{"x", int32(2)}}}
+	if got, want := keyList(tb, rows), `"name" IN ('o''neil', 'x')`; got != want {
+		t.Errorf("keyList = %s, want %s", got, want)
+	}
+	if got := keyList(&upsert.TableBatch{Cols: tags.Columns, Keys: []int{0, 1}}, rows); got != "" {
+		t.Errorf("composite key: %s", got)
+	}
+	if got := keyList(tb, make([]upsert.Row, inListMax+1)); got != "" {
+		t.Errorf("%d rows: %s", inListMax+1, got)
+	}
 }
 
 func TestRefusedShapeChangeIsATableError(t *testing.T) {
