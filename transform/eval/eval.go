@@ -163,9 +163,9 @@ func WantBool(t reflect.Type) error {
 func Compile(src string, t *pipeline.Table, want Want) (*Program, error) {
 	p := &Program{src: src, st: &state{}, table: t}
 	cfg := conf.CreateNew()
-	opts := append(p.functions(), decimalOptions()...)
+	opts := append(append(p.functions(), decimalOptions()...), idiomFunctions()...)
 	cols := &columns{p: p}
-	opts = append(opts, expr.Patch(cols))
+	opts = append(opts, expr.Patch(cols), expr.Patch(idioms{}))
 	for _, o := range opts {
 		o(cfg)
 	}
