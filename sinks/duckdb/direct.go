@@ -61,15 +61,15 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) ([]pipe
 		return records, nil
 	}
 	if st.Try() {
-		written, err := s.tryInsert(ctx, st, target, t, records)
-		if written || err != nil {
-			if written {
-				st.Succeeded()
-			}
+		written, keyed, err := s.tryInsert(ctx, st, target, t, records)
+		switch {
+		case err != nil:
 			return nil, err
-		}
-		if st.Off {
-			return records, nil
+		case written:
+			st.Succeeded()
+			return nil, nil
+		case !keyed:
+			return records, nil // a value the MERGE path reports, or the path is off
 		}
 		st.KeyExists()
 	}
@@ -101,9 +101,9 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) ([]pipe
 	if rows == 0 {
 		return left, nil
 	}
-	written, err := s.tryInsert(ctx, st, target, t, fresh)
+	written, _, err := s.tryInsert(ctx, st, target, t, fresh)
 	if err != nil || !written {
-		return records, err // a key repeats in the Write: MERGE it all
+		return records, err // a key repeats in the Write, or a value is refused: MERGE it all
 	}
 	s.probedIn += int64(rows)
 	if len(held) == 0 {
@@ -112,24 +112,25 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) ([]pipe
 	return left, nil
 }
 
-// tryInsert inserts records through insertRecords; false with a nil error
-// means the target refused them (nothing of the attempt remains): a key
-// it holds or one that repeats, or a value it cannot take. Any other
-// failure turns the path off for the table.
-func (s *Sink) tryInsert(ctx context.Context, st *upsert.BulkPath, target string, t *pipeline.Table, records []pipeline.Record) (bool, error) {
-	err := s.insertRecords(ctx, s.targetName(t.ID), t, records)
+// tryInsert inserts records through insertRecords. Not written with a nil
+// error means the target refused them (nothing of the attempt remains):
+// keyed when for a key it holds or one that repeats, else for a value it
+// cannot take, or another failure, which turns the path off for the table.
+func (s *Sink) tryInsert(ctx context.Context, st *upsert.BulkPath, target string, t *pipeline.Table, records []pipeline.Record) (written, keyed bool, err error) {
+	err = s.insertRecords(ctx, s.targetName(t.ID), t, records)
 	if err == nil {
-		return true, nil
+		return true, false, nil
 	}
 	if ctx.Err() != nil {
-		return false, ctx.Err()
+		return false, false, ctx.Err()
 	}
 	if s.conn == nil || s.dropIfTainted(err) {
-		return false, err // the database was dropped (commit.go): the Write is retried
+		return false, false, err // the database was dropped (commit.go): the Write is retried
 	}
 	var de *duck.Error
 	switch {
 	case isConstraint(err): // a key exists or repeats
+		return false, true, nil
 	case errors.As(err, &de) && (de.Type == duck.ErrorTypeConversion || de.Type == duck.ErrorTypeOutOfRange),
 		strings.Contains(err.Error(), "Conversion Error"), strings.Contains(err.Error(), "Out of Range Error"):
 		// A value the target refuses: the MERGE path finds the record.
@@ -139,7 +140,7 @@ func (s *Sink) tryInsert(ctx context.Context, st *upsert.BulkPath, target string
 		st.Off = true
 		s.log.Info("bulk-load path disabled for table; using MERGE", zap.String("table", target), zap.Error(err))
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // probeTable holds, for one probe, the indexes of the records whose key
