@@ -3,6 +3,7 @@ package duckdb
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -189,25 +190,13 @@ func keyList(tb *upsert.TableBatch, rows []upsert.Row) string {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		switch x := rows[i].Vals[k].(type) {
-		case int64:
-			b = strconv.AppendInt(b, x, 10)
-		case int32:
-			b = strconv.AppendInt(b, int64(x), 10)
-		case int16:
-			b = strconv.AppendInt(b, int64(x), 10)
-		case int8:
-			b = strconv.AppendInt(b, int64(x), 10)
-		case uint64:
-			b = strconv.AppendUint(b, x, 10)
-		case uint32:
-			b = strconv.AppendUint(b, uint64(x), 10)
-		case uint16:
-			b = strconv.AppendUint(b, uint64(x), 10)
-		case uint8:
-			b = strconv.AppendUint(b, uint64(x), 10)
-		case string:
-			b = append(append(append(b, '\''), strings.ReplaceAll(x, "'", "''")...), '\'')
+		switch v := reflect.ValueOf(rows[i].Vals[k]); v.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			b = strconv.AppendInt(b, v.Int(), 10)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			b = strconv.AppendUint(b, v.Uint(), 10)
+		case reflect.String:
+			b = append(append(append(b, '\''), strings.ReplaceAll(v.String(), "'", "''")...), '\'')
 		default:
 			return ""
 		}
