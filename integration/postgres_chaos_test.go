@@ -61,7 +61,8 @@ INSERT INTO seats SELECT g, 'seat ' || g, 0 FROM generate_series(1, 200) g;
 
 // chaosAdded are the columns the chaos workload adds to items as it goes,
 // one every chaosAlterEvery transactions: each DEFAULT is a value the rows
-// that existed before hold with no change event saying so, and each is
+// that existed before hold with no change event saying so (the last, a
+// volatile one, a different value in each row), and each other is
 // one that a sink once failed to fill (uuid, timestamptz, an array with a
 // NULL, a quoted boolean, a BC date) or holds only in a fallback form
 // (NaN in a numeric(p,s), -0).
@@ -74,6 +75,9 @@ var chaosAdded = []string{
 	`c_num numeric(10,2) DEFAULT 'NaN'`,
 	`c_neg double precision DEFAULT '-0'`,
 	`c_text text DEFAULT e'tab\there, quote '' and \\'`,
+	// A volatile DEFAULT rewrites the table with no change event for its
+	// rows: only the source's rewrite trigger and a re-read fill them.
+	`c_rand double precision DEFAULT random()`,
 }
 
 // chaosSeats are the workload's transactions on seats, whose key is

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/sources/postgres"
 )
 
 // The incremental snapshot on a PostgreSQL 16 hot standby, which takes no
@@ -51,6 +52,11 @@ func standbySnapshot(t *testing.T, primary, standby *harness.Postgres, mode stri
 	if err := primary.Exec(ctx, db, strings.NewReplacer("ITEMS", fmt.Sprint(items), "EVENTS", fmt.Sprint(events)).Replace(chaosSchema),
 		// The publication is made on the primary: the standby cannot.
 		"CREATE PUBLICATION sluice_"+db+" FOR TABLE items, events"); err != nil {
+		t.Fatal(err)
+	}
+	// So is the table rewrite trigger, as the source's warning says: the
+	// workload's ADD COLUMN … DEFAULT random() rewrites items.
+	if err := primary.Exec(ctx, db, postgres.RewriteTriggerSQL...); err != nil {
 		t.Fatal(err)
 	}
 	if err := standby.CatchUp(ctx, primary); err != nil {

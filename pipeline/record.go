@@ -161,6 +161,13 @@ const (
 	// committed (snapshot/). The snapshot engine consumes it; it never
 	// reaches an operator or a sink.
 	OpWatermark
+	// OpRewrite is control inside a source's stream: the rows of Table
+	// (only its ID is set) were rewritten in place by the record's
+	// transaction with no change event for them (PostgreSQL's ALTER
+	// TABLE … TYPE … USING, ADD COLUMN … DEFAULT with a volatile
+	// default). The snapshot engine consumes it and reads the table
+	// again; it never reaches an operator or a sink.
+	OpRewrite
 )
 
 func (o Op) String() string {
@@ -181,6 +188,8 @@ func (o Op) String() string {
 		return "shape"
 	case OpWatermark:
 		return "watermark"
+	case OpRewrite:
+		return "rewrite"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }

@@ -227,17 +227,24 @@ func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
 // table already being snapshotted with the same condition is not queued
 // twice: its run id is returned.
 func (e *Engine) Request(table pipeline.TableID, where string) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.queue(table, where, false)
+}
+
+// queue is Request with e.mu held; again queues a new run even when one
+// of the table with the same condition is under way (its chunks read so
+// far may predate what makes the table read again).
+func (e *Engine) queue(table pipeline.TableID, where string, again bool) (string, error) {
 	i := slices.IndexFunc(e.opts.Tables, func(id pipeline.TableID) bool { return sameTable(id, table) })
 	if i < 0 {
 		return "", fmt.Errorf("table %s is not captured by this pipeline (captured: %v)", table, e.opts.Tables)
 	}
 	table = e.opts.Tables[i] // as configured, with its database
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.prog == nil {
 		return "", errors.New("the pipeline is not open yet")
 	}
-	if t := e.prog.active(table, where); t != nil {
+	if t := e.prog.active(table, where); t != nil && !again {
 		return t.Run, nil
 	}
 	t := &tableProgress{Database: table.Database, Schema: table.Schema, Name: table.Table, Where: where,
@@ -248,6 +255,32 @@ func (e *Engine) Request(table pipeline.TableID, where string) (string, error) {
 	e.log.Info("snapshot requested", zap.String("table", table.String()), zap.String("where", where), zap.String("run", t.Run))
 	e.signal()
 	return t.Run, nil
+}
+
+// rewritten queues a new snapshot of the table of r, an OpRewrite: its
+// rows changed in place with no change events (pipeline.OpRewrite), so
+// the sinks hold them as they were. With IgnoreAdded (snapshot mode
+// never) the table is not read again, and the log says how to. e.mu is
+// held. The request is part of the progress the next positioned batch
+// carries, so a checkpoint past the rewrite always includes it.
+func (e *Engine) rewritten(r *pipeline.Record) {
+	id := r.Table.ID
+	if !slices.ContainsFunc(e.opts.Tables, func(t pipeline.TableID) bool { return sameTable(t, id) }) {
+		return
+	}
+	if e.opts.IgnoreAdded {
+		e.log.Warn("a table's rows were rewritten without change events (ALTER TABLE … TYPE … USING, or ADD COLUMN with a volatile "+
+			"DEFAULT); with snapshot mode never the sinks keep them as they were: run sluice snapshot --table to read it again",
+			zap.String("table", id.String()))
+		return
+	}
+	if _, err := e.queue(id, "", true); err != nil {
+		e.log.Warn("table rewritten without change events, but it cannot be read again", zap.String("table", id.String()), zap.Error(err))
+		return
+	}
+	e.stats.Rewrites++
+	e.log.Info("table rewritten without change events: reading it again", zap.String("table", id.String()),
+		zap.Stringer("version", r.Version))
 }
 
 // RequestKeys queues a repair of table: the rows of keys (each key's

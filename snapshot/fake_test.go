@@ -346,3 +346,21 @@ func (s *fakeSink) diff(db *fakeDB) []string {
 }
 
 var errStop = errors.New("stop")
+
+// rewrite changes every row's value behind the stream's back, as a
+// table rewrite does, and logs only an OpRewrite of the table in its
+// transaction; it returns that batch's position.
+func (db *fakeDB) rewrite(value string) pipeline.Position {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.lsn++
+	db.xid++
+	for k := range db.rows {
+		db.rows[k] = value
+	}
+	pos, _ := json.Marshal(db.lsn)
+	rec := pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: db.table.ID},
+		Version: pipeline.Version{0, db.lsn, 0, 2}, TxID: db.xid, Pos: pos}
+	db.log <- pipeline.Batch{Records: []pipeline.Record{rec}, Pos: pos}
+	return pos
+}

@@ -125,6 +125,7 @@ type Stats struct {
 	Redone    int64 // read again (visibility or schema)
 	Refetched int64 // keys read again after an unchanged value in their window
 	Repaired  int64 // keys of repair requests read again
+	Rewrites  int64 // tables queued again after a rewrite (pipeline.OpRewrite)
 }
 
 // Stats returns the counts of this run.

@@ -54,7 +54,7 @@ func (e *Engine) scan(b pipeline.Batch) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	active := len(e.prog.Tables) > 0 || len(e.windows) > 0
-	if !active && !hasWatermark(b.Records) {
+	if !active && !hasControl(b.Records) {
 		e.track(b.Records)
 		e.pending = append(e.pending, e.positioned(b))
 		return
@@ -63,6 +63,10 @@ func (e *Engine) scan(b pipeline.Batch) {
 	recs := make([]pipeline.Record, 0, len(b.Records))
 	for i := range b.Records {
 		r := &b.Records[i]
+		if r.Op == pipeline.OpRewrite {
+			e.rewritten(r)
+			continue
+		}
 		if r.Op != pipeline.OpWatermark {
 			if r.Table != nil {
 				e.shapes[r.Table.ID] = r.Table
@@ -124,9 +128,11 @@ func (e *Engine) scan(b pipeline.Batch) {
 	}
 }
 
-func hasWatermark(recs []pipeline.Record) bool {
+// hasControl reports a record the engine consumes: a watermark or a
+// rewrite.
+func hasControl(recs []pipeline.Record) bool {
 	for i := range recs {
-		if recs[i].Op == pipeline.OpWatermark {
+		if recs[i].Op == pipeline.OpWatermark || recs[i].Op == pipeline.OpRewrite {
 			return true
 		}
 	}

@@ -249,6 +249,12 @@ func (d *Decoder) Decode(ctx context.Context, walData []byte, walStart pglogrepl
 		case pglogrepl.MessageTypeRelation, pglogrepl.MessageTypeInsert, pglogrepl.MessageTypeUpdate,
 			pglogrepl.MessageTypeDelete, pglogrepl.MessageTypeTruncate:
 			return d.bufferStreamed(walData, walStart)
+		case pglogrepl.MessageTypeMessage:
+			// A transactional logical message (after the xid, its flags'
+			// bit 1) belongs to the streamed transaction, like a change.
+			if len(walData) > 5 && walData[5]&1 != 0 {
+				return d.bufferStreamed(walData, walStart)
+			}
 		}
 	}
 	msg, err := parseMessage(walData, d.inStream)
@@ -326,10 +332,8 @@ func parseMessage(data []byte, inStream bool) (msg pglogrepl.Message, err error)
 }
 
 func (d *Decoder) logicalMessage(ctx context.Context, m *pglogrepl.LogicalDecodingMessageV2, emit func(Chunk) error) error {
-	if m.Transactional && m.Prefix == WatermarkPrefix && d.txn != nil {
-		// An incremental snapshot's watermark, versioned in its
-		// transaction like a change (snapshot/).
-		return d.add(d.txn, pipeline.Record{Op: pipeline.OpWatermark, After: []any{string(m.Content)}}, emit)
+	if m.Transactional && d.txn != nil {
+		return d.txMessage(d.txn, &m.LogicalDecodingMessage, emit)
 	}
 	if m.Transactional || m.Prefix != d.opts.HeartbeatPrefix {
 		d.log.Debug("ignoring logical message", zap.String("prefix", m.Prefix), zap.Bool("transactional", m.Transactional))
@@ -358,6 +362,24 @@ func (d *Decoder) logicalMessage(ctx context.Context, m *pglogrepl.LogicalDecodi
 	// Invariant 11: shapes changed with no row change since go out with it.
 	recs := append(d.checkShapes(ctx, checks, m.LSN, rec), rec)
 	return emit(Chunk{Records: recs, Final: true, CommitLSN: m.LSN, EndLSN: m.LSN, CommitTime: rec.EventTime})
+}
+
+// txMessage turns a transactional logical message of tx into a record,
+// versioned in the transaction like a change: an incremental snapshot's
+// watermark (snapshot/) or a table rewrite (rewrite.go). Other prefixes
+// are not sluice's and are ignored.
+func (d *Decoder) txMessage(tx *txnState, m *pglogrepl.LogicalDecodingMessage, emit func(Chunk) error) error {
+	switch m.Prefix {
+	case WatermarkPrefix:
+		return d.add(tx, pipeline.Record{Op: pipeline.OpWatermark, After: []any{string(m.Content)}}, emit)
+	case RewritePrefix:
+		if r := d.rewriteRecord(m); r != nil {
+			return d.add(tx, *r, emit)
+		}
+		return nil
+	}
+	d.log.Debug("ignoring logical message", zap.String("prefix", m.Prefix), zap.Bool("transactional", true))
+	return nil
 }
 
 // flush hands over the transaction's pending records. Non-final chunks

@@ -14,7 +14,8 @@ import (
 // memory threshold, replayed in order at Stream Commit with the commit's
 // versions, and dropped at Stream Abort.
 
-// bufferStreamed keeps a change (or Relation) message of the open stream
+// bufferStreamed keeps a change (or Relation, or transactional logical)
+// message of the open stream
 // block for its transaction. Messages are kept raw and decoded at Stream
 // Commit, so Relation messages of the stream shape exactly the changes that
 // follow them, in commit order.
@@ -153,8 +154,11 @@ func (d *Decoder) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMes
 			if err != nil {
 				return &DecodeError{WALStart: walStart, Err: err}
 			}
-			if r, ok := msg.(*pglogrepl.RelationMessageV2); ok {
-				return d.applyRelation(ctx, &r.RelationMessage, walStart)
+			switch m := msg.(type) {
+			case *pglogrepl.RelationMessageV2:
+				return d.applyRelation(ctx, &m.RelationMessage, walStart)
+			case *pglogrepl.LogicalDecodingMessageV2:
+				return d.txMessage(tx, &m.LogicalDecodingMessage, emit)
 			}
 			return d.change(ctx, tx, msg, data, walStart, emit)
 		}

@@ -372,6 +372,9 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 	if err := s.ensurePublication(ctx); err != nil {
 		return err
 	}
+	if err := s.ensureRewriteTrigger(ctx); err != nil {
+		return err
+	}
 	repl, err = s.connectReplication(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres source: replication connection: %w", err)
