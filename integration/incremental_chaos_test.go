@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -38,6 +39,29 @@ func snapshotPending(t *testing.T, path string) (exists bool, pending []string) 
 		pending = append(pending, tb.Schema+"."+tb.Table)
 	}
 	return true, pending
+}
+
+// waitSnapshotsOver polls, while the daemon d runs, until the checkpoint
+// at path shows no snapshot unfinished: a table rewritten late in a run
+// is read again after the last transaction is already checkpointed.
+func waitSnapshotsOver(t *testing.T, d *daemonProc, path string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if ok, pending := snapshotPending(t, path); ok && len(pending) == 0 {
+			return
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("daemon exited (%d) with snapshots unfinished:\n%s", d.exitCode(), d.logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			_, pending := snapshotPending(t, path)
+			t.Fatalf("snapshots of %v still unfinished after 3 minutes:\n%s", pending, d.logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // snapshot.mode incremental under kill -9: harness.Trials(8) kills at

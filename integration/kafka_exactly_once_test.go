@@ -83,7 +83,7 @@ runtime:
 	defer stopWork()
 	var work chaosCounts
 	workErr := make(chan error, 1)
-	go func() { workErr <- chaosWorkload(wctx, dsn, items, &work, false, 0) }()
+	go func() { workErr <- chaosWorkload(wctx, dsn, items, &work, nil, 0) }()
 
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 9))

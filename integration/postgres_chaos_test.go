@@ -132,11 +132,13 @@ func (c *chaosCounts) waitDDL(t *testing.T, d *daemonProc) {
 // chaosWorkload keeps writing small transactions until ctx ends, counting
 // them into c: inserts, updates, deletes, primary-key updates, upserts,
 // transactions across both tables and key moves under seats' deferrable
-// key (chaosSeats); with ddl, also an ALTER TABLE items ADD
-// COLUMN … DEFAULT (chaosAdded) every chaosAlterEvery transactions and a
-// TRUNCATE events every chaosTruncateEvery. perSecond > 0 paces it to
-// that many transactions a second.
-func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts, ddl bool, perSecond int) error {
+// key (chaosSeats); with added (not nil), also an ALTER TABLE items ADD
+// COLUMN … DEFAULT of each of added in turn (chaosAdded, or a part of it)
+// every chaosAlterEvery transactions and a TRUNCATE events every
+// chaosTruncateEvery. perSecond > 0 paces it to that many transactions a
+// second.
+func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts, added []string, perSecond int) error {
+	ddl := added != nil
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -161,8 +163,8 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts,
 		var err error
 		id := 1 + rng.Int64N(next)
 		switch n := rng.IntN(13); {
-		case ddl && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(chaosAdded):
-			if _, err = conn.Exec(ctx, `ALTER TABLE items ADD COLUMN `+chaosAdded[c.alters.Load()]); err == nil {
+		case ddl && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(added):
+			if _, err = conn.Exec(ctx, `ALTER TABLE items ADD COLUMN `+added[c.alters.Load()]); err == nil {
 				c.alters.Add(1)
 			}
 		case ddl && op%chaosTruncateEvery == 0:
@@ -289,7 +291,7 @@ runtime: {checkpoint_interval: 100ms}
 	defer stopWork()
 	var work chaosCounts
 	workErr := make(chan error, 1)
-	go func() { workErr <- chaosWorkload(wctx, dsn, int64(c.items), &work, true, c.perSecond) }()
+	go func() { workErr <- chaosWorkload(wctx, dsn, int64(c.items), &work, chaosAdded, c.perSecond) }()
 
 	loadKills, streamKills := killAtRandom(t, cfg, checkpoint, func() bool { return c.loaded(t, checkpoint) })
 	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, work.writes.Load())
@@ -306,6 +308,7 @@ runtime: {checkpoint_interval: 100ms}
 	}
 	mark := commitMark(t, ctx, dsn)
 	waitSlotConfirmed(t, ctx, dsn, "sluice_pg"+c.name, mark, d)
+	waitSnapshotsOver(t, d, checkpoint)
 	d.signal(syscall.SIGTERM)
 	if code := d.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("final run exit %d:\n%s", code, d.logs())

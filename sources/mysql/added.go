@@ -64,8 +64,9 @@ func (s *shapes) forget(id pipeline.TableID) {
 // missingValues sets Missing on the columns of t (a new shape of id) that
 // prev lacks, from the DEFAULT their ALTER gave them: the value every row
 // that existed before the ALTER holds with no row event saying so. A
-// DEFAULT the source cannot evaluate leaves Missing unset (those rows read
-// NULL in the sinks until they change), with a warning.
+// DEFAULT the source cannot evaluate leaves Missing unset, with a warning;
+// for an expression the ALTER also queued the table to be read again
+// (rewritesRows), which fills those rows.
 func (s *shapes) missingValues(id pipeline.TableID, prev []colDesc, descs []colDesc, t *pipeline.Table) {
 	pending := s.added[id]
 	if len(pending) == 0 {
@@ -88,7 +89,7 @@ func (s *shapes) missingValues(id pipeline.TableID, prev []colDesc, descs []colD
 		v, err := s.conv.literal(d, lit)
 		if err != nil {
 			if s.log != nil {
-				s.log.Warn(fmt.Sprintf("column %s added to %s with a DEFAULT the source does not evaluate (%v): rows older than the ALTER read NULL in the sinks until they change", d.name, id, err))
+				s.log.Warn(fmt.Sprintf("column %s added to %s with a DEFAULT the source does not evaluate (%v): rows older than the ALTER read NULL in the sinks until the table is read again (the ALTER queued it when the DEFAULT is an expression) or they change", d.name, id, err))
 			}
 			continue
 		}

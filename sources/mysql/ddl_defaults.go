@@ -25,32 +25,49 @@ type defaultLit struct {
 	introducer string
 }
 
-// addedColumns returns the columns an ALTER TABLE statement adds, by name,
-// with their DEFAULT (a column added without one maps to a NULL literal:
-// existing rows read NULL). Statements other than ALTER TABLE give nil.
-func addedColumns(sql string) map[string]defaultLit {
+// alterSpecs returns an ALTER TABLE statement's tokens and its
+// specifications: the top-level comma-separated clauses, as word ranges
+// [from, to). Statements other than ALTER TABLE give nil.
+func alterSpecs(sql string) (*tokens, [][2]int) {
 	t := tokenize(sql)
 	if t.upper(0) == "SET" && t.upper(1) == "STATEMENT" {
 		for i := 2; i < len(t.words); i++ {
 			if t.depth[i] == 0 && t.upper(i) == "FOR" {
-				return addedColumns(t.rest(i + 1))
+				return alterSpecs(t.rest(i + 1))
 			}
 		}
-		return nil
+		return nil, nil
 	}
 	t.i = 1
 	if t.upper(0) != "ALTER" {
-		return nil
+		return nil, nil
 	}
 	t.skip("ONLINE")
 	t.skip("IGNORE")
 	if !t.skip("TABLE") {
-		return nil
+		return nil, nil
 	}
 	t.skipIfExists()
 	if _, ok := t.name(); !ok {
-		return nil
+		return nil, nil
 	}
+	var specs [][2]int
+	for start := t.i; start < len(t.words); {
+		end := start
+		for end < len(t.words) && !(t.depth[end] == 0 && t.words[end] == "," && !t.quoted[end]) {
+			end++
+		}
+		specs = append(specs, [2]int{start, end})
+		start = end + 1
+	}
+	return t, specs
+}
+
+// addedColumns returns the columns an ALTER TABLE statement adds, by name,
+// with their DEFAULT (a column added without one maps to a NULL literal:
+// existing rows read NULL). Statements other than ALTER TABLE give nil.
+func addedColumns(sql string) map[string]defaultLit {
+	t, specs := alterSpecs(sql)
 	var out map[string]defaultLit
 	add := func(name string, lit defaultLit) {
 		if out == nil {
@@ -58,16 +75,32 @@ func addedColumns(sql string) map[string]defaultLit {
 		}
 		out[name] = lit
 	}
-	// The specifications are the top-level comma-separated clauses.
-	for start := t.i; start < len(t.words); {
-		end := start
-		for end < len(t.words) && !(t.depth[end] == 0 && t.words[end] == "," && !t.quoted[end]) {
-			end++
-		}
-		parseAdd(t, start, end, add)
-		start = end + 1
+	for _, sp := range specs {
+		parseAdd(t, sp[0], sp[1], add)
 	}
 	return out
+}
+
+// rewritesRows reports whether an ALTER TABLE statement may change the
+// values existing rows hold with no row event for them: it changes a
+// column's type or character set (MODIFY, CHANGE, CONVERT TO), or adds a
+// column whose DEFAULT the source does not evaluate (added, from
+// addedColumns; CURRENT_TIMESTAMP, (UUID()), …). The snapshot engine then
+// reads the table again (pipeline.OpRewrite).
+func rewritesRows(sql string, added map[string]defaultLit) bool {
+	for _, lit := range added {
+		if !lit.null && !lit.constant {
+			return true
+		}
+	}
+	t, specs := alterSpecs(sql)
+	for _, sp := range specs {
+		switch t.upper(sp[0]) {
+		case "MODIFY", "CHANGE", "CONVERT":
+			return true
+		}
+	}
+	return false
 }
 
 // parseAdd reads one specification, words [from, to), when it adds

@@ -226,3 +226,22 @@ func TestMissingValuesCarryIntoLaterShapes(t *testing.T) {
 		t.Fatalf("the second update's columns %+v: want a with missing value 1 and b with 'two'", cols)
 	}
 }
+
+func TestRewritesRows(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"ALTER TABLE t MODIFY price decimal(8,0)":                                    true,
+		"alter table db.t change column a b bigint":                                  true,
+		"ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4":                             true,
+		"ALTER TABLE t ADD COLUMN at timestamp DEFAULT CURRENT_TIMESTAMP":            true,
+		"ALTER TABLE t ADD u varchar(36) DEFAULT (UUID()), ADD n int DEFAULT 1":      true,
+		"SET STATEMENT max_statement_time=60 FOR ALTER TABLE t MODIFY q int":         true,
+		"ALTER TABLE t ADD COLUMN n int DEFAULT 7, ADD m text":                       false,
+		"ALTER TABLE t ADD INDEX i (a), DROP COLUMN z, ALTER COLUMN q SET DEFAULT 3": false,
+		"ALTER TABLE t COMMENT 'modify change convert'":                              false,
+		"CREATE TABLE t (a int DEFAULT (UUID()))":                                    false,
+	} {
+		if got := rewritesRows(sql, addedColumns(sql)); got != want {
+			t.Errorf("%s: %v, want %v", sql, got, want)
+		}
+	}
+}

@@ -364,10 +364,14 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 		// The next TABLE_MAP shows the new shape; the DEFAULTs of added
 		// columns (which existing rows now hold) only the statement gives.
 		added := addedColumns(sql)
+		rewrite := rewritesRows(sql, added)
 		for _, n := range c.Tables {
 			if d.isCaptured(n) {
 				d.shapes.noteAdded(tableID(n), added)
 				d.shapes.markPending(tableID(n))
+				if rewrite {
+					d.rewrite(n, h)
+				}
 			}
 		}
 	case ddlDrop:
@@ -400,6 +404,27 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 		}
 	}
 	return nil
+}
+
+// rewrite records, at the statement's place in the stream, that n's
+// existing rows may hold values no row event carried: an OpRewrite, which
+// the snapshot engine consumes by reading the table again.
+func (d *decoder) rewrite(n tableName, h *replication.EventHeader) {
+	i := d.nrows
+	d.nrows++
+	if d.skipped(i) {
+		return
+	}
+	id := tableID(n)
+	for _, c := range d.captured {
+		if strings.EqualFold(c.db, n.db) && c.table == n.table {
+			id = tableID(c) // as captured: the engine matches names exactly
+		}
+	}
+	d.log.Info("table altered in a way that may change its rows with no row event: it will be read again",
+		zap.Stringer("table", id), zap.String("at", fmt.Sprintf("%s:%d", d.file, h.LogPos)))
+	d.recs = append(d.recs, pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}, EventTime: d.txTime, TxID: d.txID,
+		Version: streamVersion(d.epoch, d.txFile, d.txStart, i), Size: 128})
 }
 
 func (d *decoder) isCaptured(n tableName) bool {
