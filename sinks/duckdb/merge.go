@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	duck "github.com/duckdb/duckdb-go/v2"
 
@@ -175,7 +176,8 @@ const inListMax = 2048
 
 // keyList returns the condition `key IN (…)` naming the rows' keys as
 // literals, or "" when the batch has more rows than inListMax or a key
-// that is not one integer or text column stored as staged.
+// that is not one integer or text column stored as staged, or a text key
+// that is not valid UTF-8 or holds a NUL.
 func keyList(tb *upsert.TableBatch, rows []upsert.Row) string {
 	if len(tb.Keys) != 1 || len(rows) == 0 || len(rows) > inListMax {
 		return ""
@@ -196,7 +198,11 @@ func keyList(tb *upsert.TableBatch, rows []upsert.Row) string {
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 			b = strconv.AppendUint(b, v.Uint(), 10)
 		case reflect.String:
-			b = append(append(append(b, '\''), strings.ReplaceAll(v.String(), "'", "''")...), '\'')
+			x := v.String()
+			if !utf8.ValidString(x) || strings.IndexByte(x, 0) >= 0 {
+				return "" // not text a statement can spell
+			}
+			b = append(append(append(b, '\''), strings.ReplaceAll(x, "'", "''")...), '\'')
 		default:
 			return ""
 		}

@@ -580,6 +580,11 @@ func TestSmallMergeNamesItsKeys(t *testing.T) {
 	if got := keyList(&upsert.TableBatch{Cols: tags.Columns, Keys: []int{0, 1}}, rows); got != "" {
 		t.Errorf("composite key: %s", got)
 	}
+	for _, odd := range []string{"nul\x00", "\xff\xfe"} {
+		if got := keyList(tb, []upsert.Row{{Vals: []any{odd, int64(1)}}}); got != "" {
+			t.Errorf("key %q: %s", odd, got)
+		}
+	}
 	if got := keyList(tb, make([]upsert.Row, inListMax+1)); got != "" {
 		t.Errorf("%d rows: %s", inListMax+1, got)
 	}
