@@ -73,10 +73,10 @@ var mysqlAdded = []string{
 
 // mysqlWorkload keeps writing small transactions until ctx ends, counting
 // them into c; while ddl holds, also an ALTER TABLE items ADD COLUMN …
-// DEFAULT (mysqlAdded) every chaosAlterEvery transactions and a TRUNCATE
-// events every chaosTruncateEvery. perSecond > 0 paces it to that many
-// transactions a second.
-func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCounts, ddl *atomic.Bool, perSecond int) error {
+// DEFAULT (each of added in turn) every chaosAlterEvery transactions and
+// a TRUNCATE events every chaosTruncateEvery. perSecond > 0 paces it to
+// that many transactions a second.
+func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCounts, ddl *atomic.Bool, added []string, perSecond int) error {
 	conn, err := client.Connect(addr, "root", "", db)
 	if err != nil {
 		return err
@@ -98,8 +98,8 @@ func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCo
 		var stmts []string
 		alter, truncate := false, false
 		switch n := rng.IntN(12); {
-		case ddl.Load() && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(mysqlAdded):
-			stmts, alter = []string{`ALTER TABLE items ADD COLUMN ` + mysqlAdded[c.alters.Load()]}, true
+		case ddl.Load() && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(added):
+			stmts, alter = []string{`ALTER TABLE items ADD COLUMN ` + added[c.alters.Load()]}, true
 		case ddl.Load() && op%chaosTruncateEvery == 0:
 			stmts, truncate = []string{`TRUNCATE events`}, true
 		case n < 3:
@@ -329,7 +329,9 @@ runtime: {checkpoint_interval: 100ms}
 	var ddl atomic.Bool
 	ddl.Store(c.ddlFromStart)
 	workErr := make(chan error, 1)
-	go func() { workErr <- mysqlWorkload(wctx, addr, c.name, int64(c.items), &work, &ddl, c.perSecond) }()
+	go func() {
+		workErr <- mysqlWorkload(wctx, addr, c.name, int64(c.items), &work, &ddl, mysqlAdded, c.perSecond)
+	}()
 
 	loadKills, streamKills := killAtRandom(t, cfg, checkpoint, func() bool {
 		loaded := c.loaded(t, checkpoint)

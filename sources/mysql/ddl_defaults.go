@@ -65,7 +65,8 @@ func alterSpecs(sql string) (*tokens, [][2]int) {
 
 // addedColumns returns the columns an ALTER TABLE statement adds, by name,
 // with their DEFAULT (a column added without one maps to a NULL literal:
-// existing rows read NULL). Statements other than ALTER TABLE give nil.
+// existing rows read NULL; an AUTO_INCREMENT or generated column to a
+// value that is not constant). Statements other than ALTER TABLE give nil.
 func addedColumns(sql string) map[string]defaultLit {
 	t, specs := alterSpecs(sql)
 	var out map[string]defaultLit
@@ -84,8 +85,9 @@ func addedColumns(sql string) map[string]defaultLit {
 // rewritesRows reports whether an ALTER TABLE statement may change the
 // values existing rows hold with no row event for them: it changes a
 // column's type or character set (MODIFY, CHANGE, CONVERT TO), or adds a
-// column whose DEFAULT the source does not evaluate (added, from
-// addedColumns; CURRENT_TIMESTAMP, (UUID()), …). The snapshot engine then
+// column whose value the source does not evaluate (added, from
+// addedColumns: a DEFAULT such as CURRENT_TIMESTAMP or (UUID()), an
+// AUTO_INCREMENT or a generated column). The snapshot engine then
 // reads the table again (pipeline.OpRewrite).
 func rewritesRows(sql string, added map[string]defaultLit) bool {
 	for _, lit := range added {
@@ -148,12 +150,20 @@ func columnDef(t *tokens, from, to int, add func(string, defaultLit)) {
 	name := t.words[from]
 	depth := t.depth[from]
 	lit := defaultLit{null: true, constant: true}
+	seen := false // a DEFAULT was read
 	for i := from + 1; i < to; i++ {
-		if t.depth[i] != depth || t.upper(i) != "DEFAULT" || i+1 >= to {
+		if t.depth[i] != depth || t.quoted[i] {
 			continue
 		}
-		lit = literalAt(t, i+1, to)
-		break
+		switch w := t.upper(i); {
+		case w == "AUTO_INCREMENT" || w == "GENERATED" || w == "AS" && i+1 < to && t.words[i+1] == "(":
+			// A value per existing row (a sequence, a generated column's
+			// expression) that no statement spells.
+			add(name, defaultLit{})
+			return
+		case w == "DEFAULT" && i+1 < to && !seen:
+			lit, seen = literalAt(t, i+1, to), true
+		}
 	}
 	add(name, lit)
 }
