@@ -11,10 +11,10 @@ import (
 	"github.com/sluice-cdc/sluice/verify"
 )
 
-// Read returns the source's next batch with every watermark taken out
-// and, right after each high watermark of a window of this run, the
-// window's chunk rows whose keys no change touched since its low
-// watermark (Invariant 12). A batch is cut after each high watermark,
+// Read returns the source's next batch with every watermark and rewrite
+// taken out (a rewrite queues its table's new snapshot) and, right after
+// each high watermark of a window of this run, the window's chunk rows
+// whose keys no change touched since its low watermark (Invariant 12). A batch is cut after each high watermark,
 // and every positioned batch carries the snapshot progress as of its
 // end, so a checkpoint covers exactly the chunks emitted before it.
 func (e *Engine) Read(ctx context.Context) (pipeline.Batch, error) {
