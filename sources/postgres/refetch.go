@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -79,17 +78,13 @@ func tupleKey(s *TableShape, tuple *pglogrepl.TupleData) ([]string, bool) {
 // stream decodes them (the Refetch of DecoderOptions).
 func refetcher(pool *pgxpool.Pool) func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
 	return func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
-		rows, err := refetch(ctx, pool, s, keys, cols)
-		if err != nil || !slices.ContainsFunc(rows, func(r []any) bool { return r == nil }) {
-			return rows, err
-		}
 		// A commit is written to the WAL (and decoded) before it becomes
-		// visible to other sessions: wait until it is, then read again,
-		// or a row the transaction moved would look gone.
-		if waitVisible(ctx, pool, xid) {
-			return refetch(ctx, pool, s, keys, cols)
-		}
-		return rows, nil
+		// visible to other sessions: read once it is, or a row the
+		// transaction moved would look gone, and a key it gave another
+		// row would read the row it held before. A server that cannot
+		// tell (before PostgreSQL 13) is read at once.
+		waitVisible(ctx, pool, xid)
+		return refetch(ctx, pool, s, keys, cols)
 	}
 }
 
