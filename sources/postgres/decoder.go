@@ -514,7 +514,7 @@ func (d *Decoder) changeRecords(ctx context.Context, tx *txnState, msg pglogrepl
 		if err != nil {
 			return err
 		}
-		d.noteKey(tx, s, m.Tuple, keyPut)
+		d.noteKey(tx, s, m.Tuple, keyPut, after)
 		return d.add(tx, pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: after}, emit)
 	case *pglogrepl.UpdateMessageV2:
 		return d.update(ctx, tx, &m.UpdateMessage, walStart, emit)
@@ -527,7 +527,7 @@ func (d *Decoder) changeRecords(ctx context.Context, tx *txnState, msg pglogrepl
 		if err != nil {
 			return err
 		}
-		d.noteKey(tx, s, m.OldTuple, keyLeft)
+		d.noteKey(tx, s, m.OldTuple, keyLeft, nil)
 		return d.add(tx, pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: before}, emit)
 	case *pglogrepl.TruncateMessageV2:
 		for _, id := range m.RelationIDs {
@@ -568,8 +568,8 @@ func (d *Decoder) update(ctx context.Context, tx *txnState, m *pglogrepl.UpdateM
 		}
 	}
 	if m.OldTuple != nil && keyChanged(s.Table.KeyIdx, m.OldTuple, m.NewTuple) {
-		d.noteKey(tx, s, m.OldTuple, keyLeft)
-		d.noteKey(tx, s, m.NewTuple, keyPut)
+		d.noteKey(tx, s, m.OldTuple, keyLeft, nil)
+		d.noteKey(tx, s, m.NewTuple, keyPut, after) // after as refetchUnchanged completes it
 		if err := d.add(tx, pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: before}, emit); err != nil {
 			return err
 		}
@@ -578,7 +578,7 @@ func (d *Decoder) update(ctx context.Context, tx *txnState, m *pglogrepl.UpdateM
 		}
 		return d.add(tx, pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: after}, emit)
 	}
-	d.noteKey(tx, s, m.NewTuple, keyTouched)
+	d.noteKey(tx, s, m.NewTuple, keyTouched, after)
 	return d.add(tx, pipeline.Record{Op: pipeline.OpUpdate, Table: s.Table, Before: before, After: after}, emit)
 }
 

@@ -28,8 +28,9 @@ import (
 // transaction put there that may still stand (a put). A delete, a move
 // away or an update at a key with a put is in doubt: it may have touched
 // either row. At the commit every key in doubt is read again (Refetch,
-// which first waits until the transaction is visible) and its row, or a
-// delete when it has none, is appended to the transaction, versioned after
+// which first waits until the transaction is visible) and the change from
+// what the transaction's changes left there, in a sink's account, to what
+// the table holds is appended to the transaction (settle), versioned after
 // all of its changes (Invariant 4): whatever the changes did in between,
 // the key ends as the table holds it. A row read later than the commit is
 // the one a later change brings again with a higher version, as for
@@ -51,20 +52,25 @@ const (
 
 // doubt is a transaction's tracking of deferrable keys.
 type doubt struct {
-	live    map[string]int32 // key id → puts that may still stand
-	pending map[string]bool  // key ids in doubt
-	order   []doubtKey       // the keys in doubt, first doubt first
-	full    bool             // maxDoubtKeys was reached
+	live map[string]int32 // key id → puts that may still stand
+	// implied is, for each key in doubt, the row the transaction's
+	// changes leave at it in a sink's account (nil: none): the before
+	// image of what settle appends.
+	implied map[string][]any
+	order   []doubtKey // the keys in doubt, first doubt first
+	full    bool       // maxDoubtKeys was reached
 }
 
 type doubtKey struct {
 	rel uint32
+	id  string
 	key []string
 }
 
 // noteKey tracks a change of kind what at the key of tuple, for tables
-// whose key is deferrable.
-func (d *Decoder) noteKey(tx *txnState, s *TableShape, tuple *pglogrepl.TupleData, what int) {
+// whose key is deferrable; img is the row the change leaves at the key in
+// a sink's account (its new image; nil for keyLeft).
+func (d *Decoder) noteKey(tx *txnState, s *TableShape, tuple *pglogrepl.TupleData, what int, img []any) {
 	if !s.DeferrableKey || d.opts.Refetch == nil {
 		return
 	}
@@ -74,10 +80,13 @@ func (d *Decoder) noteKey(tx *txnState, s *TableShape, tuple *pglogrepl.TupleDat
 	}
 	dt := tx.doubt
 	if dt == nil {
-		dt = &doubt{live: map[string]int32{}, pending: map[string]bool{}}
+		dt = &doubt{live: map[string]int32{}, implied: map[string][]any{}}
 		tx.doubt = dt
 	}
 	id := strconv.FormatUint(uint64(s.RelationOID), 10) + "\x00" + strings.Join(key, "\x00")
+	if _, ok := dt.implied[id]; ok {
+		dt.implied[id] = img // in doubt already: the sinks' account moves on
+	}
 	n := dt.live[id]
 	switch what {
 	case keyPut:
@@ -100,15 +109,19 @@ func (d *Decoder) noteKey(tx *txnState, s *TableShape, tuple *pglogrepl.TupleDat
 			delete(dt.live, id)
 		}
 	}
-	if n > 0 && !dt.pending[id] {
-		dt.pending[id] = true
-		dt.order = append(dt.order, doubtKey{rel: s.RelationOID, key: key})
+	if _, ok := dt.implied[id]; n > 0 && !ok {
+		dt.implied[id] = img
+		dt.order = append(dt.order, doubtKey{rel: s.RelationOID, id: id, key: key})
 	}
 }
 
 // settle appends to tx, before its commit, the rows of the keys its
-// changes left in doubt, read again (see above): an update carrying the
-// row, or a delete of the key when the table has no row there.
+// changes left in doubt, read again (see above), against what its changes
+// left at each key in the sinks' account: an update from that row to the
+// one read, an insert when they left none, a delete when the table has
+// none there, and nothing when neither has a row. Before images are the
+// rows the stream's own changes carried, full under REPLICA IDENTITY
+// FULL like any other.
 func (d *Decoder) settle(ctx context.Context, tx *txnState, emit func(Chunk) error) error {
 	dt := tx.doubt
 	tx.doubt = nil
@@ -116,12 +129,14 @@ func (d *Decoder) settle(ctx context.Context, tx *txnState, emit func(Chunk) err
 		return nil
 	}
 	byRel := map[uint32][][]string{}
+	ids := map[uint32][]string{}
 	var rels []uint32
 	for _, k := range dt.order {
 		if byRel[k.rel] == nil {
 			rels = append(rels, k.rel)
 		}
 		byRel[k.rel] = append(byRel[k.rel], k.key)
+		ids[k.rel] = append(ids[k.rel], k.id)
 	}
 	for _, rel := range rels {
 		s := d.rels[rel]
@@ -148,28 +163,22 @@ func (d *Decoder) settle(ctx context.Context, tx *txnState, emit func(Chunk) err
 		}
 		d.log.Debug("keys in doubt read again", zap.Stringer("table", s.Table.ID), zap.Int("keys", len(keys)))
 		for i, row := range rows {
-			if row != nil {
-				err = d.add(tx, pipeline.Record{Op: pipeline.OpUpdate, Table: s.Table, After: row}, emit)
-			} else {
-				err = d.add(tx, pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: keyImage(s, keys[i])}, emit)
+			implied := dt.implied[ids[rel][i]]
+			var r pipeline.Record
+			switch {
+			case row != nil && implied != nil:
+				r = pipeline.Record{Op: pipeline.OpUpdate, Table: s.Table, Before: implied, After: row}
+			case row != nil:
+				r = pipeline.Record{Op: pipeline.OpInsert, Table: s.Table, After: row}
+			case implied != nil:
+				r = pipeline.Record{Op: pipeline.OpDelete, Table: s.Table, Before: implied}
+			default:
+				continue
 			}
-			if err != nil {
+			if err := d.add(tx, r, emit); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-// keyImage is a row image holding only the key's values, decoded from
-// their text (as a delete's old tuple under REPLICA IDENTITY DEFAULT).
-func keyImage(s *TableShape, key []string) []any {
-	img := make([]any, len(s.Columns))
-	for j, k := range s.Table.KeyIdx {
-		v, err := DecodeText(s.Columns[k], []byte(key[j]))
-		if err == nil {
-			img[k] = v
-		}
-	}
-	return img
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // Under a DEFERRABLE primary key two rows share a key inside a transaction
@@ -97,6 +98,16 @@ func TestDeferrableKeyMoves(t *testing.T) {
 	r.reachLSN(ctx, currentLSN(t, ctx, pg))
 	equalRows(t, "public.t", r.sink.Table("public.t"), selectRows(t, ctx, pg, "SELECT id, body, n FROM t"))
 	equalRows(t, "public.plain", r.sink.Table("public.plain"), selectRows(t, ctx, pg, "SELECT id, n FROM plain"))
+	// t is REPLICA IDENTITY FULL: every update and delete, the appended
+	// ones included, carries a full before image (body is never NULL).
+	for _, rec := range r.sink.Records {
+		if rec.Table == nil || rec.Table.ID.Table != "t" || (rec.Op != pipeline.OpUpdate && rec.Op != pipeline.OpDelete) {
+			continue
+		}
+		if len(rec.Before) != 3 || rec.Before[1] == nil {
+			t.Fatalf("%s of key %v without a full before image: %v", rec.Op, rec.After, rec.Before)
+		}
+	}
 	// The shifts of every row went through the streamed path. The
 	// server publishes the slot's counters a moment after decoding.
 	deadline := time.Now().Add(30 * time.Second)
