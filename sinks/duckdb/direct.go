@@ -101,6 +101,10 @@ func (s *Sink) appendNew(ctx context.Context, records []pipeline.Record) ([]pipe
 	if rows == 0 {
 		return left, nil
 	}
+	// Invariant 4: the fresh records go in with no version check, which
+	// is the guarded upsert's result only for keys the target does not
+	// hold: the probe said so, and no other write runs in between (s.mu).
+	// A key repeated in the Write is refused by the primary key.
 	written, _, err := s.tryInsert(ctx, st, target, t, fresh)
 	if err != nil || !written {
 		return records, err // a key repeats in the Write, or a value is refused: MERGE it all
