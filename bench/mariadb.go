@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -316,7 +317,20 @@ func profiled(prefix, phase string, f func() (time.Duration, error)) (time.Durat
 	if err := pprof.StartCPUProfile(cpu); err != nil {
 		return 0, err
 	}
+	// The execution trace shows what the CPU profile cannot: which
+	// goroutine waits on which, and when the sink's writes run.
+	tr, err := os.Create(prefix + phase + ".trace")
+	if err != nil {
+		pprof.StopCPUProfile()
+		return 0, err
+	}
+	defer tr.Close()
+	if err := trace.Start(tr); err != nil {
+		pprof.StopCPUProfile()
+		return 0, err
+	}
 	d, ferr := f()
+	trace.Stop()
 	pprof.StopCPUProfile()
 	heap, err := os.Create(prefix + phase + ".heap.pprof")
 	if err != nil {
