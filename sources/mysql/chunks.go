@@ -42,6 +42,10 @@ type ChunkReader struct {
 	idle    []*client.Conn
 	checked bool // the server's commit order and the watermark table
 	closed  bool
+	// known holds each table's columns as the last chunk read them
+	// under its metadata lock; the next chunk's query is built from
+	// them (see read).
+	known map[pipeline.TableID][]colDesc
 }
 
 // lockWaitSeconds bounds how long a chunk or a watermark waits for a
@@ -184,6 +188,11 @@ func (r *ChunkReader) shape(c *client.Conn, id pipeline.TableID) ([]colDesc, *pi
 	if err != nil {
 		return nil, nil, permanent(err)
 	}
+	return r.shapeOf(id, descs)
+}
+
+// shapeOf is shape with the columns read already.
+func (r *ChunkReader) shapeOf(id pipeline.TableID, descs []colDesc) ([]colDesc, *pipeline.Table, error) {
 	t := buildTable(tableID(tableName{db: id.Schema, table: id.Table}), descs, 1, r.s.opts.ZeroDates == ZeroDatesNull)
 	if len(t.KeyIdx) == 0 {
 		q := quoteIdent(id.Schema) + "." + quoteIdent(id.Table)
@@ -339,14 +348,39 @@ func (r *ChunkReader) Keys(ctx context.Context, t snapshot.Target, keys [][]any)
 }
 
 // read runs the query query builds in one transaction WITH CONSISTENT
-// SNAPSHOT. The columns are read again after the rows, under the
-// metadata lock the SELECT took: a schema change that committed between
-// the two would have failed the SELECT (ER_TABLE_DEF_CHANGED) or shows as
-// another shape, and the chunk is read again. The query returns at most
-// limit rows; with maxBytes > 0 no row is kept after the one that takes
-// the rows' bytes to maxBytes (the rest of the result is read and
-// dropped, and the chunk is Cut).
-func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxBytes int, query func([]colDesc, keyset) (string, []any, error)) (ch snapshot.Chunk, err error) {
+// SNAPSHOT. The columns are read after the rows, under the metadata lock
+// the SELECT took, which no schema change can commit past before the
+// transaction ends: the rows have the columns read then. The query is
+// built from the columns the table's last chunk found that way (known),
+// or read before it for the first chunk: a schema change that committed
+// since fails the SELECT (ER_TABLE_DEF_CHANGED, an unknown column) or
+// shows as other columns, and the chunk is read again at once with the
+// columns read first. One catalog read a chunk instead of two: on
+// MariaDB one costs about as much as reading a few thousand rows.
+func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxBytes int, query func([]colDesc, keyset) (string, []any, error)) (snapshot.Chunk, error) {
+	r.mu.Lock()
+	descs := r.known[t.Table]
+	r.mu.Unlock()
+	if descs != nil {
+		ch, err := r.readAs(ctx, t, descs, limit, maxBytes, query)
+		if err == nil || ctx.Err() != nil {
+			return ch, err
+		}
+		r.forget(t.Table) // read the columns first this time
+	}
+	return r.readAs(ctx, t, nil, limit, maxBytes, query)
+}
+
+// forget drops what read knows of table's columns.
+func (r *ChunkReader) forget(table pipeline.TableID) {
+	r.mu.Lock()
+	delete(r.known, table)
+	r.mu.Unlock()
+}
+
+// readAs is read with the query built from known, or from the columns
+// read first when known is nil.
+func (r *ChunkReader) readAs(ctx context.Context, t snapshot.Target, known []colDesc, limit, maxBytes int, query func([]colDesc, keyset) (string, []any, error)) (ch snapshot.Chunk, err error) {
 	c, err := r.acquire(ctx)
 	if err != nil {
 		return ch, err
@@ -356,7 +390,13 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	if _, err := c.Execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
 		return ch, err
 	}
-	descs, table, err := r.shape(c, t.Table)
+	var descs []colDesc
+	var table *pipeline.Table
+	if known != nil {
+		descs, table, err = r.shapeOf(t.Table, known)
+	} else {
+		descs, table, err = r.shape(c, t.Table)
+	}
 	if err != nil {
 		return ch, err
 	}
@@ -414,6 +454,7 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 		return ch, err
 	}
 	if !sameDescs(descs, again) {
+		r.forget(t.Table)
 		return ch, fmt.Errorf("read %s: the table's columns changed during the read", t.Table)
 	}
 	if seen {
@@ -430,6 +471,12 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	if _, err := c.Execute("COMMIT"); err != nil {
 		return ch, err
 	}
+	r.mu.Lock()
+	if r.known == nil {
+		r.known = map[pipeline.TableID][]colDesc{}
+	}
+	r.known[t.Table] = again
+	r.mu.Unlock()
 	ok = true
 	return ch, nil
 }

@@ -506,3 +506,72 @@ func TestInitialLoadResumesIncrementallyAfterACrashMariaDB(t *testing.T) {
 		t.Fatalf("the restart read %d rows: want the rest of the load, not none and not all 9000", reads)
 	}
 }
+
+// A chunk reads the table's columns once, under the metadata lock its
+// SELECT holds, and builds the next chunk's query from them. A column
+// added, dropped or retyped between two chunks shows in the next one at
+// once: it reads the new columns and values, with no error.
+func TestChunkReaderFollowsColumnsBetweenChunks(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE chcols", "USE chcols", "CREATE TABLE t (id int PRIMARY KEY, v varchar(20))")
+	var rows []string
+	for i := range 100 {
+		rows = append(rows, fmt.Sprintf("(%d, 'v%d')", i, i))
+	}
+	mustExec(t, c, "INSERT INTO t VALUES "+strings.Join(rows, ","))
+	src, _ := incremental(t, m, "chcols", false, nil, nil, "t")
+	rd := src.ChunkReader(1)
+	defer rd.Close()
+	tgt := snapshot.Target{Table: pipeline.TableID{Database: "chcols", Schema: "chcols", Table: "t"}}
+	var after snapshot.Cursor
+	chunk := func(what string) snapshot.Chunk {
+		t.Helper()
+		ch, err := rd.Chunk(ctx, tgt, after, nil, 20, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if len(ch.Rows) != 20 {
+			t.Fatalf("%s: %d rows, want 20", what, len(ch.Rows))
+		}
+		after = ch.Last
+		return ch
+	}
+	names := func(ch snapshot.Chunk) string {
+		var n []string
+		for _, col := range ch.Table.Columns {
+			n = append(n, col.Name+" "+col.Type.String())
+		}
+		return strings.Join(n, ", ")
+	}
+	chunk("first chunk")
+	before := catalogReads.Load()
+	ch := chunk("second chunk")
+	if n := catalogReads.Load() - before; n != 1 {
+		t.Fatalf("the second chunk read the columns %d times, want once", n)
+	}
+	if got := names(ch); got != "id int32, v string" {
+		t.Fatalf("second chunk's columns: %s", got)
+	}
+	mustExec(t, c, "ALTER TABLE t ADD COLUMN x int NOT NULL DEFAULT 7")
+	ch = chunk("after ADD COLUMN")
+	if got := names(ch); got != "id int32, v string, x int32" {
+		t.Fatalf("columns after ADD COLUMN: %s", got)
+	}
+	if v := ch.Rows[0][2]; v != int64(7) {
+		t.Fatalf("the added column reads %T %v, want int64 7", v, v)
+	}
+	mustExec(t, c, "ALTER TABLE t DROP COLUMN v")
+	ch = chunk("after DROP COLUMN")
+	if got := names(ch); got != "id int32, x int32" || len(ch.Rows[0]) != 2 {
+		t.Fatalf("columns after DROP COLUMN: %s (%d values)", got, len(ch.Rows[0]))
+	}
+	mustExec(t, c, "ALTER TABLE t MODIFY x bigint NOT NULL")
+	ch = chunk("after MODIFY")
+	if got := names(ch); got != "id int32, x int64" {
+		t.Fatalf("columns after MODIFY: %s", got)
+	}
+	if v := ch.Rows[0][1]; v != int64(7) {
+		t.Fatalf("the retyped column reads %#v, want int64 7", v)
+	}
+}
