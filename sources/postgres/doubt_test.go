@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -139,4 +143,100 @@ func isSerializationOrUnique(err error) bool {
 		return true
 	}
 	return false
+}
+
+// Commit order in the WAL and visibility order can differ: a shift of a
+// deferrable key whose commit waits for a synchronous standby that never
+// answers is decoded while every other session still sees the rows on
+// their old keys. Read then, the keys in doubt would bring the old rows
+// back beside the shifted ones. The source says why it waits, hands over
+// nothing of the shift until it is visible, and the sink then equals the
+// table.
+func TestDeferrableKeyMovesWaitForVisibility(t *testing.T) {
+	pg, ctx := testDB(t, harness.PostgresOptions{Settings: map[string]string{
+		"synchronous_standby_names": "nobody", "synchronous_commit": "local"}})
+	exec(t, ctx, pg, "shop",
+		"CREATE TABLE t (id int PRIMARY KEY DEFERRABLE, body text)",
+		"ALTER TABLE t REPLICA IDENTITY FULL")
+	defer func(d time.Duration) { slowVisible = d }(slowVisible)
+	slowVisible = 100 * time.Millisecond
+	core, logs := observer.New(zap.WarnLevel)
+	src, err := New(testOptions(pg, "public.t"), zap.New(zapcore.NewTee(core, testLogger(t).Core())), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Open(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = src.Close(context.Background()) })
+	exec(t, ctx, pg, "shop", "INSERT INTO t SELECT g, 'row ' || g FROM generate_series(1, 200) g")
+	r := newReader(t, src, false)
+	r.reachLSN(ctx, currentLSN(t, ctx, pg))
+
+	skew, err := pgx.Connect(ctx, pg.DSN("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer skew.Close(context.Background())
+	var pid int
+	if err := skew.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan error, 1)
+	go func() {
+		// Waits for the standby after writing its commit record.
+		_, err := skew.Exec(ctx, "BEGIN; SET LOCAL synchronous_commit = on; UPDATE t SET id = id + 1, body = body || 'x'; COMMIT")
+		committed <- err
+	}()
+	admin, err := pgx.Connect(ctx, pg.DSN("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	waitFor(t, ctx, "the shift's commit waiting for the standby", func() bool {
+		var n int
+		_ = admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'", pid).Scan(&n)
+		return n == 1
+	})
+	end := currentLSN(t, ctx, pg) // past the shift's commit record
+	reached := make(chan error, 1)
+	go func() {
+		for {
+			b, err := src.Read(ctx)
+			if err != nil {
+				reached <- err
+				return
+			}
+			r.sink.Apply(b.Records)
+			if pp, err := ParsePosition(b.Pos); b.Pos != nil && (err != nil || pp.LSN >= end) {
+				reached <- err
+				return
+			}
+		}
+	}()
+	waitFor(t, ctx, "the source to say it waits for the shift's visibility", func() bool {
+		return logs.FilterMessageSnippet("not visible to other sessions yet").Len() > 0
+	})
+	select {
+	case err := <-reached:
+		t.Fatalf("the source handed the shift over while it was not visible (%v)", err)
+	default:
+	}
+	// Visibility catches up: the backend stops waiting (its transaction
+	// is committed locally) and leaves the in-progress list.
+	if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-committed; err != nil {
+		t.Logf("the skewed session ended with: %v", err)
+	}
+	if err := <-reached; err != nil {
+		t.Fatal(err)
+	}
+	var low int
+	if err := admin.QueryRow(ctx, "SELECT min(id) FROM t").Scan(&low); err != nil || low != 2 {
+		t.Fatalf("the table's lowest key is %d (%v), want 2: the shift did not commit", low, err)
+	}
+	want := selectRows(t, ctx, pg, "SELECT id, body FROM t")
+	equalRows(t, "public.t", r.sink.Table("public.t"), want)
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -76,14 +79,23 @@ func tupleKey(s *TableShape, tuple *pglogrepl.TupleData) ([]string, bool) {
 
 // refetcher reads rows by key through pool, decoding them exactly as the
 // stream decodes them (the Refetch of DecoderOptions).
-func refetcher(pool *pgxpool.Pool) func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
+func refetcher(pool *pgxpool.Pool, log *zap.Logger) func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
 	return func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
 		// A commit is written to the WAL (and decoded) before it becomes
 		// visible to other sessions: read once it is, or a row the
 		// transaction moved would look gone, and a key it gave another
-		// row would read the row it held before. A server that cannot
-		// tell (before PostgreSQL 13) is read at once.
-		waitVisible(ctx, pool, xid)
+		// row would read the row it held before. It stays invisible for
+		// as long as a synchronous standby does not confirm it, and the
+		// stream waits with it, however long: nothing read before is
+		// right.
+		slow := func() {
+			log.Warn("a decoded transaction is not visible to other sessions yet (a synchronous standby that does "+
+				"not answer?); the stream waits for it before reading its rows again",
+				zap.Uint32("xid", xid), zap.String("table", s.Table.ID.String()))
+		}
+		if err := waitVisible(ctx, pool, xid, slow); err != nil {
+			return nil, err
+		}
 		return refetch(ctx, pool, s, keys, cols)
 	}
 }
@@ -93,29 +105,40 @@ func refetcher(pool *pgxpool.Pool) func(ctx context.Context, xid uint32, s *Tabl
 const visibleQuery = `SELECT pg_visible_in_snapshot(((CASE WHEN $1::bigint <= (x & 4294967295) THEN x >> 32 ELSE (x >> 32) - 1 END) << 32 | $1::bigint)::text::xid8, pg_current_snapshot())
 	FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x) s`
 
-// waitVisible polls (1 ms doubling to 50 ms, at most 10 s) until the
-// committed transaction xid is visible; false when it never turned
-// visible or the server cannot tell (before PostgreSQL 13).
-func waitVisible(ctx context.Context, pool *pgxpool.Pool, xid uint32) bool {
-	deadline := time.Now().Add(10 * time.Second)
+// waitVisible polls (1 ms doubling to 50 ms) until the committed
+// transaction xid is visible in a snapshot taken now, and returns nil; or
+// the error that ended the wait (ctx's, the server's). A server that
+// cannot tell (before PostgreSQL 13: no pg_visible_in_snapshot) returns
+// nil at once. slow is called once the wait has lasted slowVisible.
+func waitVisible(ctx context.Context, pool *pgxpool.Pool, xid uint32, slow func()) error {
+	warn := time.Now().Add(slowVisible)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		var ok bool
 		if err := pool.QueryRow(ctx, visibleQuery, int64(xid)).Scan(&ok); err != nil {
-			return false
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "42883" { // undefined_function
+				return nil
+			}
+			return fmt.Errorf("wait for transaction %d to be visible: %w", xid, err)
 		}
 		if ok {
-			return true
+			return nil
 		}
-		if time.Now().After(deadline) {
-			return false
+		if slow != nil && time.Now().After(warn) {
+			slow()
+			slow = nil
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return ctx.Err()
 		case <-time.After(delay):
 		}
 	}
 }
+
+// slowVisible is how long waitVisible waits before it says so; a
+// variable for the tests.
+var slowVisible = 10 * time.Second
 
 // refetchBatch is the most keys one query reads.
 const refetchBatch = 500

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestKeyUpdateCarriesUnchangedToastedValue(t *testing.T) {
 }
 
 // waitVisible tells a committed transaction (visible at once) from one
-// still open (never visible within the wait), by its 32-bit xid.
+// still open (waited for until the context ends), by its 32-bit xid.
 func TestWaitVisible(t *testing.T) {
 	pg, ctx := testDB(t)
 	pool, err := pgxpool.New(ctx, pg.DSN("shop"))
@@ -70,8 +71,8 @@ func TestWaitVisible(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT txid_current()").Scan(&committed); err != nil {
 		t.Fatal(err)
 	}
-	if !waitVisible(ctx, pool, uint32(committed)) {
-		t.Fatalf("committed xid %d not visible", committed)
+	if err := waitVisible(ctx, pool, uint32(committed), nil); err != nil {
+		t.Fatalf("committed xid %d not visible: %v", committed, err)
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -84,7 +85,7 @@ func TestWaitVisible(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if waitVisible(short, pool, uint32(open)) {
-		t.Fatalf("open xid %d reported visible", open)
+	if err := waitVisible(short, pool, uint32(open), nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("open xid %d: the wait ended with %v, want the context's deadline", open, err)
 	}
 }
