@@ -9,7 +9,7 @@ func TestDaemonMemoryLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if limit != 160<<20 {
-		t.Fatalf("the daemon's default memory limit = %d MiB, want 160 MiB", limit>>20)
+	if limit != 192<<20 {
+		t.Fatalf("the daemon's default memory limit = %d MiB, want 192 MiB", limit>>20)
 	}
 }

@@ -163,7 +163,7 @@ http: {listen: ""}
 	if p.Publication != "sluice_shop" || p.Slot != "sluice_shop" || !p.Streaming ||
 		p.SpillThreshold != 64*MiB || p.HeartbeatInterval.Std() != 10*time.Second ||
 		p.StatusInterval.Std() != 10*time.Second || p.ReconnectBackoff != (ReconnectBackoff{Duration(time.Second), Duration(30 * time.Second)}) ||
-		p.Snapshot != (Snapshot{Mode: "initial", Parallel: 2, ChunkRows: 100000, ChunkTime: Duration(500 * time.Millisecond), MaxChunkRows: 65536, MaxChunkBytes: 8 << 20}) {
+		p.Snapshot != (Snapshot{Mode: "initial", Parallel: 2, ChunkRows: 100000, ChunkTime: Duration(500 * time.Millisecond), MaxChunkRows: 65536, MaxChunkBytes: 16 << 20}) {
 		t.Errorf("postgres defaults: %+v", p)
 	}
 	if !reflect.DeepEqual(p.Tables, []string{"public.orders", "audit.log"}) || !reflect.DeepEqual(p.FullIdentityTables, []string{"public.orders"}) {

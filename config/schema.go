@@ -127,7 +127,7 @@ type MySQLSnapshot struct {
 	// (Snapshot).
 	ChunkTime     Duration `yaml:"chunk_time" default:"500ms" min:"10ms"`
 	MaxChunkRows  int      `yaml:"max_chunk_rows" default:"65536" min:"64" max:"1000000"`
-	MaxChunkBytes ByteSize `yaml:"max_chunk_bytes" default:"8MiB" min:"64KiB"`
+	MaxChunkBytes ByteSize `yaml:"max_chunk_bytes" default:"16MiB" min:"64KiB"`
 	// WatermarkTable is where incremental snapshots write watermarks.
 	WatermarkTable string `yaml:"watermark_table" default:"sluice.watermarks" pattern:"^[^.\\s]+\\.[^.\\s]+$" doc:"database.table"`
 	// ReadOnly writes nothing: watermarks are GTID positions read from
@@ -160,7 +160,7 @@ type Snapshot struct {
 	// MaxChunkBytes bounds an incremental chunk's rows by their memory:
 	// each of the Parallel windows holds one chunk until its high
 	// watermark, beside the runtime's in-flight cap.
-	MaxChunkBytes ByteSize `yaml:"max_chunk_bytes" default:"8MiB" min:"64KiB"`
+	MaxChunkBytes ByteSize `yaml:"max_chunk_bytes" default:"16MiB" min:"64KiB"`
 	// ReadOnly writes nothing: watermarks are WAL positions read from
 	// the server (a user without write privileges); a hot standby is
 	// always read this way.
