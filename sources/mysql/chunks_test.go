@@ -515,11 +515,7 @@ func TestChunkReaderFollowsColumnsBetweenChunks(t *testing.T) {
 	m := server(t)
 	c := rootConn(t, m, "")
 	mustExec(t, c, "CREATE DATABASE chcols", "USE chcols", "CREATE TABLE t (id int PRIMARY KEY, v varchar(20))")
-	var rows []string
-	for i := range 100 {
-		rows = append(rows, fmt.Sprintf("(%d, 'v%d')", i, i))
-	}
-	mustExec(t, c, "INSERT INTO t VALUES "+strings.Join(rows, ","))
+	insertRows(t, c, "t", 100, func(i int) string { return fmt.Sprintf("(%d, 'v%d')", i, i) })
 	src, _ := incremental(t, m, "chcols", false, nil, nil, "t")
 	rd := src.ChunkReader(1)
 	defer rd.Close()

@@ -111,6 +111,17 @@ func mustExec(t testing.TB, c *client.Conn, sqls ...string) {
 	}
 }
 
+// insertRows inserts n rows into table in one statement, row(i) giving
+// the i-th row's values list ("(1, 'a')").
+func insertRows(t testing.TB, c *client.Conn, table string, n int, row func(i int) string) {
+	t.Helper()
+	rows := make([]string, n)
+	for i := range rows {
+		rows[i] = row(i)
+	}
+	mustExec(t, c, "INSERT INTO "+table+" VALUES "+strings.Join(rows, ","))
+}
+
 type replicationHeader = replication.EventHeader
 
 func testutilCounter(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -18,11 +17,7 @@ func TestAlterThatChangesRowsIsReadAgainMariaDB(t *testing.T) {
 	m := server(t)
 	c := rootConn(t, m, "")
 	mustExec(t, c, "CREATE DATABASE incrw", "USE incrw", "CREATE TABLE t (id int PRIMARY KEY, price decimal(8,2))")
-	var rows []string
-	for i := range 500 {
-		rows = append(rows, fmt.Sprintf("(%d, %d.45)", i, i))
-	}
-	mustExec(t, c, "INSERT INTO t VALUES "+strings.Join(rows, ","))
+	insertRows(t, c, "t", 500, func(i int) string { return fmt.Sprintf("(%d, %d.45)", i, i) })
 	src, eng := incremental(t, m, "incrw", true, nil, nil, "t")
 	sink := snaptest.NewMemSink()
 	pump(t, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -153,8 +152,7 @@ func isSerializationOrUnique(err error) bool {
 // nothing of the shift until it is visible, and the sink then equals the
 // table.
 func TestDeferrableKeyMovesWaitForVisibility(t *testing.T) {
-	pg, ctx := testDB(t, harness.PostgresOptions{Settings: map[string]string{
-		"synchronous_standby_names": "nobody", "synchronous_commit": "local"}})
+	pg, ctx := testDB(t, skewSettings)
 	exec(t, ctx, pg, "shop",
 		"CREATE TABLE t (id int PRIMARY KEY DEFERRABLE, body text)",
 		"ALTER TABLE t REPLICA IDENTITY FULL")
@@ -173,31 +171,7 @@ func TestDeferrableKeyMovesWaitForVisibility(t *testing.T) {
 	r := newReader(t, src, false)
 	r.reachLSN(ctx, currentLSN(t, ctx, pg))
 
-	skew, err := pgx.Connect(ctx, pg.DSN("shop"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer skew.Close(context.Background())
-	var pid int
-	if err := skew.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	committed := make(chan error, 1)
-	go func() {
-		// Waits for the standby after writing its commit record.
-		_, err := skew.Exec(ctx, "BEGIN; SET LOCAL synchronous_commit = on; UPDATE t SET id = id + 1, body = body || 'x'; COMMIT")
-		committed <- err
-	}()
-	admin, err := pgx.Connect(ctx, pg.DSN("shop"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	waitFor(t, ctx, "the shift's commit waiting for the standby", func() bool {
-		var n int
-		_ = admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'", pid).Scan(&n)
-		return n == 1
-	})
+	show := invisibleCommit(t, ctx, pg, "UPDATE t SET id = id + 1, body = body || 'x'")
 	end := currentLSN(t, ctx, pg) // past the shift's commit record
 	reached := make(chan error, 1)
 	go func() {
@@ -222,19 +196,19 @@ func TestDeferrableKeyMovesWaitForVisibility(t *testing.T) {
 		t.Fatalf("the source handed the shift over while it was not visible (%v)", err)
 	default:
 	}
-	// Visibility catches up: the backend stops waiting (its transaction
-	// is committed locally) and leaves the in-progress list.
-	if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend($1)", pid); err != nil {
+	if err := show(); err != nil {
 		t.Fatal(err)
-	}
-	if err := <-committed; err != nil {
-		t.Logf("the skewed session ended with: %v", err)
 	}
 	if err := <-reached; err != nil {
 		t.Fatal(err)
 	}
 	var low int
-	if err := admin.QueryRow(ctx, "SELECT min(id) FROM t").Scan(&low); err != nil || low != 2 {
+	pool, err := pgxpool.New(ctx, pg.DSN("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pool.QueryRow(ctx, "SELECT min(id) FROM t").Scan(&low); err != nil || low != 2 {
 		t.Fatalf("the table's lowest key is %d (%v), want 2: the shift did not commit", low, err)
 	}
 	want := selectRows(t, ctx, pg, "SELECT id, body FROM t")
