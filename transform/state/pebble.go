@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Engine is what holds an operator's state.
@@ -70,7 +71,7 @@ func openPebble(s Spec) (*Store, error) {
 				s.What, old, path)
 		}
 	}
-	opts := &pebble.Options{Logger: quiet{}, CacheSize: pebbleCache, MemTableSize: pebbleMemTable}
+	opts := &pebble.Options{Logger: quiet{}, CacheSize: pebbleCache, MemTableSize: pebbleMemTable, FS: pebbleFS}
 	// Uncompressed blocks: the state is read at random on every change, and
 	// on two cores decompressing what the cache misses costs more than the
 	// disk it saves.
@@ -94,6 +95,10 @@ func openPebble(s Spec) (*Store, error) {
 	}
 	return st, nil
 }
+
+// pebbleFS, set by tests, is the file system the Pebble engine keeps its
+// state on (nil: the operating system's).
+var pebbleFS vfs.FS
 
 // The block cache and memtable of an operator's pebble state: the cache
 // holds the blocks a change reads (a nest's parent and its children); the

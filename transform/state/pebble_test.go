@@ -1,12 +1,16 @@
 package state
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 func openPebbleStore(t *testing.T, dir string) *Store {
@@ -135,5 +139,119 @@ func TestPebbleRefusesAnEarlierStateFile(t *testing.T) {
 	_, err := Open(Spec{What: "join public.order_docs", Dir: dir, File: "join.pebble", Replaces: "join.db", Engine: Pebble, Spaces: []Space{{Name: "meta"}}, Meta: "meta"})
 	if err == nil || !strings.Contains(err.Error(), "sluice run --reset-offsets") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// sstReads picks the reads of the state's table files, where keys live
+// once flushed.
+type sstReads struct{}
+
+func (sstReads) String() string { return "reads of .sst files" }
+func (sstReads) Evaluate(op errorfs.Op) bool {
+	return op.Kind.ReadOrWrite() == errorfs.OpIsRead && strings.HasSuffix(op.Path, ".sst")
+}
+
+// A read of the Pebble state that fails (the disk's error, not a missing
+// key) fails its transaction. Get can only answer nil, which an operator
+// takes for "no such key": an Update that built on it must not commit,
+// and a View must not succeed. A scan that fails returns the error. Once
+// the disk reads again, the state is what it was before the fault.
+func TestPebbleReadErrorFailsTheTransaction(t *testing.T) {
+	fault := &errorfs.Toggle{Injector: errorfs.ErrInjected.If(sstReads{})}
+	defer func(fs vfs.FS) { pebbleFS = fs }(pebbleFS)
+	pebbleFS = errorfs.Wrap(vfs.Default, fault)
+	dir := t.TempDir()
+	st := openPebbleStore(t, dir)
+	if _, err := st.Begin(false, []byte("def")); err != nil {
+		t.Fatal(err)
+	}
+	const keys = 20000
+	value := strings.Repeat("v", 200)
+	err := st.Update(time.Time{}, func(tx *Tx) error {
+		rows, err := tx.Space("rows")
+		if err != nil {
+			return err
+		}
+		// Many table blocks: the ones read below are not among those the
+		// open reads and caches.
+		for i := range keys {
+			if err := rows.Put([]byte(fmt.Sprintf("k%05d", i)), []byte(value)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flushed to a table file and read by a fresh process: the reads go
+	// to the disk, not to the memtable or the block cache.
+	if err := st.pdb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st = openPebbleStore(t, dir)
+	defer st.Close()
+
+	fault.On()
+	got := "not called"
+	err = st.Update(time.Time{}, func(tx *Tx) error {
+		rows, err := tx.Space("rows")
+		if err != nil {
+			return err
+		}
+		v := rows.Get([]byte("k10001"))
+		got = fmt.Sprintf("%q", v)
+		// What an operator does with a key it takes for new.
+		return rows.Put([]byte("k10001"), append(v, "+1"...))
+	})
+	injected := func(err error) bool { return err != nil && strings.Contains(err.Error(), "injected error") }
+	if !injected(err) || !strings.Contains(err.Error(), "read the state") {
+		t.Fatalf("the update over a failed read (Get gave %s) returned %v, want the read's error", got, err)
+	}
+	err = st.View(time.Time{}, func(tx *Tx) error {
+		rows, err := tx.Space("rows")
+		if err != nil {
+			return err
+		}
+		rows.Get([]byte("k15000"))
+		return nil
+	})
+	if !injected(err) {
+		t.Fatalf("the view over a failed read returned %v, want the read's error", err)
+	}
+	err = st.View(time.Time{}, func(tx *Tx) error {
+		rows, err := tx.Space("rows")
+		if err != nil {
+			return err
+		}
+		return rows.Scan(nil, func(key, v []byte) error { return nil })
+	})
+	if !injected(err) {
+		t.Fatalf("the scan over failed reads returned %v, want the read's error", err)
+	}
+
+	fault.Off()
+	err = st.View(time.Time{}, func(tx *Tx) error {
+		rows, err := tx.Space("rows")
+		if err != nil {
+			return err
+		}
+		if v := rows.Get([]byte("k10001")); string(v) != value {
+			return fmt.Errorf("k10001 holds %q after the fault, want the value before it: the failed update committed", v)
+		}
+		n := 0
+		if err := rows.Scan(nil, func(key, v []byte) error { n++; return nil }); err != nil {
+			return err
+		}
+		if n != keys {
+			return fmt.Errorf("%d keys after the fault, want %d", n, keys)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
