@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
@@ -79,8 +77,14 @@ func tupleKey(s *TableShape, tuple *pglogrepl.TupleData) ([]string, bool) {
 
 // refetcher reads rows by key through pool, decoding them exactly as the
 // stream decodes them (the Refetch of DecoderOptions).
-func refetcher(pool *pgxpool.Pool, log *zap.Logger) func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
+// version is the server's (server_version_num): before PostgreSQL 13 no
+// function tells whether a transaction is visible, and the rows are read
+// at once.
+func refetcher(pool *pgxpool.Pool, log *zap.Logger, version int) func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
 	return func(ctx context.Context, xid uint32, s *TableShape, keys [][]string, cols []int) ([][]any, error) {
+		if version < 130000 {
+			return refetch(ctx, pool, s, keys, cols)
+		}
 		// A commit is written to the WAL (and decoded) before it becomes
 		// visible to other sessions: read once it is, or a row the
 		// transaction moved would look gone, and a key it gave another
@@ -107,18 +111,13 @@ const visibleQuery = `SELECT pg_visible_in_snapshot(((CASE WHEN $1::bigint <= (x
 
 // waitVisible polls (1 ms doubling to 50 ms) until the committed
 // transaction xid is visible in a snapshot taken now, and returns nil; or
-// the error that ended the wait (ctx's, the server's). A server that
-// cannot tell (before PostgreSQL 13: no pg_visible_in_snapshot) returns
-// nil at once. slow is called once the wait has lasted slowVisible.
+// the error that ended the wait (ctx's, the server's; PostgreSQL 13 or
+// newer). slow is called once the wait has lasted slowVisible.
 func waitVisible(ctx context.Context, pool *pgxpool.Pool, xid uint32, slow func()) error {
 	warn := time.Now().Add(slowVisible)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		var ok bool
 		if err := pool.QueryRow(ctx, visibleQuery, int64(xid)).Scan(&ok); err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "42883" { // undefined_function
-				return nil
-			}
 			return fmt.Errorf("wait for transaction %d to be visible: %w", xid, err)
 		}
 		if ok {

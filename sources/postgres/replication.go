@@ -88,7 +88,7 @@ func newStreamer(s *Source) (*streamer, error) {
 		SpillThreshold:  s.opts.SpillThreshold,
 		HeartbeatPrefix: HeartbeatPrefix,
 		Generation:      s.gen,
-		Refetch:         refetcher(s.pool, s.log),
+		Refetch:         refetcher(s.pool, s.log, s.version),
 		Log:             s.log,
 	})
 	if err != nil {
