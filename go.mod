@@ -9,6 +9,7 @@ require (
 	github.com/blevesearch/zapx/v16 v16.3.4
 	github.com/blevesearch/zapx/v17 v17.2.5
 	github.com/cockroachdb/apd/v3 v3.2.3
+	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/duckdb/duckdb-go/v2 v2.10506.0
 	github.com/elastic/go-elasticsearch/v8 v8.19.7
 	github.com/expr-lang/expr v1.17.8
@@ -67,7 +68,6 @@ require (
 	github.com/cockroachdb/crlib v0.0.0-20241112164430-1264a2edc35b // indirect
 	github.com/cockroachdb/errors v1.11.3 // indirect
 	github.com/cockroachdb/logtags v0.0.0-20230118201751-21c54148d20b // indirect
-	github.com/cockroachdb/pebble/v2 v2.1.7 // indirect
 	github.com/cockroachdb/redact v1.1.5 // indirect
 	github.com/cockroachdb/swiss v0.0.0-20260820225851-333444432258 // indirect
 	github.com/cockroachdb/tokenbucket v0.0.0-20230807174530-cc333fc44b06 // indirect
