@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -46,6 +47,8 @@ type ChunkReader struct {
 	// under its metadata lock; the next chunk's query is built from
 	// them (see read).
 	known map[pipeline.TableID][]colDesc
+	// catalogReads counts the reads of tables' columns (columns).
+	catalogReads atomic.Int64
 }
 
 // lockWaitSeconds bounds how long a chunk or a watermark waits for a
@@ -179,9 +182,15 @@ func permanent(err error) error {
 	return err
 }
 
+// columns reads id's columns from the catalog, counting the reads.
+func (r *ChunkReader) columns(c *client.Conn, id pipeline.TableID) ([]colDesc, error) {
+	r.catalogReads.Add(1)
+	return catalogDescs(c, id.Schema, id.Table)
+}
+
 // shape reads t's columns and refuses a table without a primary key.
 func (r *ChunkReader) shape(c *client.Conn, id pipeline.TableID) ([]colDesc, *pipeline.Table, error) {
-	descs, err := catalogDescs(c, id.Schema, id.Table)
+	descs, err := r.columns(c, id)
 	if errors.Is(err, errNoColumns) {
 		return nil, nil, pipeline.Fatal(err)
 	}
@@ -449,7 +458,7 @@ func (r *ChunkReader) readAs(ctx context.Context, t snapshot.Target, known []col
 		}
 		return ch, permanent(fmt.Errorf("read %s: %w", t.Table, err))
 	}
-	again, err := catalogDescs(c, t.Table.Schema, t.Table.Table)
+	again, err := r.columns(c, t.Table)
 	if err != nil {
 		return ch, err
 	}
@@ -524,7 +533,7 @@ func (r *ChunkReader) highShape(c *client.Conn, table pipeline.TableID, high fun
 	if _, err := c.Execute("SELECT 1 FROM " + quotedTable(table) + " LIMIT 1"); err != nil {
 		return permanent(err)
 	}
-	descs, err := catalogDescs(c, table.Schema, table.Table)
+	descs, err := r.columns(c, table)
 	if err != nil {
 		return permanent(err)
 	}

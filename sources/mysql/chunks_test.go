@@ -541,9 +541,9 @@ func TestChunkReaderFollowsColumnsBetweenChunks(t *testing.T) {
 		return strings.Join(n, ", ")
 	}
 	chunk("first chunk")
-	before := catalogReads.Load()
+	before := rd.catalogReads.Load()
 	ch := chunk("second chunk")
-	if n := catalogReads.Load() - before; n != 1 {
+	if n := rd.catalogReads.Load() - before; n != 1 {
 		t.Fatalf("the second chunk read the columns %d times, want once", n)
 	}
 	if got := names(ch); got != "id int32, v string" {
