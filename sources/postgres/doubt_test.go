@@ -156,7 +156,10 @@ func TestDeferrableKeyMovesWaitForVisibility(t *testing.T) {
 	exec(t, ctx, pg, "shop",
 		"CREATE TABLE t (id int PRIMARY KEY DEFERRABLE, body text)",
 		"ALTER TABLE t REPLICA IDENTITY FULL")
-	defer func(d time.Duration) { slowVisible = d }(slowVisible)
+	// Restored after the source's goroutines stop (cleanups run last
+	// first).
+	restore := slowVisible
+	t.Cleanup(func() { slowVisible = restore })
 	slowVisible = 100 * time.Millisecond
 	core, logs := observer.New(zap.WarnLevel)
 	src, err := New(testOptions(pg, "public.t"), zap.New(zapcore.NewTee(core, testLogger(t).Core())), nil)
