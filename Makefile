@@ -68,7 +68,8 @@ bench-transforms:
 	$(GO) test -run '^$$' -bench Join -benchtime 1x ./transform/join/
 
 # Every scenario of package bench, 3 runs each, into bench/results/;
-# PROFILE=1 also writes CPU and heap profiles to bench/results/profiles/.
+# PROFILE=1 also writes CPU and heap profiles and execution traces to
+# bench/results/profiles/.
 bench:
 	$(GO) run ./cmd/sluice-bench -runs 3 -docs docs/performance.md $(if $(PROFILE),-profile bench/results/profiles)
 

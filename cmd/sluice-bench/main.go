@@ -4,8 +4,8 @@
 //	sluice-bench [-scenario NAME,…] [-runs 3] [-rows N] [-out bench/results] [-profile DIR]
 //
 // Each scenario runs -runs times; the table shows each figure's median and
-// min–max. -profile writes CPU and heap profiles of sluice's phases per
-// scenario and run.
+// min–max. -profile writes CPU and heap profiles and an execution trace of
+// sluice's phases per scenario and run.
 package main
 
 import (
