@@ -14,9 +14,10 @@ import (
 // Read returns the source's next batch with every watermark and rewrite
 // taken out (a rewrite queues its table's new snapshot) and, right after
 // each high watermark of a window of this run, the window's chunk rows
-// whose keys no change touched since its low watermark (Invariant 12). A batch is cut after each high watermark,
-// and every positioned batch carries the snapshot progress as of its
-// end, so a checkpoint covers exactly the chunks emitted before it.
+// whose keys no change touched since its low watermark (Invariant 12). A
+// batch is cut after each high watermark, and every positioned batch
+// carries the snapshot progress as of its end, so a checkpoint covers
+// exactly the chunks emitted before it.
 func (e *Engine) Read(ctx context.Context) (pipeline.Batch, error) {
 	for len(e.pending) == 0 {
 		// A refusal that stops the pipeline interrupts a blocked read.

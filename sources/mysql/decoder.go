@@ -415,12 +415,8 @@ func (d *decoder) rewrite(n tableName, h *replication.EventHeader) {
 	if d.skipped(i) {
 		return
 	}
-	id := tableID(n)
-	for _, c := range d.captured {
-		if strings.EqualFold(c.db, n.db) && c.table == n.table {
-			id = tableID(c) // as captured: the engine matches names exactly
-		}
-	}
+	c, _ := d.capturedName(n)
+	id := tableID(c) // as captured: the engine matches names exactly
 	d.log.Info("table altered in a way that may change its rows with no row event: it will be read again",
 		zap.Stringer("table", id), zap.String("at", fmt.Sprintf("%s:%d", d.file, h.LogPos)))
 	d.recs = append(d.recs, pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}, EventTime: d.txTime, TxID: d.txID,
@@ -428,12 +424,19 @@ func (d *decoder) rewrite(n tableName, h *replication.EventHeader) {
 }
 
 func (d *decoder) isCaptured(n tableName) bool {
+	_, ok := d.capturedName(n)
+	return ok
+}
+
+// capturedName returns n as the pipeline captures it (the database name
+// matches without regard to case), and whether it does.
+func (d *decoder) capturedName(n tableName) (tableName, bool) {
 	for _, c := range d.captured {
 		if strings.EqualFold(c.db, n.db) && c.table == n.table {
-			return true
+			return c, true
 		}
 	}
-	return false
+	return n, false
 }
 
 // capturedTable returns the latest shape of a captured table.
