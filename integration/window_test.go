@@ -409,7 +409,7 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatal(err)
 	}
 	if partial != 0 {
-		t.Fatalf("%d rows of closed windows are still partial", partial)
+		t.Fatalf("%d rows of closed windows are still partial:\n%s", partial, partialRows(t, db, want))
 	}
 	compareWindows(t, db, "analytics_revenue", want)
 	// The window under late: correct took the late orders and their later
@@ -478,6 +478,29 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatalf("%d of %d sessions differ:\n%s", len(diffs), len(wantSessions), strings.Join(diffs[:min(20, len(diffs))], "\n"))
 	}
 	t.Logf("%d writes, %d kills, %d window rows, %d sessions, %d late inserts, clock %ds", writes.Load(), kills, len(want), len(wantSessions), len(late), clock.Load())
+}
+
+// partialRows describes the partial rows of analytics_revenue in db: the
+// window, group, values and version of each, and the source's values of
+// that window and group (want, as compareWindows takes it).
+func partialRows(t *testing.T, db *sql.DB, want map[string]string) string {
+	t.Helper()
+	res, err := db.Query(`SELECT epoch(window_start)::BIGINT, region, orders, revenue::VARCHAR, hex(_sluice_version)
+		FROM main.analytics_revenue WHERE NOT _sluice_deleted AND partial AND region <> 'ZZ' ORDER BY 1, 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	var out []string
+	for res.Next() {
+		var ws, n int64
+		var region, sum, version string
+		if err := res.Scan(&ws, &region, &n, &sum, &version); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("window %d %s: partial %d %s at version %s; the source's %q", ws, region, n, sum, version, want[fmt.Sprintf("%d %s", ws, region)]))
+	}
+	return strings.Join(out, "\n")
 }
 
 // compareWindows fails unless the rows of a revenue window's table in

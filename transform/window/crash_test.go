@@ -1,0 +1,235 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// guardedSink is a version-guarded upsert sink of the window's results:
+// a record lands only above the version its key holds; a delete leaves a
+// tombstone.
+type guardedSink map[string]sinkRow
+
+type sinkRow struct {
+	version pipeline.Version
+	values  string
+	partial bool
+	deleted bool
+}
+
+func (s guardedSink) write(recs []pipeline.Record) {
+	for _, r := range recs {
+		if r.Table == nil || r.Table.ID.Table != "revenue" {
+			continue
+		}
+		img := r.After
+		if img == nil {
+			img = r.Before
+		}
+		key := fmt.Sprint(img[0].(pipeline.Timestamp).Micros, " ", img[2])
+		if have, ok := s[key]; ok && !have.version.Less(r.Version) {
+			continue
+		}
+		row := sinkRow{version: r.Version, deleted: r.Op == pipeline.OpDelete}
+		if !row.deleted {
+			row.values = fmt.Sprint(img[3], " ", img[4], " ", img[5])
+			row.partial = img[6].(bool)
+		}
+		s[key] = row
+	}
+}
+
+// A pipeline of the window with early results whose daemon is killed at
+// random moments — results handed to the sink but not yet durable, or
+// durable but not yet settled, the state written or not since — and that
+// resumes from its last checkpoint leaves the sink holding exactly the
+// source's windows, none of them partial. The workload is the
+// integration test's: orders inserted out of order within the bound,
+// moved between windows and regions, and deleted while their windows
+// take changes.
+func TestOperatorEarlyResultsSurviveCrashes(t *testing.T) {
+	trials := 30
+	if testing.Short() {
+		trials = 10
+	}
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 42))
+	t.Logf("seed %d", seed)
+	for trial := range trials {
+		crashAndResume(t, trial, rng)
+	}
+}
+
+func crashAndResume(t *testing.T, trial int, rng *rand.Rand) {
+	type order struct {
+		region string
+		cents  int64
+		at     time.Duration
+	}
+	src := map[int64]order{}
+	var batches [][]pipeline.Record
+	var ver uint64
+	var clock time.Duration
+	next := int64(0)
+	regions := []string{"EU", "US", "APAC"}
+	rec := func(op pipeline.Op, id int64, o order) pipeline.Record {
+		ver++
+		return ord(op, id, o.region, fmt.Sprintf("%d.%02d", o.cents/100, o.cents%100), o.at, ver)
+	}
+	for range 60 {
+		var b []pipeline.Record
+		for range 1 + rng.IntN(8) {
+			clock += time.Duration(rng.IntN(3)) * time.Second
+			var open []int64 // orders still open to changes: within 20 s of the clock
+			for id, o := range src {
+				if o.at >= clock-20*time.Second {
+					open = append(open, id)
+				}
+			}
+			slices.Sort(open)
+			switch k := rng.IntN(10); {
+			case k < 5 || len(open) == 0:
+				next++
+				o := order{regions[rng.IntN(3)], int64(rng.IntN(50000)), clock - time.Duration(rng.IntN(5))*time.Second}
+				src[next] = o
+				b = append(b, rec(pipeline.OpInsert, next, o))
+			case k < 7:
+				id := open[rng.IntN(len(open))]
+				o := src[id]
+				o.cents += 125
+				o.at = min(max(o.at+time.Duration(rng.IntN(31)-15)*time.Second, clock-20*time.Second), clock)
+				src[id] = o
+				b = append(b, rec(pipeline.OpUpdate, id, o))
+			case k < 8:
+				id := open[rng.IntN(len(open))]
+				b = append(b, rec(pipeline.OpDelete, id, src[id]))
+				delete(src, id)
+			default:
+				id := open[rng.IntN(len(open))]
+				o := src[id]
+				o.region = regions[rng.IntN(3)]
+				src[id] = o
+				b = append(b, rec(pipeline.OpUpdate, id, o))
+			}
+		}
+		batches = append(batches, b)
+	}
+	// An order far ahead closes every window.
+	batches = append(batches, []pipeline.Record{rec(pipeline.OpInsert, -1, order{"ZZ", 0, clock + time.Hour})})
+
+	o := revenue(t.TempDir())
+	o.IdleTimeout = 0
+	o.Early = time.Hour // written when the test resets lastEarly
+	op := openOp(t, o, false)
+	defer func() { op.Close() }()
+	sink := guardedSink{}
+	var pending [][]pipeline.Record // handed to the sink, not yet durable
+	durable := 0                    // batches of this run durable, in order
+	checkpoint := 0                 // the source batch a restart resumes from
+	crashes := 0
+	var log []string
+	for i := 0; i < len(batches); i++ {
+		if rng.IntN(3) == 0 {
+			op.lastEarly = time.Time{}
+		}
+		out, err := op.Process(context.Background(), batches[i])
+		var rj *pipeline.Rejects
+		if err != nil && !errors.As(err, &rj) {
+			t.Fatal(err)
+		}
+		if rj != nil {
+			t.Fatalf("trial %d: changes rejected: %v", trial, rj)
+		}
+		pending = append(pending, out)
+		log = append(log, fmt.Sprintf("batch %d: %v", i, results(t, out)))
+		// The sink makes a prefix of what it holds durable; the
+		// checkpoint goroutine settles it, syncs the state and stores a
+		// checkpoint covering it.
+		if n := rng.IntN(len(pending) + 1); n > 0 && rng.IntN(2) == 0 {
+			for _, recs := range pending[:n] {
+				sink.write(recs)
+			}
+			pending = pending[n:]
+			durable += n
+			op.Settled(uint64(durable))
+			if rng.IntN(2) == 0 {
+				if err := op.Sync(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				checkpoint = i + 1 - len(pending)
+			}
+		}
+		if i < len(batches)-1 && rng.IntN(8) == 0 {
+			// Killed: some of what was handed to the sink reached it.
+			for _, recs := range pending[:rng.IntN(len(pending)+1)] {
+				sink.write(recs)
+			}
+			crashes++
+			log = append(log, fmt.Sprintf("crash; resume at batch %d", checkpoint))
+			op.Close()
+			op = openOp(t, o, true)
+			pending, durable = nil, 0
+			i = checkpoint - 1
+		}
+	}
+	for _, recs := range pending {
+		sink.write(recs)
+	}
+
+	want := map[string]string{}
+	type agg struct {
+		n, sum, max int64
+	}
+	groups := map[string]*agg{}
+	for _, o := range src {
+		k := fmt.Sprint(t0.Add(o.at).Truncate(time.Minute).UnixMicro(), " ", o.region)
+		g := groups[k]
+		if g == nil {
+			g = &agg{}
+			groups[k] = g
+		}
+		g.n++
+		g.sum += o.cents
+		g.max = max(g.max, o.cents)
+	}
+	cents := func(c int64) string { return fmt.Sprintf("%d.%02d", c/100, c%100) }
+	for k, g := range groups {
+		want[k] = fmt.Sprint(g.n, " ", cents(g.sum), " ", cents(g.max))
+	}
+	have := map[string]string{}
+	var partial []string
+	for k, r := range sink {
+		if r.deleted || strings.HasSuffix(k, " ZZ") {
+			continue
+		}
+		have[k] = r.values
+		if r.partial {
+			partial = append(partial, fmt.Sprintf("%s %s v%v", k, r.values, r.version))
+		}
+	}
+	if !maps.Equal(have, want) || len(partial) > 0 {
+		var diffs []string
+		for k, w := range want {
+			if have[k] != w {
+				diffs = append(diffs, fmt.Sprintf("%s: source %q, sink %q %+v", k, w, have[k], sink[k]))
+			}
+		}
+		for k, h := range have {
+			if _, ok := want[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s: no source rows, sink %q %+v", k, h, sink[k]))
+			}
+		}
+		slices.Sort(diffs)
+		t.Fatalf("trial %d (%d crashes): %d windows differ, partial rows %v:\n%s\n\n%s", trial, crashes, len(diffs), partial,
+			strings.Join(diffs, "\n"), strings.Join(log, "\n"))
+	}
+}
