@@ -585,15 +585,20 @@ func (e *Engine) Release(upTo uint64) {
 }
 
 // Reemit marks every group of every closed window to be written again by
-// the next Advance, a group emptied of rows as a delete, and every partial
-// result of an open one by the next Early: after a restart the results
-// written last may not have reached the sinks, and the same results under
-// the same versions change nothing where they did.
+// the next Advance, and every partial result of an open one by the next
+// Early; in either, a group emptied of rows goes out as a delete: after a
+// restart the results written last may not have reached the sinks, and
+// the same results under the same versions change nothing where they did.
+// An open window's emptied group is written again too: the delete of its
+// partial row may be what was lost, and the window's close writes nothing
+// for a group it holds no row of, so the partial row would outlive the
+// window. (A group that never had a row written gets a delete of a row
+// the sinks never held.)
 func (e *Engine) Reemit() {
 	for _, w := range e.windows {
 		for _, g := range w.groups {
-			if !w.closed && !g.emitted {
-				continue
+			if !w.closed && !g.emitted && g.rows > 0 {
+				continue // never written, or its delete then rows again: Early writes it
 			}
 			g.dirty = true
 			w.change(g)
