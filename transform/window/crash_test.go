@@ -1,8 +1,10 @@
 package window
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -26,16 +28,33 @@ type sinkRow struct {
 	deleted bool
 }
 
+// barrierKey holds the truncate barrier's version.
+const barrierKey = "barrier"
+
 func (s guardedSink) write(recs []pipeline.Record) {
 	for _, r := range recs {
 		if r.Table == nil || r.Table.ID.Table != "revenue" {
+			continue
+		}
+		if r.Op == pipeline.OpTruncate {
+			// A barrier: the rows below it are gone, and so is any
+			// later write below it.
+			for k, row := range s {
+				if row.version.Less(r.Version) {
+					s[k] = sinkRow{version: r.Version, deleted: true}
+				}
+			}
+			s[barrierKey] = sinkRow{version: r.Version, deleted: true}
+			continue
+		}
+		if r.Version.Less(s[barrierKey].version) {
 			continue
 		}
 		img := r.After
 		if img == nil {
 			img = r.Before
 		}
-		key := fmt.Sprint(img[0].(pipeline.Timestamp).Micros, " ", img[2])
+		key := fmt.Sprint(img[0].(pipeline.Timestamp).Micros, " ", img[1].(pipeline.Timestamp).Micros, " ", img[2])
 		if have, ok := s[key]; ok && !have.version.Less(r.Version) {
 			continue
 		}
@@ -61,15 +80,39 @@ func TestOperatorEarlyResultsSurviveCrashes(t *testing.T) {
 	if testing.Short() {
 		trials = 10
 	}
-	seed := uint64(time.Now().UnixNano())
+	seed := crashSeed()
 	rng := rand.New(rand.NewPCG(seed, 42))
 	t.Logf("seed %d", seed)
 	for trial := range trials {
-		crashAndResume(t, trial, rng)
+		crashAndResume(t, trial, rng, 0)
 	}
 }
 
-func crashAndResume(t *testing.T, trial int, rng *rand.Rand) {
+// The same for session windows: sessions merge, split and move under
+// the same changes, and each result replaced is deleted.
+func TestOperatorEarlySessionsSurviveCrashes(t *testing.T) {
+	trials := 30
+	seed := crashSeed()
+	rng := rand.New(rand.NewPCG(seed, 43))
+	t.Logf("seed %d", seed)
+	for trial := range trials {
+		crashAndResume(t, trial, rng, 4*time.Second)
+	}
+}
+
+// seedFlag replays a failed run of the crash tests.
+var seedFlag = flag.Uint64("crash-seed", 0, "the crash tests' random seed (0: from the clock)")
+
+func crashSeed() uint64 {
+	if *seedFlag != 0 {
+		return *seedFlag
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// crashAndResume runs one trial over tumbling minutes, or sessions of
+// gap when it is not 0.
+func crashAndResume(t *testing.T, trial int, rng *rand.Rand, gap time.Duration) {
 	type order struct {
 		region string
 		cents  int64
@@ -151,6 +194,9 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand) {
 	batches = append(batches, []pipeline.Record{rec(pipeline.OpInsert, -1, order{"ZZ", 0, clock + time.Hour})})
 
 	o := revenue(t.TempDir())
+	if gap > 0 {
+		o.Spec = Session(gap)
+	}
 	o.IdleTimeout = 0
 	o.Early = time.Hour // written when the test resets lastEarly
 	op := openOp(t, o, false)
@@ -180,10 +226,19 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand) {
 				if !strings.Contains(r.Err.Error(), "late") {
 					t.Fatalf("trial %d: a change rejected: %v", trial, r.Err)
 				}
+				log = append(log, fmt.Sprintf("late: %s %v v%d: %v", r.Record.Op, r.Record.After, r.Record.Version[1], r.Err))
 			}
 		}
 		pending = append(pending, out)
-		log = append(log, fmt.Sprintf("batch %d: %v", i, results(t, out)))
+		var changes []string
+		for _, r := range in {
+			img := r.After
+			if img == nil {
+				img = r.Before
+			}
+			changes = append(changes, fmt.Sprintf("%s %v %v %v %v v%d", r.Op, img[0], img[1], img[2], img[3].(pipeline.Timestamp).Time().Sub(t0), r.Version[1]))
+		}
+		log = append(log, fmt.Sprintf("batch %d: %v -> %v", i, changes, results(t, out)))
 		// The sink makes a prefix of what it holds durable; the
 		// checkpoint goroutine settles it, syncs the state and stores a
 		// checkpoint covering it.
@@ -227,13 +282,39 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand) {
 	want := map[string]string{}
 	type agg struct {
 		n, sum, max int64
+		end         int64 // a session's: its last order's time plus the gap
 	}
 	groups := map[string]*agg{}
+	var live []order
 	for id, o := range src {
-		if slices.Contains(late, id) {
-			continue
+		if !slices.Contains(late, id) {
+			live = append(live, o)
 		}
-		k := fmt.Sprint(t0.Add(o.at).Truncate(time.Minute).UnixMicro(), " ", o.region)
+	}
+	// Sessions: each region's orders in time order, a new session where
+	// the next is a gap or more after the last.
+	slices.SortFunc(live, func(a, b order) int {
+		if c := strings.Compare(a.region, b.region); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.at, b.at)
+	})
+	var start, last time.Duration
+	for i, o := range live {
+		var b Bounds
+		if gap == 0 {
+			at := t0.Add(o.at).Truncate(time.Minute)
+			b = Bounds{at.UnixMicro(), at.Add(time.Minute).UnixMicro()}
+		} else {
+			if i == 0 || o.region != live[i-1].region || o.at >= last+gap {
+				start = o.at
+			}
+			last = o.at
+			// The session's end is known once its last order is: keyed
+			// by the start until then.
+			b = Bounds{t0.Add(start).UnixMicro(), 0}
+		}
+		k := fmt.Sprint(b.Start, " ", b.End, " ", o.region)
 		g := groups[k]
 		if g == nil {
 			g = &agg{}
@@ -242,9 +323,16 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand) {
 		g.n++
 		g.sum += o.cents
 		g.max = max(g.max, o.cents)
+		g.end = t0.Add(o.at + gap).UnixMicro()
 	}
 	cents := func(c int64) string { return fmt.Sprintf("%d.%02d", c/100, c%100) }
 	for k, g := range groups {
+		if gap > 0 {
+			var start int64
+			var region string
+			fmt.Sscanf(k, "%d 0 %s", &start, &region)
+			k = fmt.Sprint(start, " ", g.end, " ", region)
+		}
 		want[k] = fmt.Sprint(g.n, " ", cents(g.sum), " ", cents(g.max))
 	}
 	have := map[string]string{}

@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -148,7 +149,17 @@ type Operator struct {
 	reemitAt  pipeline.Version
 	reemitDue bool
 	origin    pipeline.Version
-	late      int64 // changes too late, by policy, since the start
+	// barrier: the run started over (no checkpoint: every table is read
+	// again), and the results' table is still to be truncated below the
+	// run's generation before its first result. barrierGen is that
+	// generation once known (gen: the highest of the run's changes), and
+	// barrierTag the batch the truncate went out with in this run, until
+	// it is durable: the state keeps the barrier until then, so a restart
+	// that finds it there writes it again (barrierDirty: not yet stored).
+	barrier, barrierDirty bool
+	barrierGen, gen       uint64
+	barrierTag            uint64
+	late                  int64 // changes too late, by policy, since the start
 	// lastEarly is when the partial results were last written.
 	lastEarly time.Time
 	// side holds the batch's late changes for SideOutput.
@@ -251,7 +262,10 @@ func Open(o Options) (*Operator, error) {
 		pending: map[pipeline.Version]*pendingLate{}, pendingDirty: map[pipeline.Version]bool{}}, nil
 }
 
-var keyApplied = []byte("applied")
+var (
+	keyApplied = []byte("applied")
+	keyBarrier = []byte("barrier")
+)
 
 // definition is what the state and the results already written were
 // built for; Begin refuses to resume with state built for another.
@@ -309,6 +323,9 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 		if v := tx.Bucket(bucketMeta).Get(keyApplied); len(v) == 32 {
 			o.applied = binform.NewReader(v).Version()
 		}
+		if v := tx.Bucket(bucketMeta).Get(keyBarrier); v != nil {
+			o.barrier, o.barrierGen = true, binform.NewReader(v).Uvarint()
+		}
 		if err := o.loadLate(tx); err != nil {
 			return err
 		}
@@ -326,6 +343,12 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 	// replay), whose Origin may be below what the sinks already hold, and
 	// again when the replay reaches the newest change the state holds,
 	// with an Origin not below it.
+	if !resumed {
+		// Results an earlier attempt wrote may have no counterpart in
+		// this one (a group or session the rows read again do not make):
+		// a barrier in the results' table retires them.
+		o.barrier, o.barrierGen, o.barrierDirty = true, 0, true
+	}
 	o.eng.Reemit()
 	o.reemitDue, o.reemitAt, o.origin = o.applied != pipeline.Version{}, o.applied, pipeline.Version{}
 	o.begun = true
@@ -391,6 +414,14 @@ func (o *Operator) takeChanges() (*changeSet, progress, error) {
 	err := o.eng.Changes(cs)
 	if err == nil {
 		cs.put(bucketMeta, keyApplied, binform.AppendVersion(nil, o.applied))
+		if o.barrierDirty {
+			o.barrierDirty = false
+			if o.barrier || o.barrierTag > 0 {
+				cs.put(bucketMeta, keyBarrier, binary.AppendUvarint(nil, o.barrierGen))
+			} else {
+				cs.del(bucketMeta, keyBarrier)
+			}
+		}
 		o.lateChanges(cs)
 		err = o.shapeChanges(cs)
 	}
@@ -449,12 +480,18 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 		if ov := in[i].OrderVersion(); o.origin.Less(ov) {
 			o.origin = ov
 		}
+		if in[i].Op.IsData() {
+			o.gen = max(o.gen, in[i].Version[0])
+		}
 	}
 	if o.reemitDue && !o.origin.Less(o.reemitAt) {
 		o.eng.Reemit()
 		o.reemitDue = false
 	}
 	o.eng.Release(o.settled.Load())
+	if o.barrierTag > 0 && o.settled.Load() >= o.barrierTag {
+		o.barrierTag, o.barrierDirty = 0, true // durable: forgotten with the next write
+	}
 	o.settleLate(o.settled.Load())
 	for i := range in {
 		r := &in[i]
@@ -480,7 +517,15 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	if len(emissions) > 0 && o.out == nil {
 		return nil, fmt.Errorf("%s: results to write but no shape of %s known", o.opts.Name, o.opts.Input)
 	}
-	if len(emissions) > 0 || len(o.side) > 0 || o.rejects.Len() > 0 {
+	barrier := o.barrier && o.out != nil && max(o.barrierGen, o.gen) > 0
+	switch {
+	case barrier:
+		o.barrier, o.barrierGen, o.barrierTag, o.barrierDirty = false, max(o.barrierGen, o.gen), o.batches, true
+	case o.barrier && o.barrierGen == 0 && o.gen == 0 && len(emissions) > 0:
+		// Generation 0 is a first run's: no earlier attempt wrote results.
+		o.barrier, o.barrierDirty = false, true
+	}
+	if len(emissions) > 0 || len(o.side) > 0 || o.rejects.Len() > 0 || barrier {
 		// Invariants 4 and 5: what the window writes leaves only once
 		// the state that knows it is written. A replay need not pass
 		// through the states the results came from (a session's bounds,
@@ -505,6 +550,14 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	origin := o.origin
 	if origin == (pipeline.Version{}) {
 		origin = o.eng.MaxOrigin()
+	}
+	if barrier {
+		// Below every result of this run (their versions lead with its
+		// generation, then count changes from 1), above every earlier
+		// attempt's (Invariant 10). A load's barrier, as the snapshot's
+		// truncate of a table is: sinks treat it alike.
+		out = append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: o.out, Version: pipeline.Version{o.barrierGen}, Origin: origin,
+			Snapshot: true})
 	}
 	for _, e := range emissions {
 		e.Origin = origin

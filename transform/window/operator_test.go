@@ -79,6 +79,10 @@ func results(t *testing.T, recs []pipeline.Record) []string {
 		if r.Table == nil || r.Table.ID.Table != "revenue" {
 			continue
 		}
+		if r.Op == pipeline.OpTruncate {
+			out = append(out, fmt.Sprintf("truncate below generation %d", r.Version[0]))
+			continue
+		}
 		img := r.After
 		if img == nil {
 			img = r.Before
@@ -315,6 +319,64 @@ func TestOperatorDeletesAPartialRowAgainAfterARestart(t *testing.T) {
 		if strings.Contains(r, "0s EU") {
 			t.Fatalf("the window's close wrote %q for a group without rows", r)
 		}
+	}
+}
+
+// A run without a checkpoint starts over: before its first result it
+// truncates the results' table below its generation, which retires what
+// an earlier attempt wrote that this one may never write again (a group
+// the rows read again do not make). The barrier is written again after a
+// restart until it is durable, and only then forgotten.
+func TestOperatorStartingOverRetiresEarlierResults(t *testing.T) {
+	dir := t.TempDir()
+	o := revenue(dir)
+	o.Early = time.Nanosecond
+	at := func(r pipeline.Record, gen uint64) pipeline.Record { r.Version[0] = gen; return r }
+	op := openOp(t, o, false)
+	// Generation 0, a first run: nothing can be there to retire.
+	out, err := op.Process(context.Background(), []pipeline.Record{at(ord(pipeline.OpInsert, 1, "EU", "10.00", 10*time.Second, 1), 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(results(t, out), "; "); got != "c 0s EU [1 10.00 10.00 true] v1" {
+		t.Fatalf("first run: %s", got)
+	}
+	op.Close()
+	// Killed before a checkpoint: the next run starts over, a generation up.
+	op = openOp(t, o, false)
+	out, err = op.Process(context.Background(), []pipeline.Record{at(ord(pipeline.OpInsert, 2, "US", "1.00", 10*time.Second, 1), 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(results(t, out), "; "); got != "truncate below generation 1; c 0s US [1 1.00 1.00 true] v1" {
+		t.Fatalf("started over: %s", got)
+	}
+	out, err = op.Process(context.Background(), []pipeline.Record{at(ord(pipeline.OpInsert, 3, "US", "2.00", 11*time.Second, 2), 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(results(t, out), "; "); got != "u 0s US [2 3.00 2.00 true] v2" {
+		t.Fatalf("the next batch: %s", got)
+	}
+	if err := op.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	op.Close()
+	// Resumed from a checkpoint before the barrier was durable: written
+	// again, at the same generation.
+	op = openOp(t, o, true)
+	out, _ = process(t, op, at(ord(pipeline.OpInsert, 4, "US", "3.00", 12*time.Second, 3), 1))
+	if got := strings.Join(results(t, out), "; "); !strings.HasPrefix(got, "truncate below generation 1; ") {
+		t.Fatalf("resumed before the barrier was durable: %s", got)
+	}
+	// Durable now (process settled it): forgotten with the next write.
+	process(t, op, at(ord(pipeline.OpInsert, 5, "US", "4.00", 13*time.Second, 4), 1))
+	op.Close()
+	op = openOp(t, o, true)
+	defer op.Close()
+	out, _ = process(t, op, at(ord(pipeline.OpInsert, 6, "US", "5.00", 14*time.Second, 5), 1))
+	if got := strings.Join(results(t, out), "; "); strings.Contains(got, "truncate") {
+		t.Fatalf("resumed after the barrier was durable: %s", got)
 	}
 }
 

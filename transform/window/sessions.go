@@ -3,8 +3,11 @@ package window
 import (
 	"cmp"
 	"container/heap"
+	"encoding/binary"
 	"slices"
 	"strings"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 )
@@ -275,23 +278,26 @@ func (s *Sessions) spans(g *sgroup) []span {
 	return out
 }
 
-// stampOf identifies a session's rows and versions.
+// stampOf identifies a session's rows and versions: a hash of its
+// entries in their order. (A sum of per-entry FNV hashes, as it was,
+// cancelled out when two rows changed alike — both updated by one later
+// transaction, their versions moved by the same amount — and the changed
+// session was taken for the one written.)
 func stampOf(es []sentry) uint64 {
-	const offset, prime = 14695981039346656037, 1099511628211 // FNV-1a, 64 bits
-	var sum uint64
+	var d xxhash.Digest
+	d.Reset()
+	var b [48]byte
 	for _, e := range es {
-		h := uint64(offset)
-		for i := 0; i < len(e.row); i++ {
-			h = (h ^ uint64(e.row[i])) * prime
+		binary.LittleEndian.PutUint64(b[:], uint64(len(e.row)))
+		d.Write(b[:8])
+		d.WriteString(e.row)
+		binary.LittleEndian.PutUint64(b[:], uint64(e.t))
+		for i, x := range e.ver {
+			binary.LittleEndian.PutUint64(b[8+8*i:], x)
 		}
-		for _, x := range [5]uint64{uint64(e.t), e.ver[0], e.ver[1], e.ver[2], e.ver[3]} {
-			for j := range 8 {
-				h = (h ^ (x >> (8 * j) & 0xff)) * prime
-			}
-		}
-		sum += h
+		d.Write(b[:40])
 	}
-	return sum
+	return d.Sum64()
 }
 
 func (s *Sessions) values(es []sentry) []any {
