@@ -70,38 +70,59 @@ func (s guardedSink) write(recs []pipeline.Record) {
 // A pipeline of the window with early results whose daemon is killed at
 // random moments — results handed to the sink but not yet durable, or
 // durable but not yet settled, the state written or not since — and that
-// resumes from its last checkpoint leaves the sink holding exactly the
-// source's windows, none of them partial. The workload is the
-// integration test's: orders inserted out of order within the bound,
-// moved between windows and regions, and deleted while their windows
-// take changes.
+// resumes from its last checkpoint (or, without one, starts over a
+// generation up) leaves the sink holding exactly the source's windows,
+// none of them partial. The workload is the integration test's: orders
+// inserted out of order within the bound, moved between windows and
+// regions, and deleted while their windows take changes, and orders too
+// late for their windows, changed again later. A failure prints its seed:
+// -crash-seed replays it; -crash-trials runs longer.
 func TestOperatorEarlyResultsSurviveCrashes(t *testing.T) {
-	trials := 30
-	if testing.Short() {
-		trials = 10
-	}
+	trials := crashTrials(20)
 	seed := crashSeed()
 	rng := rand.New(rand.NewPCG(seed, 42))
 	t.Logf("seed %d", seed)
 	for trial := range trials {
-		crashAndResume(t, trial, rng, 0)
+		crashAndResume(t, trial, rng, Tumbling(time.Minute))
+	}
+}
+
+// The same for hopping windows: each order is in three of them.
+func TestOperatorEarlyHoppingResultsSurviveCrashes(t *testing.T) {
+	trials := crashTrials(10)
+	seed := crashSeed()
+	rng := rand.New(rand.NewPCG(seed, 44))
+	t.Logf("seed %d", seed)
+	for trial := range trials {
+		crashAndResume(t, trial, rng, Spec{Size: time.Minute, Advance: 20 * time.Second})
 	}
 }
 
 // The same for session windows: sessions merge, split and move under
 // the same changes, and each result replaced is deleted.
 func TestOperatorEarlySessionsSurviveCrashes(t *testing.T) {
-	trials := 30
+	trials := crashTrials(20)
 	seed := crashSeed()
 	rng := rand.New(rand.NewPCG(seed, 43))
 	t.Logf("seed %d", seed)
 	for trial := range trials {
-		crashAndResume(t, trial, rng, 4*time.Second)
+		crashAndResume(t, trial, rng, Session(4*time.Second))
 	}
 }
 
-// seedFlag replays a failed run of the crash tests.
-var seedFlag = flag.Uint64("crash-seed", 0, "the crash tests' random seed (0: from the clock)")
+// seedFlag replays a failed run of the crash tests; trialsFlag runs
+// them longer than the suite does.
+var (
+	seedFlag   = flag.Uint64("crash-seed", 0, "the crash tests' random seed (0: from the clock)")
+	trialsFlag = flag.Int("crash-trials", 0, "trials per crash test (0: the suite's few)")
+)
+
+func crashTrials(n int) int {
+	if *trialsFlag > 0 {
+		return *trialsFlag
+	}
+	return n
+}
 
 func crashSeed() uint64 {
 	if *seedFlag != 0 {
@@ -110,9 +131,9 @@ func crashSeed() uint64 {
 	return uint64(time.Now().UnixNano())
 }
 
-// crashAndResume runs one trial over tumbling minutes, or sessions of
-// gap when it is not 0.
-func crashAndResume(t *testing.T, trial int, rng *rand.Rand, gap time.Duration) {
+// crashAndResume runs one trial over the windows of spec.
+func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
+	gap := spec.Gap
 	type order struct {
 		region string
 		cents  int64
@@ -194,9 +215,7 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, gap time.Duration) 
 	batches = append(batches, []pipeline.Record{rec(pipeline.OpInsert, -1, order{"ZZ", 0, clock + time.Hour})})
 
 	o := revenue(t.TempDir())
-	if gap > 0 {
-		o.Spec = Session(gap)
-	}
+	o.Spec = spec
 	o.IdleTimeout = 0
 	o.Early = time.Hour // written when the test resets lastEarly
 	op := openOp(t, o, false)
@@ -301,10 +320,17 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, gap time.Duration) 
 	})
 	var start, last time.Duration
 	for i, o := range live {
-		var b Bounds
+		var in []Bounds
 		if gap == 0 {
-			at := t0.Add(o.at).Truncate(time.Minute)
-			b = Bounds{at.UnixMicro(), at.Add(time.Minute).UnixMicro()}
+			// Every window of the spec's size, on multiples of its advance,
+			// that holds the order's time.
+			at, size, adv := t0.Add(o.at).UnixMicro(), spec.Size.Microseconds(), spec.Advance.Microseconds()
+			if adv == 0 {
+				adv = size
+			}
+			for start := at - ((at%adv)+adv)%adv; start > at-size; start -= adv {
+				in = append(in, Bounds{start, start + size})
+			}
 		} else {
 			if i == 0 || o.region != live[i-1].region || o.at >= last+gap {
 				start = o.at
@@ -312,18 +338,20 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, gap time.Duration) 
 			last = o.at
 			// The session's end is known once its last order is: keyed
 			// by the start until then.
-			b = Bounds{t0.Add(start).UnixMicro(), 0}
+			in = []Bounds{{t0.Add(start).UnixMicro(), 0}}
 		}
-		k := fmt.Sprint(b.Start, " ", b.End, " ", o.region)
-		g := groups[k]
-		if g == nil {
-			g = &agg{}
-			groups[k] = g
+		for _, b := range in {
+			k := fmt.Sprint(b.Start, " ", b.End, " ", o.region)
+			g := groups[k]
+			if g == nil {
+				g = &agg{}
+				groups[k] = g
+			}
+			g.n++
+			g.sum += o.cents
+			g.max = max(g.max, o.cents)
+			g.end = t0.Add(o.at + gap).UnixMicro()
 		}
-		g.n++
-		g.sum += o.cents
-		g.max = max(g.max, o.cents)
-		g.end = t0.Add(o.at + gap).UnixMicro()
 	}
 	cents := func(c int64) string { return fmt.Sprintf("%d.%02d", c/100, c%100) }
 	for k, g := range groups {
