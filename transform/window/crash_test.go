@@ -226,6 +226,7 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
 	checkpoint := 0                 // the source batch a restart resumes from
 	crashes := 0
 	gen := uint64(0) // the run's generation (the versions' first component)
+	dead := map[int64]bool{}
 	var log []string
 	for i := 0; i < len(batches); i++ {
 		if rng.IntN(3) == 0 {
@@ -246,6 +247,15 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
 					t.Fatalf("trial %d: a change rejected: %v", trial, r.Err)
 				}
 				log = append(log, fmt.Sprintf("late: %s %v v%d: %v", r.Record.Op, r.Record.After, r.Record.Version[1], r.Err))
+				// The runtime writes dead letters before the batch goes on
+				// (Invariant 7): durable at once.
+				id := r.Record.After[0].(int64)
+				if !slices.Contains(late, id) {
+					t.Fatalf("trial %d: order %d judged late, but it is within the lateness: %v\n%s", trial, id, r.Err, strings.Join(log, "\n"))
+				}
+				if r.Record.Op == pipeline.OpInsert {
+					dead[id] = true
+				}
 			}
 		}
 		pending = append(pending, out)
@@ -362,6 +372,18 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
 			k = fmt.Sprint(start, " ", g.end, " ", region)
 		}
 		want[k] = fmt.Sprint(g.n, " ", cents(g.sum), " ", cents(g.max))
+	}
+	// The dead-letter queue holds every late insert (sessions: an insert
+	// whose session would be final; the workload's late ones are).
+	var missing []int64
+	for _, id := range late {
+		if !dead[id] {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("trial %d (%d crashes): late inserts %v are not in the dead-letter queue (%d of %d are)\n%s", trial, crashes, missing,
+			len(late)-len(missing), len(late), strings.Join(log, "\n"))
 	}
 	have := map[string]string{}
 	var partial []string
