@@ -83,7 +83,7 @@ func TestOperatorEarlyResultsSurviveCrashes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 42))
 	t.Logf("seed %d", seed)
 	for trial := range trials {
-		crashAndResume(t, trial, rng, Tumbling(time.Minute))
+		crashAndResume(t, trial, rng, Tumbling(time.Minute), LateSideOutput)
 	}
 }
 
@@ -94,7 +94,7 @@ func TestOperatorEarlyHoppingResultsSurviveCrashes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 44))
 	t.Logf("seed %d", seed)
 	for trial := range trials {
-		crashAndResume(t, trial, rng, Spec{Size: time.Minute, Advance: 20 * time.Second})
+		crashAndResume(t, trial, rng, Spec{Size: time.Minute, Advance: 20 * time.Second}, LateSideOutput)
 	}
 }
 
@@ -106,7 +106,20 @@ func TestOperatorEarlySessionsSurviveCrashes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 43))
 	t.Logf("seed %d", seed)
 	for trial := range trials {
-		crashAndResume(t, trial, rng, Session(4*time.Second))
+		crashAndResume(t, trial, rng, Session(4*time.Second), LateSideOutput)
+	}
+}
+
+// The same under late: correct: the late orders, and their later changes,
+// correct the windows they belong to, retracted from their before images
+// once the window no longer holds them.
+func TestOperatorCorrectedResultsSurviveCrashes(t *testing.T) {
+	trials := crashTrials(10)
+	seed := crashSeed()
+	rng := rand.New(rand.NewPCG(seed, 45))
+	t.Logf("seed %d", seed)
+	for trial := range trials {
+		crashAndResume(t, trial, rng, Tumbling(time.Minute), LateCorrect)
 	}
 }
 
@@ -131,8 +144,9 @@ func crashSeed() uint64 {
 	return uint64(time.Now().UnixNano())
 }
 
-// crashAndResume runs one trial over the windows of spec.
-func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
+// crashAndResume runs one trial over the windows of spec, with late
+// changes handled by policy: side_output or correct.
+func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec, policy LatePolicy) {
 	gap := spec.Gap
 	type order struct {
 		region string
@@ -146,9 +160,17 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
 	next := int64(0)
 	var late []int64 // orders inserted past the lateness: the side output's, never the windows'
 	regions := []string{"EU", "US", "APAC"}
+	full := *ordersTable
+	full.FullBefore = true // REPLICA IDENTITY FULL
 	rec := func(op pipeline.Op, id int64, o order) pipeline.Record {
 		ver++
-		return ord(op, id, o.region, fmt.Sprintf("%d.%02d", o.cents/100, o.cents%100), o.at, ver)
+		r := ord(op, id, o.region, fmt.Sprintf("%d.%02d", o.cents/100, o.cents%100), o.at, ver)
+		r.Table = &full
+		if prev, ok := src[id]; ok && op == pipeline.OpUpdate {
+			// The full before image (late: correct retracts from it).
+			r.Before = ord(pipeline.OpDelete, id, prev.region, fmt.Sprintf("%d.%02d", prev.cents/100, prev.cents%100), prev.at, ver).Before
+		}
+		return r
 	}
 	for range 90 {
 		var b []pipeline.Record
@@ -172,8 +194,8 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
 				o := src[id]
 				o.cents += 125
 				o.at = min(max(o.at+time.Duration(rng.IntN(31)-15)*time.Second, clock-20*time.Second), clock)
-				src[id] = o
 				b = append(b, rec(pipeline.OpUpdate, id, o))
+				src[id] = o
 			case k < 8:
 				id := open[rng.IntN(len(open))]
 				b = append(b, rec(pipeline.OpDelete, id, src[id]))
@@ -182,8 +204,8 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
 				id := open[rng.IntN(len(open))]
 				o := src[id]
 				o.region = regions[rng.IntN(3)]
-				src[id] = o
 				b = append(b, rec(pipeline.OpUpdate, id, o))
+				src[id] = o
 			case len(late) > 0 && rng.IntN(3) == 0:
 				// A late order changed again, later still: its amount,
 				// or gone.
@@ -194,8 +216,8 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
 				}
 				if rng.IntN(2) == 0 {
 					o.cents += 250
-					src[id] = o
 					b = append(b, rec(pipeline.OpUpdate, id, o))
+					src[id] = o
 				} else {
 					b = append(b, rec(pipeline.OpDelete, id, o))
 					delete(src, id)
@@ -215,7 +237,11 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec) {
 	batches = append(batches, []pipeline.Record{rec(pipeline.OpInsert, -1, order{"ZZ", 0, clock + time.Hour})})
 
 	o := revenue(t.TempDir())
-	o.Spec = spec
+	o.Spec, o.Late = spec, policy
+	if policy == LateCorrect {
+		o.CorrectWithin = 3 * time.Hour // longer than the run's event time
+		late = nil                      // every order counts
+	}
 	o.IdleTimeout = 0
 	o.Early = time.Hour // written when the test resets lastEarly
 	op := openOp(t, o, false)
