@@ -31,6 +31,10 @@ type EngineOptions struct {
 	// to it, a retraction of a row the engine still holds, and one given
 	// by RetractPrior.
 	Retain int64
+	// Early: partial results of open windows are written (Early), so a
+	// restart must delete again the partial rows of groups that lost
+	// every row (Reemit).
+	Early bool
 }
 
 // Input is one row's contribution: its key, event time (Unix
@@ -589,15 +593,15 @@ func (e *Engine) Release(upTo uint64) {
 // Early; in either, a group emptied of rows goes out as a delete: after a
 // restart the results written last may not have reached the sinks, and
 // the same results under the same versions change nothing where they did.
-// An open window's emptied group is written again too: the delete of its
-// partial row may be what was lost, and the window's close writes nothing
-// for a group it holds no row of, so the partial row would outlive the
-// window. (A group that never had a row written gets a delete of a row
-// the sinks never held.)
+// With early results, an open window's emptied group is written again
+// too: the delete of its partial row may be what was lost, and the
+// window's close writes nothing for a group it holds no row of, so the
+// partial row would outlive the window. (A group that never had a row
+// written gets a delete of a row the sinks never held.)
 func (e *Engine) Reemit() {
 	for _, w := range e.windows {
 		for _, g := range w.groups {
-			if !w.closed && !g.emitted && g.rows > 0 {
+			if !w.closed && !g.emitted && (g.rows > 0 || !e.opts.Early) {
 				continue // never written, or its delete then rows again: Early writes it
 			}
 			g.dirty = true

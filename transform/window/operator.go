@@ -308,7 +308,7 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 	err = o.st.View(time.Time{}, func(stx *state.Tx) error {
 		tx := stx.Bolt() // the window's own layout (store.go, rowlog.go)
 		var err error
-		eo := EngineOptions{Spec: o.opts.Spec, Aggs: o.aggs(), Lateness: o.opts.Lateness.Microseconds()}
+		eo := EngineOptions{Spec: o.opts.Spec, Aggs: o.aggs(), Lateness: o.opts.Lateness.Microseconds(), Early: o.opts.Early > 0}
 		if o.opts.Late == LateCorrect {
 			eo.Retain = o.opts.CorrectWithin.Microseconds()
 		}
