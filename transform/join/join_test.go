@@ -307,36 +307,51 @@ func TestReplayAfterCrashesConverges(t *testing.T) {
 }
 
 // runWithCrashes applies log to a join of o in random batches of up to
-// ten records, writing the outputs to sink; now and then it crashes: the
-// state keeps the batch, the sink a random part of its output, and the
-// join starts again from the last checkpoint (a random batch boundary;
-// with none, the state starts over), the state ahead of it. The replay
-// floor follows the checkpoints (Checkpointed). It returns the join
-// open last.
+// ten records. Their outputs stay in flight until a random prefix of them
+// is written to sink (durable), and a checkpoint, now and then, covers
+// the durable batches: the replay floor follows it (Checkpointed). Now
+// and then it crashes: the state keeps every batch, the sink a random
+// prefix of the outputs in flight, and the join starts again from the
+// last checkpoint (with none, the state starts over), the state ahead of
+// it. It returns the join open last.
 func runWithCrashes(t *testing.T, rng *rand.Rand, o Options, log []pipeline.Record, sink *modelSink) *Join {
 	t.Helper()
 	dir := t.TempDir()
 	j := openRun(t, o, dir, false)
-	checkpoint, batches := 0, uint64(0)
+	var (
+		pending    [][]pipeline.Record
+		ends       []int // the log position after each pending batch
+		durable    uint64
+		checkpoint int
+	)
 	for pos := 0; pos < len(log); {
 		end := min(len(log), pos+1+rng.IntN(10))
 		out := process(t, j, log[pos:end]...)
-		batches++
+		pending, ends, pos = append(pending, out), append(ends, end), end
+		if n := rng.IntN(len(pending) + 1); n > 0 && rng.IntN(2) == 0 {
+			for _, o := range pending[:n] {
+				sink.write(t, o)
+			}
+			last := ends[n-1]
+			pending, ends, durable = pending[n:], ends[n:], durable+uint64(n)
+			if rng.IntN(2) == 0 {
+				checkpoint = last
+				j.Checkpointed(durable)
+			}
+		}
 		if rng.IntN(5) == 0 {
-			sink.write(t, out[:rng.IntN(len(out)+1)])
+			for _, o := range pending[:rng.IntN(len(pending)+1)] {
+				sink.write(t, o)
+			}
 			if err := j.Close(); err != nil {
 				t.Fatal(err)
 			}
 			j = openRun(t, o, dir, checkpoint > 0)
-			pos, batches = checkpoint, 0
-			continue
+			pending, ends, durable, pos = nil, nil, 0, checkpoint
 		}
-		sink.write(t, out)
-		pos = end
-		if rng.IntN(2) == 0 {
-			checkpoint = pos
-			j.Checkpointed(batches)
-		}
+	}
+	for _, o := range pending {
+		sink.write(t, o)
 	}
 	return j
 }
