@@ -29,12 +29,16 @@
 // transaction with the batch's decisions, before the batch leaves
 // Process, so it may run ahead of the checkpoint. A replay is decided
 // from it as before: the row that holds a key passes again (the same
-// record; sinks take it idempotently) and a duplicate is dropped again.
+// record; sinks take it idempotently) and a duplicate is dropped again
+// (D3).
 // Invariant D2: a write sweeps only keys expired before the earliest
 // event time of the batches a restart could hand again (those after the
 // last stored checkpoint: pipeline.Checkpointed), so a replayed change
 // finds every key it found the first time, expired or not by its own
-// clock as before.
+// clock as before. Invariant D3: what later changes did is in the state
+// too, so a replayed change is not decided again: each change's decision
+// is kept under its version and row until D2's sweep passes it, and a
+// replay gets that decision.
 package dedup
 
 import (
@@ -46,6 +50,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/binform"
 	"github.com/sluice-cdc/sluice/transform/eval"
 	"github.com/sluice-cdc/sluice/transform/scope"
 	"github.com/sluice-cdc/sluice/transform/state"
@@ -79,12 +84,20 @@ type Options struct {
 // The key spaces: seen holds, per table and key, the row that holds it;
 // dups, per table and row, the duplicates (Invariant D1: a row is in
 // dups only if another row held its key when it came, and then every
-// later change of it is dropped until its TTL runs out).
+// later change of it is dropped until its TTL runs out); decided, per
+// change (its version and row), whether it passed, kept until no replay
+// can hand it again (D3).
 const (
-	spaceSeen = "seen"
-	spaceDups = "dups"
-	spaceMeta = "meta"
+	spaceSeen    = "seen"
+	spaceDups    = "dups"
+	spaceDecided = "decided"
+	spaceMeta    = "meta"
 )
+
+// decidedTTL is how long past its own event time a change's decision
+// stays: any positive span, as the sweep keeps every key a replay could
+// still ask for (D2).
+const decidedTTL = time.Second
 
 // Dedup is the operator. It is used by one goroutine (the runtime's
 // transform stage); Close releases its state.
@@ -110,7 +123,8 @@ func Open(o Options) (*Dedup, error) {
 		return nil, fmt.Errorf("%s: the ttl must be positive", o.Name)
 	}
 	st, err := state.Open(state.Spec{What: o.Name, Dir: o.Dir, File: "dedup.db",
-		Spaces: []state.Space{{Name: spaceSeen, TTL: o.TTL}, {Name: spaceDups, TTL: o.TTL}, {Name: spaceMeta}}, Meta: spaceMeta,
+		Spaces: []state.Space{{Name: spaceSeen, TTL: o.TTL}, {Name: spaceDups, TTL: o.TTL}, {Name: spaceDecided, TTL: decidedTTL},
+			{Name: spaceMeta}}, Meta: spaceMeta,
 		Needs: "the rows of its tables changed within the ttl", MaxBytes: o.MaxStateBytes, Setting: o.MaxStateSetting, Sized: o.StateSized})
 	if err != nil {
 		return nil, err
@@ -204,6 +218,10 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 		if err != nil {
 			return err
 		}
+		decided, err := tx.Space(spaceDecided)
+		if err != nil {
+			return err
+		}
 		tx.SweepUntil(horizon) // D2
 		for i := range in {
 			r := &in[i]
@@ -212,7 +230,7 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 				continue
 			}
 			tx.At(r.EventTime)
-			keep, err := d.decide(r, seen, dups)
+			keep, err := d.replayed(r, decided, func() (bool, error) { return d.decide(r, seen, dups) })
 			if err != nil {
 				if err := d.rejects.Add(r, err); err != nil {
 					return err
@@ -256,6 +274,39 @@ func (d *Dedup) Checkpointed(n uint64) { d.floor.Checkpointed(n) }
 // applies reports whether r is a data record of one of the tables.
 func (d *Dedup) applies(r *pipeline.Record) bool {
 	return r.Table != nil && r.Op.IsData() && d.opts.Tables.Match(r.Table.ID)
+}
+
+// replayed is decide for r, recorded under its version and row (D3): a
+// change handed again after a restart gets the decision it had, and
+// changes nothing. The state may hold what later changes did (it runs
+// ahead of the checkpoint), and deciding again from it could differ: a
+// duplicate mark a later change of the row renewed would drop a delete
+// that passed when the mark had run out. A change without an event time
+// (no clock for the TTL) is decided afresh.
+func (d *Dedup) replayed(r *pipeline.Record, decided *state.Keys, decide func() (bool, error)) (bool, error) {
+	if r.EventTime.IsZero() {
+		return decide()
+	}
+	img := r.After
+	if r.Op == pipeline.OpDelete {
+		img = r.Before
+	}
+	k := binform.AppendVersion(nil, r.Version)
+	if img != nil {
+		k = append(k, verify.RowKey(r.Table, img)...)
+	}
+	if v := decided.Get(k); len(v) == 1 {
+		return v[0] == 1, nil
+	}
+	keep, err := decide()
+	if err != nil {
+		return keep, err
+	}
+	b := byte(0)
+	if keep {
+		b = 1
+	}
+	return keep, decided.Put(k, []byte{b})
 }
 
 // decide reports whether r passes, and records what it learnt.
