@@ -77,49 +77,32 @@ func (s guardedSink) write(recs []pipeline.Record) {
 // regions, and deleted while their windows take changes, and orders too
 // late for their windows, changed again later. A failure prints its seed:
 // -crash-seed replays it; -crash-trials runs longer.
-func TestOperatorEarlyResultsSurviveCrashes(t *testing.T) {
-	trials := crashTrials(20)
-	seed := crashSeed()
-	rng := rand.New(rand.NewPCG(seed, 42))
-	t.Logf("seed %d", seed)
-	for trial := range trials {
-		crashAndResume(t, trial, rng, Tumbling(time.Minute), LateSideOutput)
-	}
-}
-
-// The same for hopping windows: each order is in three of them.
-func TestOperatorEarlyHoppingResultsSurviveCrashes(t *testing.T) {
-	trials := crashTrials(10)
-	seed := crashSeed()
-	rng := rand.New(rand.NewPCG(seed, 44))
-	t.Logf("seed %d", seed)
-	for trial := range trials {
-		crashAndResume(t, trial, rng, Spec{Size: time.Minute, Advance: 20 * time.Second}, LateSideOutput)
-	}
-}
-
-// The same for session windows: sessions merge, split and move under
-// the same changes, and each result replaced is deleted.
-func TestOperatorEarlySessionsSurviveCrashes(t *testing.T) {
-	trials := crashTrials(20)
-	seed := crashSeed()
-	rng := rand.New(rand.NewPCG(seed, 43))
-	t.Logf("seed %d", seed)
-	for trial := range trials {
-		crashAndResume(t, trial, rng, Session(4*time.Second), LateSideOutput)
-	}
-}
-
-// The same under late: correct: the late orders, and their later changes,
-// correct the windows they belong to, retracted from their before images
-// once the window no longer holds them.
-func TestOperatorCorrectedResultsSurviveCrashes(t *testing.T) {
-	trials := crashTrials(10)
-	seed := crashSeed()
-	rng := rand.New(rand.NewPCG(seed, 45))
-	t.Logf("seed %d", seed)
-	for trial := range trials {
-		crashAndResume(t, trial, rng, Tumbling(time.Minute), LateCorrect)
+//
+// It runs over tumbling minutes, hopping windows (each order in three),
+// sessions (which merge, split and move under the same changes, each
+// result replaced deleted) and, under late: correct, tumbling minutes
+// that the late orders and their later changes correct, retracted from
+// their before images once the window no longer holds them.
+func TestOperatorResultsSurviveCrashes(t *testing.T) {
+	for i, c := range []struct {
+		name   string
+		spec   Spec
+		policy LatePolicy
+		trials int
+	}{
+		{"tumbling", Tumbling(time.Minute), LateSideOutput, 20},
+		{"hopping", Spec{Size: time.Minute, Advance: 20 * time.Second}, LateSideOutput, 10},
+		{"sessions", Session(4 * time.Second), LateSideOutput, 20},
+		{"correct", Tumbling(time.Minute), LateCorrect, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			seed := crashSeed()
+			rng := rand.New(rand.NewPCG(seed, 42+uint64(i)))
+			t.Logf("seed %d", seed)
+			for trial := range crashTrials(c.trials) {
+				crashAndResume(t, trial, rng, c.spec, c.policy)
+			}
+		})
 	}
 }
 
