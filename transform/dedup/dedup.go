@@ -37,13 +37,16 @@
 // finds every key it found the first time, expired or not by its own
 // clock as before. Invariant D3: what later changes did is in the state
 // too, so a replayed change is not decided again: each change's decision
-// is kept under its version and row until D2's sweep passes it, and a
-// replay gets that decision.
+// is kept under its version and row until a stored checkpoint covers
+// every change below it (a version floor, as D2's is of event times),
+// and a replay gets that decision.
 package dedup
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -85,19 +88,14 @@ type Options struct {
 // dups, per table and row, the duplicates (Invariant D1: a row is in
 // dups only if another row held its key when it came, and then every
 // later change of it is dropped until its TTL runs out); decided, per
-// change (its version and row), whether it passed, kept until no replay
-// can hand it again (D3).
+// change (its version, then row: in version order), whether it passed,
+// kept until no replay can hand it again (D3).
 const (
 	spaceSeen    = "seen"
 	spaceDups    = "dups"
 	spaceDecided = "decided"
 	spaceMeta    = "meta"
 )
-
-// decidedTTL is how long past its own event time a change's decision
-// stays: any positive span, as the sweep keeps every key a replay could
-// still ask for (D2).
-const decidedTTL = time.Second
 
 // Dedup is the operator. It is used by one goroutine (the runtime's
 // transform stage); Close releases its state.
@@ -109,8 +107,13 @@ type Dedup struct {
 	begun   bool
 
 	// floor is the earliest event time a replay can carry: what a write
-	// may sweep (D2).
-	floor state.Floor[time.Time]
+	// may sweep (D2); vfloor the least version: the decisions below it
+	// go (D3).
+	floor  state.Floor[time.Time]
+	vfloor state.Floor[pipeline.Version]
+	// decidedTo is the highest version with a decision kept: a change
+	// above it is new, and is not looked up (D3).
+	decidedTo pipeline.Version
 }
 
 // Open opens (or creates) the state in opts.Dir; Begin must be called
@@ -123,14 +126,14 @@ func Open(o Options) (*Dedup, error) {
 		return nil, fmt.Errorf("%s: the ttl must be positive", o.Name)
 	}
 	st, err := state.Open(state.Spec{What: o.Name, Dir: o.Dir, File: "dedup.db",
-		Spaces: []state.Space{{Name: spaceSeen, TTL: o.TTL}, {Name: spaceDups, TTL: o.TTL}, {Name: spaceDecided, TTL: decidedTTL},
+		Spaces: []state.Space{{Name: spaceSeen, TTL: o.TTL}, {Name: spaceDups, TTL: o.TTL}, {Name: spaceDecided},
 			{Name: spaceMeta}}, Meta: spaceMeta,
 		Needs: "the rows of its tables changed within the ttl", MaxBytes: o.MaxStateBytes, Setting: o.MaxStateSetting, Sized: o.StateSized})
 	if err != nil {
 		return nil, err
 	}
 	return &Dedup{opts: o, st: st, rejects: scope.Rejects{Op: o.Name, Policy: o.Policy},
-		floor: state.Floor[time.Time]{Less: time.Time.Before}}, nil
+		floor: state.Floor[time.Time]{Less: time.Time.Before}, vfloor: state.Floor[pipeline.Version]{Less: pipeline.Version.Less}}, nil
 }
 
 // definition is what the state was built for: the key and the TTL.
@@ -151,6 +154,22 @@ func (d *Dedup) Begin(_ context.Context, resumed bool) error {
 	}
 	if startedOver {
 		d.opts.Log.Info("dedup state started over: the pipeline has no checkpoint, so every table is read again", zap.String("dedup", d.opts.Name))
+	}
+	// The highest version decided: its key is the space's last.
+	err = d.st.View(time.Time{}, func(tx *state.Tx) error {
+		decided, err := tx.Space(spaceDecided)
+		if err != nil {
+			return err
+		}
+		return decided.Scan(nil, func(k, _ []byte) error {
+			if len(k) >= 32 {
+				d.decidedTo = binform.NewReader(k[:32]).Version()
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
 	}
 	d.begun = true
 	return nil
@@ -196,7 +215,7 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 	if !d.begun {
 		return nil, fmt.Errorf("%s: Process before Begin", d.opts.Name)
 	}
-	horizon := d.note(in)
+	horizon, below, prune := d.note(in)
 	applies := false
 	for i := range in {
 		if d.applies(&in[i]) {
@@ -221,6 +240,11 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 		decided, err := tx.Space(spaceDecided)
 		if err != nil {
 			return err
+		}
+		if prune {
+			if err := forget(decided, below); err != nil {
+				return err
+			}
 		}
 		tx.SweepUntil(horizon) // D2
 		for i := range in {
@@ -254,22 +278,59 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 	return d.rejects.Result(out)
 }
 
-// note counts batch in and returns the sweep horizon (D2).
-func (d *Dedup) note(in []pipeline.Record) time.Time {
+// note counts batch in and returns the sweep horizon (D2), and the
+// version below which no decision can be asked for again (D3; prune
+// false while no checkpoint says).
+func (d *Dedup) note(in []pipeline.Record) (horizon time.Time, below pipeline.Version, prune bool) {
 	var first time.Time
+	var least pipeline.Version
+	has := false
 	for i := range in {
 		if t := in[i].EventTime; !t.IsZero() && (first.IsZero() || t.Before(first)) {
 			first = t
 		}
+		if d.applies(&in[i]) && (!has || in[i].Version.Less(least)) {
+			least, has = in[i].Version, true
+		}
 	}
-	h, _ := d.floor.Note(first, !first.IsZero())
-	return h
+	horizon, _ = d.floor.Note(first, !first.IsZero())
+	below, prune = d.vfloor.Note(least, has)
+	return horizon, below, prune
 }
+
+// forget deletes the decisions of changes below version v (D3): their
+// keys lead with the version, so they are a prefix of the space.
+func forget(decided *state.Keys, v pipeline.Version) error {
+	bound := binform.AppendVersion(nil, v)
+	var gone [][]byte
+	err := decided.Scan(nil, func(k, _ []byte) error {
+		if bytes.Compare(k[:min(len(k), len(bound))], bound) >= 0 {
+			return errStop
+		}
+		gone = append(gone, bytes.Clone(k))
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return err
+	}
+	for _, k := range gone {
+		if err := decided.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errStop ends a Scan.
+var errStop = errors.New("stop")
 
 // Checkpointed learns that a stored checkpoint covers the first n batches:
 // the horizon moves to the earliest event time from the last of them on
 // (D2).
-func (d *Dedup) Checkpointed(n uint64) { d.floor.Checkpointed(n) }
+func (d *Dedup) Checkpointed(n uint64) {
+	d.floor.Checkpointed(n)
+	d.vfloor.Checkpointed(n)
+}
 
 // applies reports whether r is a data record of one of the tables.
 func (d *Dedup) applies(r *pipeline.Record) bool {
@@ -281,12 +342,8 @@ func (d *Dedup) applies(r *pipeline.Record) bool {
 // changes nothing. The state may hold what later changes did (it runs
 // ahead of the checkpoint), and deciding again from it could differ: a
 // duplicate mark a later change of the row renewed would drop a delete
-// that passed when the mark had run out. A change without an event time
-// (no clock for the TTL) is decided afresh.
+// that passed when the mark had run out.
 func (d *Dedup) replayed(r *pipeline.Record, decided *state.Keys, decide func() (bool, error)) (bool, error) {
-	if r.EventTime.IsZero() {
-		return decide()
-	}
 	img := r.After
 	if r.Op == pipeline.OpDelete {
 		img = r.Before
@@ -295,8 +352,12 @@ func (d *Dedup) replayed(r *pipeline.Record, decided *state.Keys, decide func() 
 	if img != nil {
 		k = append(k, verify.RowKey(r.Table, img)...)
 	}
-	if v := decided.Get(k); len(v) == 1 {
-		return v[0] == 1, nil
+	if !d.decidedTo.Less(r.Version) {
+		if v := decided.Get(k); len(v) == 1 {
+			return v[0] == 1, nil
+		}
+	} else {
+		d.decidedTo = r.Version
 	}
 	keep, err := decide()
 	if err != nil {
