@@ -254,7 +254,8 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 				continue
 			}
 			tx.At(r.EventTime)
-			keep, err := d.replayed(r, decided, func() (bool, error) { return d.decide(r, seen, dups) })
+			row := rowKey(r)
+			keep, err := d.replayed(r, row, decided, func() (bool, error) { return d.decide(r, row, seen, dups) })
 			if err != nil {
 				if err := d.rejects.Add(r, err); err != nil {
 					return err
@@ -343,15 +344,8 @@ func (d *Dedup) applies(r *pipeline.Record) bool {
 // ahead of the checkpoint), and deciding again from it could differ: a
 // duplicate mark a later change of the row renewed would drop a delete
 // that passed when the mark had run out.
-func (d *Dedup) replayed(r *pipeline.Record, decided *state.Keys, decide func() (bool, error)) (bool, error) {
-	img := r.After
-	if r.Op == pipeline.OpDelete {
-		img = r.Before
-	}
-	k := binform.AppendVersion(nil, r.Version)
-	if img != nil {
-		k = append(k, verify.RowKey(r.Table, img)...)
-	}
+func (d *Dedup) replayed(r *pipeline.Record, row []byte, decided *state.Keys, decide func() (bool, error)) (bool, error) {
+	k := append(binform.AppendVersion(make([]byte, 0, 32+len(row)), r.Version), row...)
 	if !d.decidedTo.Less(r.Version) {
 		if v := decided.Get(k); len(v) == 1 {
 			return v[0] == 1, nil
@@ -370,17 +364,26 @@ func (d *Dedup) replayed(r *pipeline.Record, decided *state.Keys, decide func() 
 	return keep, decided.Put(k, []byte{b})
 }
 
-// decide reports whether r passes, and records what it learnt.
-func (d *Dedup) decide(r *pipeline.Record, seen, dups *state.Keys) (bool, error) {
+// rowKey is r's table and row key, the row's identity in the state (nil
+// for a change without an image).
+func rowKey(r *pipeline.Record) []byte {
 	img := r.After
 	if r.Op == pipeline.OpDelete {
 		img = r.Before
 	}
 	if img == nil {
+		return nil
+	}
+	return []byte(r.Table.ID.String() + "\x00" + verify.RowKey(r.Table, img))
+}
+
+// decide reports whether r, whose rowKey is row, passes, and records
+// what it learnt.
+func (d *Dedup) decide(r *pipeline.Record, row []byte, seen, dups *state.Keys) (bool, error) {
+	if row == nil {
 		return true, nil
 	}
 	table := r.Table.ID.String()
-	row := []byte(table + "\x00" + verify.RowKey(r.Table, img))
 	if dups.Get(row) != nil {
 		// A duplicate's later change (D1); the mark lives on from now.
 		return false, dups.Put(row, []byte{1})
