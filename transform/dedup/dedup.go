@@ -338,7 +338,8 @@ func (d *Dedup) applies(r *pipeline.Record) bool {
 	return r.Table != nil && r.Op.IsData() && d.opts.Tables.Match(r.Table.ID)
 }
 
-// replayed is decide for r, recorded under its version and row (D3): a
+// replayed is decide for r, recorded under its version and row (D3,
+// what Invariant 5's state ahead of the checkpoint needs): a
 // change handed again after a restart gets the decision it had, and
 // changes nothing. The state may hold what later changes did (it runs
 // ahead of the checkpoint), and deciding again from it could differ: a

@@ -591,9 +591,10 @@ func (e *Engine) Release(upTo uint64) {
 // Reemit marks every group of every closed window to be written again by
 // the next Advance, and every partial result of an open one by the next
 // Early; in either, a group emptied of rows goes out as a delete: after a
-// restart the results written last may not have reached the sinks, and
-// the same results under the same versions change nothing where they did.
-// With early results, an open window's emptied group is written again
+// restart the results written last may not have reached the sinks (the
+// state that knows them is written before they leave: Invariant 5), and
+// the same results under the same versions change nothing where they did
+// (Invariant 4). With early results, an open window's emptied group is written again
 // too: the delete of its partial row may be what was lost, and the
 // window's close writes nothing for a group it holds no row of, so the
 // partial row would outlive the window. (A group that never had a row
