@@ -39,12 +39,19 @@
 // too, so a replayed change is not decided again: each change's decision
 // is kept under its version and row until a stored checkpoint covers
 // every change below it (a version floor, as D2's is of event times),
-// and a replay gets that decision.
+// and a replay gets that decision. Invariant D4: the same holds for a
+// replay from another server. It comes a generation up (docs/versions.md),
+// with positions of that server's own, so its versions find nothing; a
+// change is then known by what the servers share — its transaction's id
+// (the GTID's sequence number, the Postgres xid), its index in the
+// transaction, its row, operation and commit time — and the decision kept
+// for it in an earlier generation is carried over to its new version.
 package dedup
 
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -114,6 +121,18 @@ type Dedup struct {
 	// decidedTo is the highest version with a decision kept: a change
 	// above it is new, and is not looked up (D3).
 	decidedTo pipeline.Version
+	// carried holds the decisions kept under versions of an earlier
+	// generation than decidedTo's, by what identifies their change on
+	// any server: a replay from another server finds them there (D4).
+	// nil when there are none.
+	carried map[string]carriedDecision
+}
+
+// carriedDecision is a decision of an earlier generation and the key it
+// is kept under.
+type carriedDecision struct {
+	keep bool
+	key  []byte
 }
 
 // Open opens (or creates) the state in opts.Dir; Begin must be called
@@ -161,18 +180,74 @@ func (d *Dedup) Begin(_ context.Context, resumed bool) error {
 		if err != nil {
 			return err
 		}
-		return decided.Scan(nil, func(k, _ []byte) error {
+		if err := decided.Scan(nil, func(k, _ []byte) error {
 			if len(k) >= 32 {
 				d.decidedTo = binform.NewReader(k[:32]).Version()
 			}
 			return nil
-		})
+		}); err != nil {
+			return err
+		}
+		// A run of a new generation stopped before a checkpoint: what it
+		// did not replay yet of the earlier one's is still carried (D4).
+		return d.carry(decided, d.decidedTo[0])
 	})
 	if err != nil {
 		return err
 	}
 	d.begun = true
 	return nil
+}
+
+// carry indexes the decisions kept under versions of a generation below
+// gen by their change's identity (D4).
+func (d *Dedup) carry(decided *state.Keys, gen uint64) error {
+	d.carried = nil
+	err := decided.Scan(nil, func(k, v []byte) error {
+		if len(k) < 32 || len(v) != decisionLen {
+			return nil // a decision written before D4: not carried
+		}
+		ver := binform.NewReader(k[:32]).Version()
+		if ver[0] >= gen {
+			return errStop // the rest sort above
+		}
+		if d.carried == nil {
+			d.carried = map[string]carriedDecision{}
+		}
+		d.carried[identity(ver, k[32:], v[1:])] = carriedDecision{keep: v[0] == 1, key: bytes.Clone(k)}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
+}
+
+// decisionLen is the length of a kept decision: whether the change
+// passed, then what identifies it beside its version and row (change).
+const decisionLen = 1 + 1 + 8 + 8
+
+// change appends what identifies r on any server beside its row and its
+// index in the transaction: its operation, its transaction's id and its
+// commit time (D4).
+func change(dst []byte, r *pipeline.Record) []byte {
+	dst = append(dst, byte(r.Op))
+	dst = binary.BigEndian.AppendUint64(dst, r.TxID)
+	var at int64
+	if !r.EventTime.IsZero() {
+		at = r.EventTime.UnixNano()
+	}
+	return binary.BigEndian.AppendUint64(dst, uint64(at))
+}
+
+// identity is the change's key in carried: change (its operation,
+// transaction and commit time), its index in the transaction (the last
+// component of a streamed change's version on every source) and its row.
+func identity(v pipeline.Version, row, change []byte) string {
+	b := make([]byte, 0, len(change)+8+len(row))
+	b = append(b, change...)
+	b = binary.BigEndian.AppendUint64(b, v[3])
+	return string(append(b, row...))
 }
 
 // Close releases the state file.
@@ -245,6 +320,7 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 			if err := forget(decided, below); err != nil {
 				return err
 			}
+			d.uncarry(below)
 		}
 		tx.SweepUntil(horizon) // D2
 		for i := range in {
@@ -322,6 +398,20 @@ func forget(decided *state.Keys, v pipeline.Version) error {
 	return nil
 }
 
+// uncarry drops from carried the decisions forget deleted: those below
+// version v.
+func (d *Dedup) uncarry(v pipeline.Version) {
+	bound := binform.AppendVersion(nil, v)
+	for id, c := range d.carried {
+		if bytes.Compare(c.key[:len(bound)], bound) < 0 {
+			delete(d.carried, id)
+		}
+	}
+	if len(d.carried) == 0 {
+		d.carried = nil
+	}
+}
+
 // errStop ends a Scan.
 var errStop = errors.New("stop")
 
@@ -347,22 +437,45 @@ func (d *Dedup) applies(r *pipeline.Record) bool {
 // that passed when the mark had run out.
 func (d *Dedup) replayed(r *pipeline.Record, row []byte, decided *state.Keys, decide func() (bool, error)) (bool, error) {
 	k := append(binform.AppendVersion(make([]byte, 0, 32+len(row)), r.Version), row...)
+	val := change(make([]byte, 1, decisionLen), r)
+	var keep bool
+	var err error
+	carried := false
 	if !d.decidedTo.Less(r.Version) {
-		if v := decided.Get(k); len(v) == 1 {
+		if v := decided.Get(k); len(v) > 0 {
 			return v[0] == 1, nil
 		}
 	} else {
+		if r.Version[0] > d.decidedTo[0] {
+			// A new generation: the earlier ones' decisions are carried
+			// (D4).
+			if err := d.carry(decided, r.Version[0]); err != nil {
+				return false, err
+			}
+		}
 		d.decidedTo = r.Version
 	}
-	keep, err := decide()
-	if err != nil {
-		return keep, err
+	if d.carried != nil {
+		id := identity(r.Version, row, val[1:])
+		if c, ok := d.carried[id]; ok {
+			// Replayed from another server: the decision moves to the
+			// change's new version.
+			delete(d.carried, id)
+			if err := decided.Delete(c.key); err != nil {
+				return false, err
+			}
+			keep, carried = c.keep, true
+		}
 	}
-	b := byte(0)
+	if !carried {
+		if keep, err = decide(); err != nil {
+			return keep, err
+		}
+	}
 	if keep {
-		b = 1
+		val[0] = 1
 	}
-	return keep, decided.Put(k, []byte{b})
+	return keep, decided.Put(k, val)
 }
 
 // rowKey is r's table and row key, the row's identity in the state (nil

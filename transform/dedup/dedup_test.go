@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -159,30 +160,53 @@ func TestKeyErrorsAndOtherTables(t *testing.T) {
 // checkpoint, pass what a run without kills passes: per event, its first
 // row and that row's changes.
 func TestKillsAndReplaysPassWhatOneRunPasses(t *testing.T) {
+	replays(t, *replayTrials, false)
+}
+
+// D4: a restart that comes back on another server replays the changes
+// after the checkpoint a generation up, with that server's positions:
+// they get the decisions the first run made, as on the same server.
+func TestReplaysFromAnotherServerPassWhatOneRunPasses(t *testing.T) {
+	replays(t, *replayTrials, true)
+}
+
+var replayTrials = flag.Int("replay-trials", 100, "random workloads each replay test runs")
+
+// replays runs trials random workloads of inserts, updates and deletes
+// of rows that share events, in transactions of one to three changes,
+// once straight through and once with kills that replay from the last
+// checkpoint (on another server when failovers), and requires the same
+// records to pass.
+func replays(t *testing.T, trials int, failovers bool) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for trial := range 100 {
+	for trial := range trials {
 		var batches [][]pipeline.Record
-		v, clock, id := uint64(0), time.Duration(0), int64(0)
+		tx, clock, id := uint64(0), time.Duration(0), int64(0)
 		holder := map[int64]bool{}
 		var rows []int64
 		for range 25 {
 			var b []pipeline.Record
-			for range 1 + rng.IntN(8) {
-				v++
-				clock += time.Duration(rng.IntN(3)) * time.Second
-				switch {
-				case len(rows) > 0 && rng.IntN(4) == 0:
-					r := rows[rng.IntN(len(rows))]
-					op := pipeline.OpUpdate
-					if rng.IntN(2) == 0 {
-						op = pipeline.OpDelete
+			for range 1 + rng.IntN(4) {
+				tx++
+				clock += time.Duration(rng.IntN(10)) * time.Second
+				for i := range 1 + rng.IntN(3) {
+					var r pipeline.Record
+					switch {
+					case len(rows) > 0 && rng.IntN(2) == 0:
+						row := rows[rng.IntN(len(rows))]
+						op := pipeline.OpUpdate
+						if rng.IntN(2) == 0 {
+							op = pipeline.OpDelete
+						}
+						r = rec(op, row, fmt.Sprint("e", row/2), clock, tx)
+					default:
+						id++
+						rows = append(rows, id)
+						holder[id] = id%2 == 0 // rows 2k and 2k+1 carry event k
+						r = rec(pipeline.OpInsert, id, fmt.Sprint("e", id/2), clock, tx)
 					}
-					b = append(b, rec(op, r, fmt.Sprint("e", r/2), clock, v))
-				default:
-					id++
-					rows = append(rows, id)
-					holder[id] = id%2 == 0 // rows 2k and 2k+1 carry event k
-					b = append(b, rec(pipeline.OpInsert, id, fmt.Sprint("e", id/2), clock, v))
+					r.TxID, r.Version[3] = tx, uint64(2+i)
+					b = append(b, r)
 				}
 			}
 			batches = append(batches, b)
@@ -195,15 +219,19 @@ func TestKillsAndReplaysPassWhatOneRunPasses(t *testing.T) {
 			// what the batches after the checkpoint passed (their writes
 			// may not have been durable), so the replay must pass it again.
 			outs := map[int][]string{}
-			checkpoint := 0
+			checkpoint, server := 0, uint64(0)
 			for i := 0; i < len(batches); i++ {
-				outs[i], _ = passed(t, d, batches[i]...)
+				outs[i] = passedOn(t, d, server, batches[i])
 				if rng.IntN(3) == 0 {
-					checkpoint = i + 1 - rng.IntN(min(3, i+1))
+					// A stored checkpoint never moves back.
+					checkpoint = max(checkpoint, i+1-rng.IntN(min(3, i+1)))
 				}
 				if kills && rng.IntN(5) == 0 {
 					d.Close()
 					d = open(t, o, true)
+					if failovers && rng.IntN(2) == 0 {
+						server++
+					}
 					for j := checkpoint; j <= i; j++ {
 						delete(outs, j)
 					}
@@ -237,12 +265,45 @@ func TestKillsAndReplaysPassWhatOneRunPasses(t *testing.T) {
 		}
 		// Every passed insert is its event's first row.
 		for g := range want {
-			var row, ver int64
-			if _, err := fmt.Sscanf(g, "c %d v%d", &row, &ver); err == nil && !holder[row] && row != 1 {
+			var row int64
+			if _, err := fmt.Sscanf(g, "c %d", &row); err == nil && !holder[row] && row != 1 {
 				t.Fatalf("trial %d: the duplicate row %d passed", trial, row)
 			}
 		}
 	}
+}
+
+// onServer is the batch as server n streams it: generation n, and
+// positions of its own (each server's binlog starts elsewhere); the
+// transaction ids and indexes are the ones every server shares.
+func onServer(n uint64, in []pipeline.Record) []pipeline.Record {
+	out := slices.Clone(in)
+	for i := range out {
+		out[i].Version[0] = n
+		out[i].Version[1] += 1_000_000 * n
+		out[i].Version[2] = 7 * n
+	}
+	return out
+}
+
+// passedOn renders what passes of the batch streamed by server n by what
+// is the same on every server: op, row, transaction and index.
+func passedOn(t *testing.T, d *Dedup, n uint64, in []pipeline.Record) []string {
+	t.Helper()
+	out, err := d.Process(context.Background(), onServer(n, in))
+	var rj *pipeline.Rejects
+	if err != nil && !errors.As(err, &rj) {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range out {
+		img := r.After
+		if img == nil {
+			img = r.Before
+		}
+		got = append(got, fmt.Sprintf("%s %d tx%d.%d", r.Op, img[0], r.TxID, r.Version[3]))
+	}
+	return got
 }
 
 // D2: a write sweeps no key a change after the last stored checkpoint
@@ -330,5 +391,66 @@ func TestAReplayGetsTheDecisionsTheFirstRunMade(t *testing.T) {
 	}
 	if want := []string{"d 11 v3", "c 12 v4"}; !slices.Equal(again, want) {
 		t.Fatalf("the replay passed %v, want %v (as the first run)", again, want)
+	}
+}
+
+// D4: the same replay from another server (a generation up, with
+// positions of its own) gets the decisions the first run made too.
+func TestAReplayFromAnotherServerGetsTheDecisionsTheFirstRunMade(t *testing.T) {
+	dropped := 0
+	o := options(t.TempDir(), &dropped)
+	d := open(t, o, false)
+	batches := [][]pipeline.Record{
+		{rec(pipeline.OpInsert, 10, "e5", 0, 1)},
+		{rec(pipeline.OpInsert, 11, "e5", 100*time.Second, 2)},
+		{rec(pipeline.OpDelete, 11, "e5", 110*time.Second, 3)},
+		{rec(pipeline.OpInsert, 12, "e5", 200*time.Second, 4)},
+		{rec(pipeline.OpUpdate, 11, "e5", 210*time.Second, 5)},
+		{rec(pipeline.OpInsert, 13, "e7", 220*time.Second, 6)}, // lost in the failover: no other server has it
+	}
+	for _, b := range batches {
+		b[0].TxID, b[0].Version[3] = b[0].Version[1], 2
+	}
+	var first []string
+	for i, b := range batches {
+		first = append(first, passedOn(t, d, 1, b)...)
+		if i == 1 {
+			d.Checkpointed(2)
+		}
+	}
+	if want := []string{"c 10 tx1.2", "c 11 tx2.2", "d 11 tx3.2", "c 12 tx4.2", "c 13 tx6.2"}; !slices.Equal(first, want) {
+		t.Fatalf("first run passed %v, want %v", first, want)
+	}
+	// Killed, and back on another server: generation 2.
+	d.Close()
+	d = open(t, o, true)
+	var again []string
+	for _, b := range batches[2:4] {
+		again = append(again, passedOn(t, d, 2, b)...)
+	}
+	// Killed again before the last change, and back on the first
+	// server's successor: generation 3 replays all three.
+	d.Close()
+	d = open(t, o, true)
+	defer d.Close()
+	again = nil
+	for _, b := range batches[2:5] {
+		again = append(again, passedOn(t, d, 3, b)...)
+	}
+	if want := []string{"d 11 tx3.2", "c 12 tx4.2"}; !slices.Equal(again, want) {
+		t.Fatalf("the replay from another server passed %v, want %v (as the first run)", again, want)
+	}
+	// What was not replayed (the lost change's decision) is still
+	// carried, until a checkpoint of the new generation covers the
+	// replay.
+	if d.carried[identity(pipeline.Version{0, 0, 0, 2}, rowKey(&batches[5][0]), change(nil, &batches[5][0]))].key == nil {
+		t.Fatalf("the lost change's decision is not carried: %d are", len(d.carried))
+	}
+	// A checkpoint of the new generation covers the replay: nothing of
+	// the earlier generations is kept.
+	d.Checkpointed(1)
+	passedOn(t, d, 3, []pipeline.Record{rec(pipeline.OpInsert, 20, "e9", 300*time.Second, 6)})
+	if d.carried != nil {
+		t.Fatalf("%d decisions of earlier generations still carried after a checkpoint covered their replay", len(d.carried))
 	}
 }
