@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"math/big"
+	"math/bits"
 	"strings"
 	"time"
 )
@@ -172,7 +173,36 @@ func parsePlainDecimal(s string) (Decimal, bool) {
 	if neg {
 		n = -n
 	}
-	return Decimal{Unscaled: big.NewInt(n), Scale: scale}, true
+	return Decimal{Unscaled: smallInt(n), Scale: scale}, true
+}
+
+// smallBig is a big.Int and the words of its magnitude in one allocation
+// (big.NewInt makes two): enough words for any int64.
+type smallBig struct {
+	i big.Int
+	w [64 / bits.UintSize]big.Word
+}
+
+// smallInt is big.NewInt(n) with one allocation instead of two. The Int
+// owns the words; arithmetic on it that needs more reallocates, as ever.
+func smallInt(n int64) *big.Int {
+	b := new(smallBig)
+	u := uint64(n)
+	if n < 0 {
+		u = -u
+	}
+	for i := range b.w {
+		b.w[i] = big.Word(u)
+		// Shift by a word's width in two steps: one step would shift a
+		// uint64 by 64, which vet refuses (0 once a 64-bit word took it).
+		u >>= bits.UintSize / 2
+		u >>= bits.UintSize / 2
+	}
+	b.i.SetBits(b.w[:]) // trims the leading zero words
+	if n < 0 {
+		b.i.Neg(&b.i)
+	}
+	return &b.i
 }
 
 // Equal compares numerically (1.50 equals 1.5) and specials by kind.

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"math"
 	"math/big"
 	"testing"
 	"time"
@@ -62,5 +63,21 @@ func TestCivilDaysAgreesWithTimeDate(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestSmallIntIsBigNewInt(t *testing.T) {
+	for _, n := range []int64{0, 1, -1, 42, -1234567890123, 999999999999999999, -999999999999999999, math.MaxInt64, math.MinInt64} {
+		got, want := smallInt(n), big.NewInt(n)
+		if got.Cmp(want) != 0 || got.String() != want.String() {
+			t.Errorf("smallInt(%d) = %s", n, got)
+		}
+		// It is an Int like any other: arithmetic on it works.
+		if sum := new(big.Int).Add(got, want); sum.Cmp(new(big.Int).Mul(want, big.NewInt(2))) != 0 {
+			t.Errorf("smallInt(%d) + itself = %s", n, sum)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = ParseDecimal("-12345.67") }); n != 1 {
+		t.Errorf("ParseDecimal allocates %v times, want 1 (the Int with its words)", n)
 	}
 }
