@@ -53,6 +53,22 @@ func openBenchSink(b *testing.B) *Sink {
 	return s
 }
 
+// write writes recs as the runtime would: a write DuckDB ran out of
+// memory for (pipeline.Overloaded: the sink has raised its working
+// headroom) is written again.
+func write(b *testing.B, s *Sink, recs []pipeline.Record) {
+	b.Helper()
+	for tries := 1; ; tries++ {
+		err := s.Write(ctx, recs)
+		if err == nil {
+			return
+		}
+		if !pipeline.IsOverloaded(err) || tries == 5 {
+			b.Fatal(err)
+		}
+	}
+}
+
 // runWrites times Write of every batch next(i) returns, one batch per
 // iteration, and reports rows/s, ns/row and allocs/row.
 func runWrites(b *testing.B, s *Sink, next func(i int) []pipeline.Record) {
@@ -71,9 +87,7 @@ func runWrites(b *testing.B, s *Sink, next func(i int) []pipeline.Record) {
 		runtime.ReadMemStats(&m1)
 		mallocsOutside += m1.Mallocs - m0.Mallocs
 		b.StartTimer()
-		if err := s.Write(ctx, recs); err != nil {
-			b.Fatal(err)
-		}
+		write(b, s, recs)
 		b.StopTimer()
 		rows += len(recs)
 	}
@@ -98,9 +112,7 @@ func BenchmarkWriteUpdates(b *testing.B) {
 	s := openBenchSink(b)
 	const preload = 10
 	for i := range preload {
-		if err := s.Write(ctx, benchRecords(pipeline.OpInsert, 1+int64(i)*benchBatch, uint64(i+1))); err != nil {
-			b.Fatal(err)
-		}
+		write(b, s, benchRecords(pipeline.OpInsert, 1+int64(i)*benchBatch, uint64(i+1)))
 	}
 	runWrites(b, s, func(i int) []pipeline.Record {
 		return benchRecords(pipeline.OpUpdate, 1+int64(i%preload)*benchBatch, uint64(preload+i+1))
@@ -114,9 +126,7 @@ func BenchmarkWriteUpdatesUnchanged(b *testing.B) {
 	s := openBenchSink(b)
 	const preload = 10
 	for i := range preload {
-		if err := s.Write(ctx, benchRecords(pipeline.OpInsert, 1+int64(i)*benchBatch, uint64(i+1))); err != nil {
-			b.Fatal(err)
-		}
+		write(b, s, benchRecords(pipeline.OpInsert, 1+int64(i)*benchBatch, uint64(i+1)))
 	}
 	runWrites(b, s, func(i int) []pipeline.Record {
 		recs := benchRecords(pipeline.OpUpdate, 1+int64(i%preload)*benchBatch, uint64(preload+i+1))
@@ -137,9 +147,7 @@ func BenchmarkWriteSpreadUpdates(b *testing.B) {
 	s := openBenchSink(b)
 	const preload = 100 // batches of benchBatch keys
 	for i := range preload {
-		if err := s.Write(ctx, benchRecords(pipeline.OpRead, int64(i)*benchBatch, 1)); err != nil {
-			b.Fatal(err)
-		}
+		write(b, s, benchRecords(pipeline.OpRead, int64(i)*benchBatch, 1))
 	}
 	const n = preload * benchBatch
 	runWrites(b, s, func(i int) []pipeline.Record {
@@ -174,9 +182,7 @@ func writeChunks(b *testing.B, loaded bool) {
 	s := openBenchSink(b)
 	const preload = 100 // batches of benchBatch keys
 	for i := range preload {
-		if err := s.Write(ctx, benchRecords(pipeline.OpRead, int64(i)*benchBatch, 1)); err != nil {
-			b.Fatal(err)
-		}
+		write(b, s, benchRecords(pipeline.OpRead, int64(i)*benchBatch, 1))
 	}
 	n, chunk := preload*benchBatch, benchChunk
 	b.ReportAllocs()
@@ -200,13 +206,9 @@ func writeChunks(b *testing.B, loaded bool) {
 			}
 		}
 		b.StartTimer()
-		if err := s.Write(ctx, recs); err != nil {
-			b.Fatal(err)
-		}
+		write(b, s, recs)
 		if len(upd) > 0 {
-			if err := s.Write(ctx, upd); err != nil {
-				b.Fatal(err)
-			}
+			write(b, s, upd)
 		}
 		rows += len(recs) + len(upd)
 	}
