@@ -139,3 +139,31 @@ func quoteShort(b []byte) string {
 	}
 	return strconv.Quote(string(b))
 }
+
+// Covers reports whether the transaction that ends at pos (a record's
+// Pos) is one of those mark's GTID set holds: it was read at or before
+// mark on whichever server, since GTIDs name a transaction on every
+// server that replicated it, where files and offsets do not. False when
+// it cannot tell (a position that does not parse, another flavor, a
+// MariaDB domain mark lacks), which only ever means "not known to be
+// covered". Exactly-once Kafka uses it to recognise what a run on
+// another server replays (docs/versions.md, "Exactly-once Kafka").
+func Covers(pos, mark pipeline.Position) bool {
+	p, err := ParsePosition(pos)
+	if err != nil || p.GTID == "" {
+		return false
+	}
+	m, err := ParsePosition(mark)
+	if err != nil || m.GTID == "" || m.Flavor != p.Flavor {
+		return false
+	}
+	ps, err := p.gtidSet()
+	if err != nil {
+		return false
+	}
+	ms, err := m.gtidSet()
+	if err != nil {
+		return false
+	}
+	return ms.Contain(ps)
+}
