@@ -267,6 +267,11 @@ func buildKafka(cfg *config.Config, k *config.KafkaSink, log *zap.Logger) (*kafk
 		// Room for a full batch, its tombstones and dead letters.
 		MaxBufferedRecords: 2*cfg.Runtime.BatchMaxRecords + 1000,
 	}
+	if cfg.Source.Kind() == "mysql" {
+		// GTIDs name a transaction on every server: exactly-once skips
+		// what a run on another server replays (docs/versions.md).
+		opts.Covers = mysql.Covers
+	}
 	s, err := kafka.New(opts, schema.NewSRClient(k.Registry.URL, regOpts), log)
 	if err != nil {
 		return nil, &pipeline.OpenError{What: "sink " + k.Name, Err: err}

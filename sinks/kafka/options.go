@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/internal/kafkaauth"
 	"github.com/sluice-cdc/sluice/internal/tlsconf"
+	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/schema"
 )
 
@@ -93,6 +94,14 @@ type Options struct {
 	// mark and makes the transactional id "sluice-<Pipeline>-<Name>".
 	// "" means ServerName.
 	Pipeline string
+	// Covers, set for a source whose positions name transactions on every
+	// server (mysql.Covers), reports whether the transaction ending at pos
+	// (a record's Pos) is within mark (an earlier record's Pos, from any
+	// generation or server); false when it cannot tell. With it,
+	// ExactlyOnce also recognises the stream changes of a later generation
+	// that Kafka already holds: what a run on another server, or after a
+	// cut-short run, replays (txn.go). It must not block.
+	Covers func(pos, mark pipeline.Position) bool
 }
 
 // TopicOptions configures topic creation.

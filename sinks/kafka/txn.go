@@ -58,6 +58,11 @@ type txnState struct {
 	has    bool             // a mark exists
 	hwm    pipeline.Version // highest version Kafka holds from this sink
 	pos    json.RawMessage  // Pos of the last positioned record committed
+	// markPos and markTx are the Pos and TxID of the record that set hwm
+	// (nil and 0 when it had none): what the source's positions can
+	// compare across generations (Options.Covers).
+	markPos json.RawMessage
+	markTx  uint64
 	// redo holds the order versions (Record.OrderVersion) at or below hwm
 	// that were handed back as permanent failures by the last committed
 	// transaction: they are not
@@ -77,7 +82,11 @@ type txnMark struct {
 	Position    json.RawMessage `json:"position,omitempty"`
 	Redo        []string        `json:"redo,omitempty"`
 	Generation  *uint64         `json:"generation,omitempty"`
-	CommittedAt time.Time       `json:"committed_at"`
+	// MarkPosition and MarkTxID are the Pos and TxID of the record whose
+	// version is Version.
+	MarkPosition json.RawMessage `json:"mark_position,omitempty"`
+	MarkTxID     uint64          `json:"mark_txid,omitempty"`
+	CommittedAt  time.Time       `json:"committed_at"`
 }
 
 // normalizeTxn fills the exactly-once defaults.
@@ -205,6 +214,7 @@ func (s *Sink) loadMark(ctx context.Context) error {
 			return pipeline.Fatal(fail(fmt.Errorf("mark at partition %d offset %d: %w", newest.Partition, newest.Offset, err)))
 		}
 		st.has, st.hwm, st.pos = true, v, m.Position
+		st.markPos, st.markTx = m.MarkPosition, m.MarkTxID
 		st.gen = upsert.Generation{Gen: v[0], Held: true}
 		if m.Generation != nil && *m.Generation > v[0] {
 			st.gen.Gen = *m.Generation
@@ -257,7 +267,19 @@ func (s *Sink) Generation(ctx context.Context) (uint64, bool, error) {
 // input was committed. One whose input is the mark itself may have been
 // cut off from it by a split into several transactions, so it is
 // written again (a duplicate, never a loss).
-func (st *txnState) skip(r *pipeline.Record) bool {
+//
+// A source change of a later generation than the mark's sorts above it
+// whatever it is: a run on another server, or one after a cut-short run,
+// replays the changes after the checkpoint with new versions. Where the
+// source's positions name transactions on every server (covers), such a
+// change is recognised by its Pos: within the mark's, it was committed,
+// unless it belongs to the mark's own transaction (same TxID) at a later
+// index, which a split into several transactions may have cut off. Which
+// transaction is the mark's is told by TxID alone (a GTID's sequence
+// number, without its domain or server): a coincidence can only make a
+// committed change be written again. With permanent failures to hand back
+// (redo) nothing is skipped this way: they are known by version only.
+func (st *txnState) skip(r *pipeline.Record, covers func(pos, mark pipeline.Position) bool) bool {
 	if !st.has {
 		return false
 	}
@@ -268,6 +290,10 @@ func (st *txnState) skip(r *pipeline.Record) bool {
 		}
 		if r.Derived() {
 			return r.Origin.Less(st.hwm)
+		}
+		if r.Version[0] > st.hwm[0] {
+			return covers != nil && len(st.redo) == 0 && st.markPos != nil && r.Pos != nil &&
+				covers(r.Pos, pipeline.Position(st.markPos)) && (r.TxID != st.markTx || r.Version[3] <= st.hwm[3])
 		}
 		return r.Version.Compare(st.hwm) <= 0
 	}
@@ -296,7 +322,7 @@ func (s *Sink) writeTxn(ctx context.Context, records []pipeline.Record) error {
 		if !r.Op.IsData() {
 			continue
 		}
-		if s.txn.skip(r) {
+		if s.txn.skip(r, s.opts.Covers) {
 			skipped++
 			continue
 		}
@@ -377,17 +403,23 @@ func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []
 	// their versions need not follow the order they are written in (with
 	// parallel MariaDB readers a later reader's rows sort above stream
 	// changes written after them, which the mark would then skip).
-	for _, p := range work {
-		r := &records[p.idx]
+	raise := func(r *pipeline.Record) {
 		if o := r.OrderVersion(); !r.Snapshot && (!next.has || next.hwm.Less(o)) {
 			next.has, next.hwm = true, o
+			// An operator's output need not carry its input's TxID:
+			// no position, so nothing is skipped by it (skip).
+			next.markPos, next.markTx = nil, r.TxID
+			if r.Pos != nil && !r.Derived() && json.Valid(r.Pos) {
+				next.markPos = json.RawMessage(r.Pos)
+			}
 		}
+	}
+	for _, p := range work {
+		raise(&records[p.idx])
 	}
 	for _, f := range bad {
 		r := &records[f.Index]
-		if o := r.OrderVersion(); !r.Snapshot && (!next.has || next.hwm.Less(o)) {
-			next.has, next.hwm = true, o
-		}
+		raise(r)
 		if next.redo == nil {
 			next.redo = map[pipeline.Version]bool{}
 		}
@@ -405,7 +437,7 @@ func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []
 		next.gen = upsert.Generation{Gen: g, Held: true}
 	}
 	mark := txnMark{Pipeline: s.opts.Pipeline, Sink: s.opts.Name, Version: next.hwm.String(), Position: next.pos,
-		CommittedAt: time.Now().UTC()}
+		MarkPosition: next.markPos, MarkTxID: next.markTx, CommittedAt: time.Now().UTC()}
 	if next.gen.Held {
 		g := next.gen.Gen
 		mark.Generation = &g

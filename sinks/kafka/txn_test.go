@@ -2,7 +2,9 @@ package kafka
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -472,8 +474,43 @@ func TestTxnOptions(t *testing.T) {
 		{pipeline.OpRead, pipeline.Version{0, 10, 0, 1}, false},
 		{pipeline.OpTruncate, pipeline.Version{0, 10, 0, 0}, false},
 	} {
-		if got := st.skip(&pipeline.Record{Op: c.op, Version: c.v}); got != c.skip {
+		if got := st.skip(&pipeline.Record{Op: c.op, Version: c.v}, nil); got != c.skip {
 			t.Errorf("%s %v: skip %v, want %v", c.op, c.v, got, c.skip)
 		}
+	}
+}
+
+// A replay in a later generation (another server, or after a cut-short
+// run) sorts above the mark: what the source's positions show within the
+// mark's was committed and is skipped, except the rest of the mark's own
+// transaction; nothing is skipped without positions to compare, or with
+// permanent failures to hand back.
+func TestSkipAcrossGenerationsByPosition(t *testing.T) {
+	pos := func(n int) pipeline.Position { return pipeline.Position(fmt.Sprintf(`{"n":%d}`, n)) }
+	covers := func(p, mark pipeline.Position) bool { return posN(json.RawMessage(p)) <= posN(json.RawMessage(mark)) }
+	// The mark: the third change (index 4) of transaction 7, at n 70.
+	st := txnState{has: true, hwm: pipeline.Version{1, 6000, 30, 4}, markPos: json.RawMessage(pos(70)), markTx: 7}
+	for _, c := range []struct {
+		name string
+		r    pipeline.Record
+		skip bool
+	}{
+		{"an earlier transaction replayed", pipeline.Record{Op: pipeline.OpUpdate, Version: pipeline.Version{2, 100, 9, 2}, TxID: 6, Pos: pos(60)}, true},
+		{"the mark itself replayed", pipeline.Record{Op: pipeline.OpUpdate, Version: pipeline.Version{2, 100, 20, 4}, TxID: 7, Pos: pos(70)}, true},
+		{"the rest of the mark's transaction", pipeline.Record{Op: pipeline.OpDelete, Version: pipeline.Version{2, 100, 20, 5}, TxID: 7, Pos: pos(70)}, false},
+		{"a later transaction", pipeline.Record{Op: pipeline.OpInsert, Version: pipeline.Version{2, 100, 40, 2}, TxID: 8, Pos: pos(80)}, false},
+		{"no position", pipeline.Record{Op: pipeline.OpInsert, Version: pipeline.Version{2, 100, 9, 2}, TxID: 6}, false},
+		{"a snapshot row", pipeline.Record{Op: pipeline.OpRead, Version: pipeline.Version{2, 100, 0, 1}, Pos: pos(60)}, false},
+	} {
+		if got := st.skip(&c.r, covers); got != c.skip {
+			t.Errorf("%s: skip %v, want %v", c.name, got, c.skip)
+		}
+		if c.skip && st.skip(&c.r, nil) {
+			t.Errorf("%s: skipped without a way to compare positions", c.name)
+		}
+	}
+	st.redo = map[pipeline.Version]bool{{1, 6000, 30, 3}: true}
+	if st.skip(&pipeline.Record{Op: pipeline.OpUpdate, Version: pipeline.Version{2, 100, 9, 2}, TxID: 6, Pos: pos(60)}, covers) {
+		t.Error("skipped by position while the mark lists permanent failures to hand back")
 	}
 }
