@@ -156,25 +156,7 @@ runtime: {checkpoint_interval: 200ms}
 // Values are the "v" column as text, keyed by the "id" column.
 func foldGeneric(t *testing.T, rh *registryHTTP, recs []*kgo.Record) map[string]string {
 	t.Helper()
-	parsed := map[int]avro.Schema{}
-	decode := func(framed []byte) map[string]any {
-		id, payload, err := schema.Unframe(framed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, ok := parsed[id]
-		if !ok {
-			if s, err = schema.ParseSchemaText(rh.schemaByID(t, id)); err != nil {
-				t.Fatal(err)
-			}
-			parsed[id] = s
-		}
-		var out map[string]any
-		if err := avro.Unmarshal(s, payload, &out); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	decode := genericAvro(t, rh)
 	type held struct {
 		version string
 		v       string
@@ -206,6 +188,31 @@ func foldGeneric(t *testing.T, rh *registryHTTP, recs []*kgo.Record) map[string]
 		}
 	}
 	return out
+}
+
+// genericAvro returns a decoder of framed Avro keys and values, their
+// schemas fetched from the registry once each.
+func genericAvro(t *testing.T, rh *registryHTTP) func(framed []byte) map[string]any {
+	t.Helper()
+	parsed := map[int]avro.Schema{}
+	return func(framed []byte) map[string]any {
+		id, payload, err := schema.Unframe(framed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := parsed[id]
+		if !ok {
+			if s, err = schema.ParseSchemaText(rh.schemaByID(t, id)); err != nil {
+				t.Fatal(err)
+			}
+			parsed[id] = s
+		}
+		var out map[string]any
+		if err := avro.Unmarshal(s, payload, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
 }
 
 // unwrapUnion returns the value of a decoded Avro union ({"string": x}),
