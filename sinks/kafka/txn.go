@@ -76,12 +76,12 @@ type txnState struct {
 
 // txnMark is the JSON value of a high-water mark record.
 type txnMark struct {
-	Pipeline    string          `json:"pipeline"`
-	Sink        string          `json:"sink"`
-	Version     string          `json:"version"`
-	Position    json.RawMessage `json:"position,omitempty"`
-	Redo        []string        `json:"redo,omitempty"`
-	Generation  *uint64         `json:"generation,omitempty"`
+	Pipeline   string          `json:"pipeline"`
+	Sink       string          `json:"sink"`
+	Version    string          `json:"version"`
+	Position   json.RawMessage `json:"position,omitempty"`
+	Redo       []string        `json:"redo,omitempty"`
+	Generation *uint64         `json:"generation,omitempty"`
 	// MarkPosition and MarkTxID are the Pos and TxID of the record whose
 	// version is Version.
 	MarkPosition json.RawMessage `json:"mark_position,omitempty"`
