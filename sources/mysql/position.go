@@ -144,10 +144,17 @@ func quoteShort(b []byte) string {
 // Pos) is one of those mark's GTID set holds: it was read at or before
 // mark on whichever server, since GTIDs name a transaction on every
 // server that replicated it, where files and offsets do not. False when
-// it cannot tell (a position that does not parse, another flavor, a
-// MariaDB domain mark lacks), which only ever means "not known to be
-// covered". Exactly-once Kafka uses it to recognise what a run on
-// another server replays (docs/versions.md, "Exactly-once Kafka").
+// it cannot tell (a position that does not parse, another flavor),
+// which only ever means "not known to be covered". Exactly-once Kafka
+// uses it to recognise what a run on another server replays
+// (docs/versions.md, "Exactly-once Kafka").
+//
+// A MariaDB position holds one GTID per domain, and sequence numbers
+// alone do not tell two histories apart: a replica promoted without the
+// primary's last transactions (0-1-41, 0-1-42) numbers its own 0-2-41,
+// 0-2-42. So every domain of pos must be in mark with the same server id
+// and a sequence number no higher; a replay whose window spans a change
+// of primary is then not known to be covered, and is written again.
 func Covers(pos, mark pipeline.Position) bool {
 	p, err := ParsePosition(pos)
 	if err != nil || p.GTID == "" {
@@ -165,5 +172,16 @@ func Covers(pos, mark pipeline.Position) bool {
 	if err != nil {
 		return false
 	}
-	return ms.Contain(ps)
+	pm, ok1 := ps.(*gomysql.MariadbGTIDSet)
+	mm, ok2 := ms.(*gomysql.MariadbGTIDSet)
+	if !ok1 || !ok2 {
+		return ms.Contain(ps) // MySQL: server UUIDs tell histories apart
+	}
+	for d, g := range pm.Sets {
+		h, ok := mm.Sets[d]
+		if !ok || h.ServerID != g.ServerID || h.SequenceNumber < g.SequenceNumber {
+			return false
+		}
+	}
+	return true
 }
