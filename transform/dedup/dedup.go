@@ -434,7 +434,8 @@ func (d *Dedup) applies(r *pipeline.Record) bool {
 // changes nothing. The state may hold what later changes did (it runs
 // ahead of the checkpoint), and deciding again from it could differ: a
 // duplicate mark a later change of the row renewed would drop a delete
-// that passed when the mark had run out.
+// that passed when the mark had run out. A change replayed from another
+// server finds its decision by identity in carried instead (D4).
 func (d *Dedup) replayed(r *pipeline.Record, row []byte, decided *state.Keys, decide func() (bool, error)) (bool, error) {
 	k := append(binform.AppendVersion(make([]byte, 0, 32+len(row)), r.Version), row...)
 	val := change(make([]byte, 1, decisionLen), r)
