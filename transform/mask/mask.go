@@ -136,15 +136,20 @@ func (o Options) way(c *pipeline.Column) (func(any) (any, error), pipeline.Colum
 	return nil, out, fmt.Errorf("unknown masking %q", o.With)
 }
 
+// digestsPerBlock is how many hex digests share one allocation.
+const digestsPerBlock = 256
+
 // digest hashes a value: SHA-256, or HMAC-SHA256 under key when key is
-// set. The HMAC state is reused (an operator runs on one goroutine).
+// set. The HMAC state is reused (an operator runs on one goroutine). The
+// hex digests are cut from blocks of digestsPerBlock: a block lives as
+// long as one of its digests does, and no byte of it is written twice.
 func digest(c *pipeline.Column, key []byte) func(any) (any, error) {
 	var mac hash.Hash
 	if key != nil {
 		mac = hmac.New(sha256.New, key)
 	}
 	var sum [sha256.Size]byte
-	var text [2 * sha256.Size]byte
+	var block []byte
 	return func(v any) (any, error) {
 		var b []byte
 		switch x := v.(type) {
@@ -166,8 +171,14 @@ func digest(c *pipeline.Column, key []byte) func(any) (any, error) {
 			mac.Write(b)
 			mac.Sum(sum[:0])
 		}
-		hex.Encode(text[:], sum[:])
-		return string(text[:]), nil
+		const n = 2 * sha256.Size
+		if cap(block)-len(block) < n {
+			block = make([]byte, 0, n*digestsPerBlock)
+		}
+		text := block[len(block) : len(block)+n]
+		block = block[:len(block)+n]
+		hex.Encode(text, sum[:])
+		return unsafe.String(&text[0], n), nil
 	}
 }
 
