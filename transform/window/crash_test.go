@@ -3,6 +3,7 @@ package window
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -94,13 +95,19 @@ func TestOperatorResultsSurviveCrashes(t *testing.T) {
 		{"hopping", Spec{Size: time.Minute, Advance: 20 * time.Second}, LateSideOutput, 10},
 		{"sessions", Session(4 * time.Second), LateSideOutput, 20},
 		{"correct", Tumbling(time.Minute), LateCorrect, 10},
+		// Half the restarts resume on another server: the replay comes a
+		// generation up, with that server's positions, and is known by
+		// the source's position order (Options.Covers).
+		{"tumbling/failover", Tumbling(time.Minute), LateSideOutput, 20},
+		{"sessions/failover", Session(4 * time.Second), LateSideOutput, 20},
+		{"correct/failover", Tumbling(time.Minute), LateCorrect, 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seed := crashSeed()
 			rng := rand.New(rand.NewPCG(seed, 42+uint64(i)))
 			t.Logf("seed %d", seed)
 			for trial := range crashTrials(c.trials) {
-				crashAndResume(t, trial, rng, c.spec, c.policy)
+				crashAndResume(t, trial, rng, c.spec, c.policy, strings.HasSuffix(c.name, "/failover"))
 			}
 		})
 	}
@@ -128,8 +135,9 @@ func crashSeed() uint64 {
 }
 
 // crashAndResume runs one trial over the windows of spec, with late
-// changes handled by policy: side_output or correct.
-func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec, policy LatePolicy) {
+// changes handled by policy: side_output or correct; with failover, half
+// the restarts from a checkpoint resume on another server.
+func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec, policy LatePolicy, failover bool) {
 	gap := spec.Gap
 	type order struct {
 		region string
@@ -149,6 +157,8 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec, policy L
 		ver++
 		r := ord(op, id, o.region, fmt.Sprintf("%d.%02d", o.cents/100, o.cents%100), o.at, ver)
 		r.Table = &full
+		// One change per transaction; the position every server shares.
+		r.TxID, r.Pos = ver, pipeline.Position(fmt.Sprintf(`{"n":%d}`, ver))
 		if prev, ok := src[id]; ok && op == pipeline.OpUpdate {
 			// The full before image (late: correct retracts from it).
 			r.Before = ord(pipeline.OpDelete, id, prev.region, fmt.Sprintf("%d.%02d", prev.cents/100, prev.cents%100), prev.at, ver).Before
@@ -226,6 +236,9 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec, policy L
 		late = nil                      // every order counts
 	}
 	o.IdleTimeout = 0
+	if failover {
+		o.Covers = func(pos, mark pipeline.Position) bool { return positionN(pos) <= positionN(mark) }
+	}
 	o.Early = time.Hour // written when the test resets lastEarly
 	op := openOp(t, o, false)
 	defer func() { op.Close() }()
@@ -243,7 +256,8 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec, policy L
 		}
 		in := slices.Clone(batches[i])
 		for j := range in {
-			in[j].Version[0] = gen
+			// Each generation's server numbers its binlog differently.
+			in[j].Version[0], in[j].Version[1] = gen, in[j].Version[1]+1_000_000*gen
 		}
 		out, err := op.Process(context.Background(), in)
 		var rj *pipeline.Rejects
@@ -305,7 +319,7 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec, policy L
 			// Without a checkpoint the run starts over (Invariant 10): the
 			// state is dropped and the versions take a generation above
 			// every one the sinks hold.
-			if checkpoint == 0 {
+			if checkpoint == 0 || failover && rng.IntN(2) == 0 {
 				gen++
 			}
 			op = openOp(t, o, checkpoint > 0)
@@ -421,4 +435,13 @@ func crashAndResume(t *testing.T, trial int, rng *rand.Rand, spec Spec, policy L
 		t.Fatalf("trial %d (%d crashes): %d windows differ, partial rows %v:\n%s\n\n%s", trial, crashes, len(diffs), partial,
 			strings.Join(diffs, "\n"), strings.Join(log, "\n"))
 	}
+}
+
+// positionN reads the crash model's positions, {"n":<change>}.
+func positionN(p pipeline.Position) int {
+	var v struct{ N int }
+	if err := json.Unmarshal(p, &v); err != nil {
+		return -1
+	}
+	return v.N
 }

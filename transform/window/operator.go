@@ -1,6 +1,7 @@
 package window
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -85,7 +86,13 @@ type Options struct {
 	Backfilling func() []pipeline.TableID
 	// Observer receives the window's measurements; nil: none.
 	Observer Observer
-	Log      *zap.Logger
+	// Covers, set for a source whose positions name transactions on
+	// every server (mysql.Covers), reports whether the transaction ending
+	// at pos is within mark; false when it cannot tell. With it a replay
+	// of a later generation (a run resumed on another server) is known as
+	// one too (applied). It must not block.
+	Covers func(pos, mark pipeline.Position) bool
+	Log    *zap.Logger
 }
 
 // Observer receives a window's measurements (obs.WindowMetrics).
@@ -141,7 +148,12 @@ type Operator struct {
 	// row) the window processed, stored with the state: stream changes
 	// arrive in version order, so one at or below it is a replay after a
 	// restart, even when the window it went to has expired since.
-	applied pipeline.Version
+	// appliedPos and appliedTx are its Pos and TxID: a replay from
+	// another server comes a generation up, above applied, and is known
+	// by its position instead (replayed).
+	applied    pipeline.Version
+	appliedPos pipeline.Position
+	appliedTx  uint64
 	// reemitAt, while reemitDue, is where a resumed run's replay must
 	// reach before every result held is written again: the newest change
 	// the state holds. origin is the newest OrderVersion of this run's
@@ -264,7 +276,9 @@ func Open(o Options) (*Operator, error) {
 
 var (
 	keyApplied = []byte("applied")
-	keyBarrier = []byte("barrier")
+	// keyAppliedAt holds the applied change's TxID (uvarint) and Pos.
+	keyAppliedAt = []byte("applied-at")
+	keyBarrier   = []byte("barrier")
 )
 
 // definition is what the state and the results already written were
@@ -322,6 +336,11 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 		}
 		if v := tx.Bucket(bucketMeta).Get(keyApplied); len(v) == 32 {
 			o.applied = binform.NewReader(v).Version()
+		}
+		if v := tx.Bucket(bucketMeta).Get(keyAppliedAt); len(v) > 0 {
+			if txid, n := binary.Uvarint(v); n > 0 && len(v) > n {
+				o.appliedTx, o.appliedPos = txid, bytes.Clone(v[n:])
+			}
 		}
 		if v := tx.Bucket(bucketMeta).Get(keyBarrier); v != nil {
 			o.barrier, o.barrierGen = true, binform.NewReader(v).Uvarint()
@@ -414,6 +433,7 @@ func (o *Operator) takeChanges() (*changeSet, progress, error) {
 	err := o.eng.Changes(cs)
 	if err == nil {
 		cs.put(bucketMeta, keyApplied, binform.AppendVersion(nil, o.applied))
+		cs.put(bucketMeta, keyAppliedAt, append(binary.AppendUvarint(nil, o.appliedTx), o.appliedPos...))
 		if o.barrierDirty {
 			o.barrierDirty = false
 			if o.barrier || o.barrierTag > 0 {
@@ -520,7 +540,16 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	barrier := o.barrier && o.out != nil && max(o.barrierGen, o.gen) > 0
 	switch {
 	case barrier:
-		o.barrier, o.barrierGen, o.barrierTag, o.barrierDirty = false, max(o.barrierGen, o.gen), o.batches, true
+		// The run that started over writes its own generation; a resumed
+		// run writes the stored one again, also when it resumed a
+		// generation up on another server: raised, it would retire the
+		// results the run that started over wrote, of windows forgotten
+		// since, which nothing writes again.
+		gen := o.barrierGen
+		if gen == 0 {
+			gen = o.gen
+		}
+		o.barrier, o.barrierGen, o.barrierTag, o.barrierDirty = false, gen, o.batches, true
 	case o.barrier && o.barrierGen == 0 && o.gen == 0 && len(emissions) > 0:
 		// Generation 0 is a first run's: no earlier attempt wrote results.
 		o.barrier, o.barrierDirty = false, true
@@ -571,17 +600,29 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	return o.rejects.Result(out)
 }
 
+// replayed reports whether stream change r, of a later generation than
+// applied, is a replay from another server: its transaction is within
+// the applied change's position, and it is not a later change of that
+// change's own transaction (same TxID, higher index). Without Covers, or
+// a position on either side, it is taken as new (applied again: rows are
+// upserts, so the results converge, but one whose window the state has
+// closed since is judged late).
+func (o *Operator) replayed(r *pipeline.Record) bool {
+	return o.opts.Covers != nil && r.Version[0] > o.applied[0] && o.appliedPos != nil && r.Pos != nil &&
+		o.opts.Covers(r.Pos, o.appliedPos) && (r.TxID != o.appliedTx || r.Version[3] <= o.applied[3])
+}
+
 // apply applies one change of the input table.
 func (o *Operator) apply(r *pipeline.Record) error {
 	stream := r.Op != pipeline.OpRead && !r.Snapshot
 	if stream {
-		if !o.applied.Less(r.Version) {
+		if !o.applied.Less(r.Version) || o.replayed(r) {
 			// A replay: the state holds it already; one that was late goes
 			// to the side output again.
 			return o.replayLate(r)
 		}
 		o.pruneLate(r.Version)
-		defer func() { o.applied = r.Version }()
+		defer func() { o.applied, o.appliedPos, o.appliedTx = r.Version, r.Pos, r.TxID }()
 	}
 	p, err := o.plans.Get(r.Table, o.plan)
 	if err != nil {
