@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-cdc/sluice/obs"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/sources/generate"
+	"github.com/sluice-cdc/sluice/sources/mysql"
 	"github.com/sluice-cdc/sluice/transform/aggregate"
 	"github.com/sluice-cdc/sluice/transform/compute"
 	"github.com/sluice-cdc/sluice/transform/dedup"
@@ -431,6 +432,9 @@ func openWindow(cfg *config.Config, i int, src pipeline.Source, windows window.O
 	}
 	if w.Emit == "early" {
 		o.Early = w.EarlyInterval.Std()
+	}
+	if cfg.Source.Kind() == "mysql" {
+		o.Covers = mysql.Covers // a replay on another server is known by its GTIDs
 	}
 	switch {
 	case w.Hopping != nil:
