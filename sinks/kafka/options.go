@@ -101,7 +101,7 @@ type Options struct {
 	// ExactlyOnce also recognises the stream changes of a later generation
 	// that Kafka already holds: what a run on another server, or after a
 	// cut-short run, replays (txn.go). It must not block.
-	Covers func(pos, mark pipeline.Position) bool
+	Covers pipeline.PositionOrder
 }
 
 // TopicOptions configures topic creation.

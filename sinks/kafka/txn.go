@@ -279,7 +279,7 @@ func (s *Sink) Generation(ctx context.Context) (uint64, bool, error) {
 // number, without its domain or server): a coincidence can only make a
 // committed change be written again. With permanent failures to hand back
 // (redo) nothing is skipped this way: they are known by version only.
-func (st *txnState) skip(r *pipeline.Record, covers func(pos, mark pipeline.Position) bool) bool {
+func (st *txnState) skip(r *pipeline.Record, covers pipeline.PositionOrder) bool {
 	if !st.has {
 		return false
 	}
@@ -291,11 +291,11 @@ func (st *txnState) skip(r *pipeline.Record, covers func(pos, mark pipeline.Posi
 		if r.Derived() {
 			return r.Origin.Less(st.hwm)
 		}
-		if r.Version[0] > st.hwm[0] {
-			return covers != nil && len(st.redo) == 0 && st.markPos != nil && r.Pos != nil &&
-				covers(r.Pos, pipeline.Position(st.markPos)) && (r.TxID != st.markTx || r.Version[3] <= st.hwm[3])
+		if r.Version[0] > st.hwm[0] && len(st.redo) > 0 {
+			return false
 		}
-		return r.Version.Compare(st.hwm) <= 0
+		mark := pipeline.Applied{Version: st.hwm, Pos: pipeline.Position(st.markPos), TxID: st.markTx}
+		return mark.Replayed(r, covers)
 	}
 	return false
 }

@@ -1,7 +1,6 @@
 package window
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -87,11 +86,9 @@ type Options struct {
 	// Observer receives the window's measurements; nil: none.
 	Observer Observer
 	// Covers, set for a source whose positions name transactions on
-	// every server (mysql.Covers), reports whether the transaction ending
-	// at pos is within mark; false when it cannot tell. With it a replay
-	// of a later generation (a run resumed on another server) is known as
-	// one too (applied). It must not block.
-	Covers func(pos, mark pipeline.Position) bool
+	// every server (mysql.Covers), lets a replay of a later generation (a
+	// run resumed on another server) be known as one too (applied).
+	Covers pipeline.PositionOrder
 	Log    *zap.Logger
 }
 
@@ -147,13 +144,10 @@ type Operator struct {
 	// applied is the newest version of a stream change (not a snapshot
 	// row) the window processed, stored with the state: stream changes
 	// arrive in version order, so one at or below it is a replay after a
-	// restart, even when the window it went to has expired since.
-	// appliedPos and appliedTx are its Pos and TxID: a replay from
-	// another server comes a generation up, above applied, and is known
-	// by its position instead (replayed).
-	applied    pipeline.Version
-	appliedPos pipeline.Position
-	appliedTx  uint64
+	// restart, even when the window it went to has expired since; a
+	// replay from another server, a generation up, by its position
+	// (pipeline.Applied).
+	applied pipeline.Applied
 	// reemitAt, while reemitDue, is where a resumed run's replay must
 	// reach before every result held is written again: the newest change
 	// the state holds. origin is the newest OrderVersion of this run's
@@ -276,9 +270,7 @@ func Open(o Options) (*Operator, error) {
 
 var (
 	keyApplied = []byte("applied")
-	// keyAppliedAt holds the applied change's TxID (uvarint) and Pos.
-	keyAppliedAt = []byte("applied-at")
-	keyBarrier   = []byte("barrier")
+	keyBarrier = []byte("barrier")
 )
 
 // definition is what the state and the results already written were
@@ -334,12 +326,9 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 		if err != nil {
 			return err
 		}
-		if v := tx.Bucket(bucketMeta).Get(keyApplied); len(v) == 32 {
-			o.applied = binform.NewReader(v).Version()
-		}
-		if v := tx.Bucket(bucketMeta).Get(keyAppliedAt); len(v) > 0 {
-			if txid, n := binary.Uvarint(v); n > 0 && len(v) > n {
-				o.appliedTx, o.appliedPos = txid, bytes.Clone(v[n:])
+		if v := tx.Bucket(bucketMeta).Get(keyApplied); v != nil {
+			if o.applied, err = pipeline.ParseApplied(v); err != nil {
+				return err
 			}
 		}
 		if v := tx.Bucket(bucketMeta).Get(keyBarrier); v != nil {
@@ -369,7 +358,7 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 		o.barrier, o.barrierGen, o.barrierDirty = true, 0, true
 	}
 	o.eng.Reemit()
-	o.reemitDue, o.reemitAt, o.origin = o.applied != pipeline.Version{}, o.applied, pipeline.Version{}
+	o.reemitDue, o.reemitAt, o.origin = o.applied.Version != pipeline.Version{}, o.applied.Version, pipeline.Version{}
 	o.begun = true
 	return nil
 }
@@ -432,8 +421,7 @@ func (o *Operator) takeChanges() (*changeSet, progress, error) {
 	cs := &changeSet{}
 	err := o.eng.Changes(cs)
 	if err == nil {
-		cs.put(bucketMeta, keyApplied, binform.AppendVersion(nil, o.applied))
-		cs.put(bucketMeta, keyAppliedAt, append(binary.AppendUvarint(nil, o.appliedTx), o.appliedPos...))
+		cs.put(bucketMeta, keyApplied, o.applied.AppendBinary(nil))
 		if o.barrierDirty {
 			o.barrierDirty = false
 			if o.barrier || o.barrierTag > 0 {
@@ -600,29 +588,17 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	return o.rejects.Result(out)
 }
 
-// replayed reports whether stream change r, of a later generation than
-// applied, is a replay from another server: its transaction is within
-// the applied change's position, and it is not a later change of that
-// change's own transaction (same TxID, higher index). Without Covers, or
-// a position on either side, it is taken as new (applied again: rows are
-// upserts, so the results converge, but one whose window the state has
-// closed since is judged late).
-func (o *Operator) replayed(r *pipeline.Record) bool {
-	return o.opts.Covers != nil && r.Version[0] > o.applied[0] && o.appliedPos != nil && r.Pos != nil &&
-		o.opts.Covers(r.Pos, o.appliedPos) && (r.TxID != o.appliedTx || r.Version[3] <= o.applied[3])
-}
-
 // apply applies one change of the input table.
 func (o *Operator) apply(r *pipeline.Record) error {
 	stream := r.Op != pipeline.OpRead && !r.Snapshot
 	if stream {
-		if !o.applied.Less(r.Version) || o.replayed(r) {
+		if o.applied.Replayed(r, o.opts.Covers) {
 			// A replay: the state holds it already; one that was late goes
 			// to the side output again.
 			return o.replayLate(r)
 		}
 		o.pruneLate(r.Version)
-		defer func() { o.applied, o.appliedPos, o.appliedTx = r.Version, r.Pos, r.TxID }()
+		defer func() { o.applied = pipeline.AppliedOf(r) }()
 	}
 	p, err := o.plans.Get(r.Table, o.plan)
 	if err != nil {
