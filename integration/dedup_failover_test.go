@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
@@ -70,25 +69,9 @@ runtime: {checkpoint_interval: 50ms}
 	// at runs the statements on m as committed at t0 + s seconds.
 	at := func(m *harness.MariaDB, s int64, stmts ...string) {
 		t.Helper()
-		c, err := client.Connect(addr(m), "root", "", "d")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		for _, q := range append([]string{fmt.Sprintf("SET timestamp = %d", t0+s)}, stmts...) {
-			if _, err := c.Execute(q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
+		mariadbExec(t, m, "d", append([]string{fmt.Sprintf("SET timestamp = %d", t0+s)}, stmts...)...)
 	}
-	gtid := func(m *harness.MariaDB) string {
-		t.Helper()
-		pos, err := m.Query(ctx, "", "SELECT @@GLOBAL.gtid_binlog_pos")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pos
-	}
+	gtid := func(m *harness.MariaDB) string { t.Helper(); return binlogGTID(t, m) }
 
 	// A: through a checkpoint, then a clean stop.
 	cfg := config(primary)

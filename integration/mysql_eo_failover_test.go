@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
@@ -58,27 +57,8 @@ offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: %s}
 `, addr(m), k.Addr(), reg.URL(), interval))
 	}
-	exec := func(m *harness.MariaDB, stmts ...string) {
-		t.Helper()
-		c, err := client.Connect(addr(m), "root", "", "eof")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		for _, q := range stmts {
-			if _, err := c.Execute(q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
-	}
-	gtid := func(m *harness.MariaDB) string {
-		t.Helper()
-		pos, err := m.Query(ctx, "", "SELECT @@GLOBAL.gtid_binlog_pos")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pos
-	}
+	exec := func(m *harness.MariaDB, stmts ...string) { t.Helper(); mariadbExec(t, m, "eof", stmts...) }
+	gtid := func(m *harness.MariaDB) string { t.Helper(); return binlogGTID(t, m) }
 	const topic = "eof.eof.t"
 	rh := newRegistryHTTP(reg)
 	// waitFor waits until the topic, read committed and folded by key,

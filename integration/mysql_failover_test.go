@@ -199,3 +199,29 @@ func mariadbPair(t *testing.T, replicaSettings map[string]string) (primary, repl
 	}
 	return primary, replica
 }
+
+// mariadbExec runs stmts on m's database db in one session (in order, so
+// a SET applies to the statements after it).
+func mariadbExec(t *testing.T, m *harness.MariaDB, db string, stmts ...string) {
+	t.Helper()
+	c, err := client.Connect(net.JoinHostPort(m.Host, strconv.Itoa(m.Port)), "root", "", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, q := range stmts {
+		if _, err := c.Execute(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// binlogGTID is m's @@GLOBAL.gtid_binlog_pos.
+func binlogGTID(t *testing.T, m *harness.MariaDB) string {
+	t.Helper()
+	pos, err := m.Query(context.Background(), "", "SELECT @@GLOBAL.gtid_binlog_pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pos
+}
