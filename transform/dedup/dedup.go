@@ -46,6 +46,10 @@
 // (the GTID's sequence number, the Postgres xid), its index in the
 // transaction, its row, operation and commit time — and the decision kept
 // for it in an earlier generation is carried over to its new version.
+// The version floor is of the new generation, below which every earlier
+// generation's decision sorts, replayed yet or not: while decisions are
+// carried, none is forgotten until a stored checkpoint covers the first
+// change decided anew, before which the replay is over.
 package dedup
 
 import (
@@ -126,6 +130,12 @@ type Dedup struct {
 	// any server: a replay from another server finds them there (D4).
 	// nil when there are none.
 	carried map[string]carriedDecision
+	// fresh is the first change this run decided anew while decisions
+	// were carried: the replay from another server is over before it.
+	// Until a stored checkpoint covers it, no decision is forgotten: the
+	// version floor is of the new generation, below which every earlier
+	// generation's decision sorts, replayed yet or not (D4).
+	fresh pipeline.Version
 }
 
 // carriedDecision is a decision of an earlier generation and the key it
@@ -316,7 +326,7 @@ func (d *Dedup) Process(_ context.Context, in []pipeline.Record) ([]pipeline.Rec
 		if err != nil {
 			return err
 		}
-		if prune {
+		if prune && (d.carried == nil || d.fresh != (pipeline.Version{}) && d.fresh.Less(below)) {
 			if err := forget(decided, below); err != nil {
 				return err
 			}
@@ -469,6 +479,9 @@ func (d *Dedup) replayed(r *pipeline.Record, row []byte, decided *state.Keys, de
 		}
 	}
 	if !carried {
+		if d.carried != nil && d.fresh == (pipeline.Version{}) {
+			d.fresh = r.Version
+		}
 		if keep, err = decide(); err != nil {
 			return keep, err
 		}
