@@ -212,7 +212,7 @@ func (d *Dedup) Begin(_ context.Context, resumed bool) error {
 // carry indexes the decisions kept under versions of a generation below
 // gen by their change's identity (D4).
 func (d *Dedup) carry(decided *state.Keys, gen uint64) error {
-	d.carried = nil
+	d.carried, d.fresh = nil, pipeline.Version{} // a new replay: not over before a change is decided anew
 	err := decided.Scan(nil, func(k, v []byte) error {
 		if len(k) < 32 || len(v) != decisionLen {
 			return nil // a decision written before D4: not carried
