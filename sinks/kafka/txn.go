@@ -403,15 +403,10 @@ func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []
 	// their versions need not follow the order they are written in (with
 	// parallel MariaDB readers a later reader's rows sort above stream
 	// changes written after them, which the mark would then skip).
+	var top *pipeline.Record // the record that set hwm
 	raise := func(r *pipeline.Record) {
 		if o := r.OrderVersion(); !r.Snapshot && (!next.has || next.hwm.Less(o)) {
-			next.has, next.hwm = true, o
-			// An operator's output need not carry its input's TxID:
-			// no position, so nothing is skipped by it (skip).
-			next.markPos, next.markTx = nil, r.TxID
-			if r.Pos != nil && !r.Derived() && json.Valid(r.Pos) {
-				next.markPos = json.RawMessage(r.Pos)
-			}
+			next.has, next.hwm, top = true, o, r
 		}
 	}
 	for _, p := range work {
@@ -424,6 +419,15 @@ func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []
 			next.redo = map[pipeline.Version]bool{}
 		}
 		next.redo[r.OrderVersion()] = true
+	}
+	if top != nil {
+		// Checked once per batch, not per record. An operator's output
+		// need not carry its input's TxID: no position, so nothing is
+		// skipped by it (skip).
+		next.markPos, next.markTx = nil, top.TxID
+		if top.Pos != nil && !top.Derived() && json.Valid(top.Pos) {
+			next.markPos = json.RawMessage(top.Pos)
+		}
 	}
 	for i := range records {
 		if records[i].Pos != nil {
