@@ -416,6 +416,9 @@ func openAggregate(cfg *config.Config, i int, metrics *obs.OperatorMetrics, log 
 		}
 		o.Aggregates = append(o.Aggregates, window.AggDef{As: as, Func: f, Column: col})
 	}
+	if cfg.Source.Kind() == "mysql" {
+		o.Covers = mysql.Covers // a replay on another server is known by its GTIDs
+	}
 	return aggregate.Open(o)
 }
 

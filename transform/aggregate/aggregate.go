@@ -30,6 +30,10 @@ type Options struct {
 	Aggregates []window.AggDef
 	// Dir holds the state store; created when absent.
 	Dir string
+	// Covers, set for a source whose positions name transactions on
+	// every server (mysql.Covers), lets a replay of a later generation (a
+	// run resumed on another server) be known as one too (A1).
+	Covers pipeline.PositionOrder
 	// MaxStateBytes caps the state (0: no cap): past it the pipeline
 	// stops, naming MaxStateSetting. StateSized is told its size after
 	// every write.
@@ -53,7 +57,7 @@ type Aggregate struct {
 
 	out      *pipeline.Table // the output's shape (nil: no input shape seen)
 	outDirty bool            // out changed since it was stored
-	applied  pipeline.Version
+	applied  pipeline.Applied
 	floor    state.Floor[pipeline.Version]
 	// reemit holds the groups Begin found recorded (A2), in the order of
 	// the Origins they were recorded under: each is written again by the
@@ -135,7 +139,7 @@ func (a *Aggregate) Begin(_ context.Context, resumed bool) error {
 	if startedOver {
 		a.log.Info("aggregate state started over: the pipeline has no checkpoint, so every row is read again", zap.String("aggregate", a.opts.Name))
 	}
-	a.out, a.applied, a.reemit = nil, pipeline.Version{}, nil
+	a.out, a.applied, a.reemit = nil, pipeline.Applied{}, nil
 	err = a.st.View(time.Time{}, func(tx *state.Tx) error {
 		s, err := open(tx)
 		if err != nil {
@@ -237,7 +241,7 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 				continue
 			}
 			stream := r.Op != pipeline.OpRead && !r.Snapshot
-			if stream && !applied.Less(r.Version) {
+			if stream && applied.Replayed(r, a.opts.Covers) {
 				continue // a replay (A1): the state holds it; A2 writes its groups again
 			}
 			if r.Op == pipeline.OpTruncate {
@@ -253,7 +257,7 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 				}
 			}
 			if stream {
-				applied = r.Version
+				applied = pipeline.AppliedOf(r)
 			}
 		}
 		if out, err = b.emit(out); err != nil {
@@ -355,9 +359,11 @@ func (a *Aggregate) plan(t *pipeline.Table) (*plan, error) {
 }
 
 // loadMeta reads what storeMeta wrote.
-func (s *store) loadMeta(output pipeline.TableID) (applied pipeline.Version, out *pipeline.Table, err error) {
-	if v := s.meta.Get(keyApplied); len(v) == 32 {
-		applied = binform.NewReader(v).Version()
+func (s *store) loadMeta(output pipeline.TableID) (applied pipeline.Applied, out *pipeline.Table, err error) {
+	if v := s.meta.Get(keyApplied); v != nil {
+		if applied, err = pipeline.ParseApplied(v); err != nil {
+			return applied, nil, fmt.Errorf("the newest change applied: %w", err)
+		}
 	}
 	if v := s.meta.Get(keyShape); v != nil {
 		if out, err = binform.ReadShape(binform.NewReader(v), output); err != nil {
@@ -369,8 +375,8 @@ func (s *store) loadMeta(output pipeline.TableID) (applied pipeline.Version, out
 
 // storeMeta writes the newest stream change applied and, when it
 // changed, the output's shape.
-func (s *store) storeMeta(applied pipeline.Version, out *pipeline.Table, outDirty bool) error {
-	if err := s.meta.Put(keyApplied, binform.AppendVersion(nil, applied)); err != nil {
+func (s *store) storeMeta(applied pipeline.Applied, out *pipeline.Table, outDirty bool) error {
+	if err := s.meta.Put(keyApplied, applied.AppendBinary(nil)); err != nil {
 		return err
 	}
 	if !outDirty || out == nil {

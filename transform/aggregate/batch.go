@@ -454,7 +454,7 @@ func (b *batch) write(g *group, out []pipeline.Record) ([]pipeline.Record, error
 	switch {
 	case g.rows == 0:
 		rec.Op, rec.Before, g.live = pipeline.OpDelete, img, false
-		if err := b.s.tombs.Put(versioned(v, g.key), nil); err != nil {
+		if err := b.s.tomb(v, b.origin, g.key); err != nil {
 			return out, err
 		}
 	default:
@@ -539,7 +539,7 @@ func (b *batch) truncate(r *pipeline.Record, out []pipeline.Record) ([]pipeline.
 		if err := b.put(t); err != nil {
 			return out, err
 		}
-		if err := b.s.tombs.Put(versioned(v, t.key), nil); err != nil {
+		if err := b.s.tomb(v, b.origin, t.key); err != nil {
 			return out, err
 		}
 		if err := b.s.record(b.origin, t.key); err != nil {

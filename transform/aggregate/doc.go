@@ -30,7 +30,9 @@
 //	                                      multiplicity and the value
 //	pending/<origin><group key>           the groups written by a batch whose
 //	                                      outputs may not be durable yet (A2)
-//	tombs/<version><group key>            the tombstones, by version (A3)
+//	tombs/<version><group key>            the tombstones, by the later of
+//	                                      the delete's version and its
+//	                                      batch's Origin: the version (A3)
 //	meta/...                              the newest stream change applied,
 //	                                      the output's shape, the definition
 //
@@ -40,8 +42,9 @@
 //
 // Invariant A1 (a replay changes nothing): changes of the stream arrive
 // in version order, so the newest stream change applied, stored with the
-// state, tells a replayed change from a new one; a replayed change is not
-// applied again. Snapshot rows carry one version and are upserts of
+// state, tells a replayed change from a new one (pipeline.Applied; a
+// replay from another server, a generation up, by Options.Covers); a
+// replayed change is not applied again. Snapshot rows carry one version and are upserts of
 // their row's contribution, which applying twice leaves as once.
 //
 // Invariant A2 (a replay writes again what may be lost): every group a
@@ -63,9 +66,12 @@
 // not be newer (snapshot rows share a version; re-writes under A2 repeat
 // one), so no version-guarded sink drops it as stale. A group whose last
 // row left keeps a tombstone with its last output's version until the
-// replay floor (state.Floor) passes it: every later change is newer than
-// the floor, so a group that comes back is never written below its
-// delete. A truncate of the input is written at its version raised above
+// replay floor (state.Floor) passes both that version and the Origin of
+// the batch that wrote the delete: every later change is newer than the
+// floor, so a group that comes back is never written below its delete,
+// and the delete is durable, so A2 need not write it again (a delete
+// rewritten after a crash carries a version below the replay's, which
+// the floor may pass before the rewrite is durable). A truncate of the input is written at its version raised above
 // every group's last output (a sink's barrier clears what is below it),
 // and the groups' tombstones take that version.
 package aggregate

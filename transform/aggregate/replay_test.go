@@ -2,6 +2,8 @@ package aggregate
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -137,16 +139,21 @@ func changeLog(rng *rand.Rand) (log []pipeline.Record, rows map[int64][]any) {
 // after a batch, its outputs written only in part, and resumes from the
 // last checkpoint, replaying from there (the state is then ahead of the
 // checkpoint).
-func run(t *testing.T, rng *rand.Rand, log []pipeline.Record, crashes bool) *sink {
+// With failover, half the resumes come back on another server (onServer).
+func run(t *testing.T, rng *rand.Rand, log []pipeline.Record, crashes, failover bool) *sink {
 	t.Helper()
 	s := newSink()
 	dir := t.TempDir()
-	a := openRun(t, perCustomer, dir, false)
+	o := perCustomer
+	if failover {
+		o.Covers = coversByN
+	}
+	a := openRun(t, o, dir, false)
 	defer func() { _ = a.Close() }()
-	checkpoint, batches := 0, uint64(0)
+	checkpoint, batches, gen := 0, uint64(0), uint64(0)
 	for pos := 0; pos < len(log); {
 		end := min(len(log), pos+1+rng.IntN(12))
-		out, err := a.Process(context.Background(), slices.Clone(log[pos:end]))
+		out, err := a.Process(context.Background(), onServer(log[pos:end], gen))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +163,10 @@ func run(t *testing.T, rng *rand.Rand, log []pipeline.Record, crashes bool) *sin
 			if err := a.Close(); err != nil {
 				t.Fatal(err)
 			}
-			a = openRun(t, perCustomer, dir, true)
+			if failover && rng.IntN(2) == 0 {
+				gen++
+			}
+			a = openRun(t, o, dir, true)
 			pos, batches = checkpoint, 0
 			continue
 		}
@@ -203,13 +213,15 @@ func expected(rows map[int64][]any) map[string][]any {
 // writes, and that equals GROUP BY over the final table (effectively
 // once, A1–A3).
 func TestAggregateReplayAfterCrashesConverges(t *testing.T) {
-	for seed := range uint64(30) {
+	for seed := range uint64(*killSeeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			log, rows := changeLog(rand.New(rand.NewPCG(seed, 1)))
-			clean := run(t, rand.New(rand.NewPCG(seed, 2)), log, false)
-			crashed := run(t, rand.New(rand.NewPCG(seed, 3)), log, true)
-			if got, want := crashed.live(), clean.live(); !slices.Equal(got, want) {
-				t.Fatalf("after crashes:\n%v\na crash-free run:\n%v", got, want)
+			clean := run(t, rand.New(rand.NewPCG(seed, 2)), log, false, false)
+			for _, failover := range []bool{false, true} {
+				crashed := run(t, rand.New(rand.NewPCG(seed, 3)), log, true, failover)
+				if got, want := crashed.live(), clean.live(); !slices.Equal(got, want) {
+					t.Fatalf("after crashes (failover %v):\n%v\na crash-free run:\n%v", failover, got, want)
+				}
 			}
 			want := expected(rows)
 			if len(clean.live()) != len(want) {
@@ -340,6 +352,42 @@ func TestAggregateResumeWritesAgainWhatMayBeLost(t *testing.T) {
 	}
 }
 
+// A3 and A2 together: a delete lost in a crash is written again just
+// above its last version, which lies below the replay. A checkpoint whose
+// floor passes that version, but not the batch that wrote it again, must
+// keep the group's tombstone: a second crash loses that batch's outputs
+// too, and the next run has to write the delete once more.
+func TestAggregateDeleteLostTwiceIsWrittenAgain(t *testing.T) {
+	dir := t.TempDir()
+	a := openRun(t, perCustomer, dir, false)
+	results(t, a, ins(1, order(1, 1, cents(100), "a")))
+	a.Checkpointed(1)
+	// Group 1 empties at ver(2) in a batch whose newest change is ver(5);
+	// the outputs are lost.
+	check(t, results(t, a, del(2, 1), ins(3, order(3, 3, cents(300), "a")), ins(5, order(5, 2, cents(500), "a"))),
+		[]any{"d", 1}, []any{"c", 3, 1, 1, "3.00", "3.00", "3.00", "3.00", 1}, []any{"c", 2, 1, 1, "5.00", "5.00", "5.00", "5.00", 1})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a = openRun(t, perCustomer, dir, true)
+	results(t, a, del(2, 1))
+	results(t, a, ins(3, order(3, 3, cents(300), "a")))
+	a.Checkpointed(2) // the floor: ver(3), above the delete's ver(2)
+	out := results(t, a, ins(5, order(5, 2, cents(500), "a")))
+	if len(out) == 0 || row(out[0])[0] != "d" || !ver(2).Less(out[0].Version) || !out[0].Version.Less(ver(3)) {
+		t.Fatalf("outputs %v: want group 1's delete again just above ver(2)", out)
+	}
+	if err := a.Close(); err != nil { // and lost again
+		t.Fatal(err)
+	}
+	a = openRun(t, perCustomer, dir, true)
+	defer a.Close()
+	out = results(t, a, ins(5, order(5, 2, cents(500), "a")))
+	if len(out) == 0 || row(out[0])[0] != "d" || fmt.Sprint(row(out[0])[1]) != "1" {
+		t.Fatalf("outputs %v: group 1's delete is not written again", out)
+	}
+}
+
 // A lost truncate: the resumed run deletes every group it had cleared,
 // and the truncate's version is above every group's last output (the
 // sinks' barrier clears rows below it only).
@@ -382,68 +430,107 @@ func TestAggregateTruncateLostInACrash(t *testing.T) {
 // only those durable. Killed at random with a random prefix of the
 // batches in flight written, resumed from the last checkpoint (or,
 // before the first, started over a generation up), the aggregate leaves
-// the sink as a crash-free run does.
+// the sink as a crash-free run does. In the failover variant half the
+// resumes from a checkpoint come back on another server: a generation
+// up, with that server's own positions (Version[1]), the changes known
+// by their Pos and TxID (Options.Covers).
 func TestAggregateSurvivesKillsWithBatchesInFlight(t *testing.T) {
-	for seed := range uint64(30) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			log, _ := changeLog(rand.New(rand.NewPCG(seed, 1)))
-			clean := run(t, rand.New(rand.NewPCG(seed, 2)), log, false)
-			rng := rand.New(rand.NewPCG(seed, 4))
-			s := newSink()
-			dir := t.TempDir()
-			a := openRun(t, perCustomer, dir, false)
-			defer func() { _ = a.Close() }()
-			var (
-				gen        uint64 // the run's generation: up one when it starts over
-				pending    [][]pipeline.Record
-				ends       []int // the log position after each pending batch
-				durable    uint64
-				checkpoint int
-				kills      int
-			)
-			for pos := 0; pos < len(log); {
-				end := min(len(log), pos+1+rng.IntN(12))
-				in := slices.Clone(log[pos:end])
-				for i := range in {
-					in[i].Version[0] = gen
-				}
-				out, err := a.Process(context.Background(), in)
-				if err != nil {
-					t.Fatal(err)
-				}
-				pending, ends, pos = append(pending, out), append(ends, end), end
-				if n := rng.IntN(len(pending) + 1); n > 0 && rng.IntN(2) == 0 {
-					for _, o := range pending[:n] {
-						s.write(o)
-					}
-					last := ends[n-1]
-					pending, ends, durable = pending[n:], ends[n:], durable+uint64(n)
-					if rng.IntN(2) == 0 {
-						checkpoint = last
-						a.Checkpointed(durable)
-					}
-				}
-				if pos < len(log) && rng.IntN(6) == 0 {
-					for _, o := range pending[:rng.IntN(len(pending)+1)] {
-						s.write(o)
-					}
-					if err := a.Close(); err != nil {
-						t.Fatal(err)
-					}
-					if checkpoint == 0 {
-						gen++
-					}
-					a = openRun(t, perCustomer, dir, checkpoint > 0)
-					pending, ends, durable, pos = nil, nil, 0, checkpoint
-					kills++
-				}
+	for _, failover := range []bool{false, true} {
+		for seed := range uint64(*killSeeds) {
+			name := fmt.Sprint(seed)
+			if failover {
+				name = "failover/" + name
 			}
-			for _, o := range pending {
+			t.Run(name, func(t *testing.T) { killsWithBatchesInFlight(t, seed, failover) })
+		}
+	}
+}
+
+var killSeeds = flag.Int("kill-seeds", 30, "seeds of TestAggregateSurvivesKillsWithBatchesInFlight, per variant")
+
+// onServer returns a copy of log's changes as the server of generation
+// gen sends them: each server numbers its log differently (Version[1]),
+// and a change's Pos (its index in the log, as a GTID names a
+// transaction on every server) and TxID are the same on all.
+func onServer(log []pipeline.Record, gen uint64) []pipeline.Record {
+	in := slices.Clone(log)
+	for i := range in {
+		if !in[i].Snapshot {
+			in[i].Pos, in[i].TxID = pipeline.Position(fmt.Sprintf(`{"N":%d}`, in[i].Version[1])), in[i].Version[1]
+		}
+		in[i].Version[0], in[i].Version[1] = gen, in[i].Version[1]+1_000_000*gen
+	}
+	return in
+}
+
+// coversByN is onServer's position order (Options.Covers).
+func coversByN(pos, mark pipeline.Position) bool { return positionN(pos) <= positionN(mark) }
+
+func positionN(p pipeline.Position) int {
+	var v struct{ N int }
+	if err := json.Unmarshal(p, &v); err != nil {
+		return -1
+	}
+	return v.N
+}
+
+func killsWithBatchesInFlight(t *testing.T, seed uint64, failover bool) {
+	log, _ := changeLog(rand.New(rand.NewPCG(seed, 1)))
+	clean := run(t, rand.New(rand.NewPCG(seed, 2)), log, false, false)
+	rng := rand.New(rand.NewPCG(seed, 4))
+	s := newSink()
+	dir := t.TempDir()
+	o := perCustomer
+	if failover {
+		o.Covers = coversByN
+	}
+	a := openRun(t, o, dir, false)
+	defer func() { _ = a.Close() }()
+	var (
+		gen        uint64 // the run's generation: up one when it starts over
+		pending    [][]pipeline.Record
+		ends       []int // the log position after each pending batch
+		durable    uint64
+		checkpoint int
+		kills      int
+	)
+	for pos := 0; pos < len(log); {
+		end := min(len(log), pos+1+rng.IntN(12))
+		out, err := a.Process(context.Background(), onServer(log[pos:end], gen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending, ends, pos = append(pending, out), append(ends, end), end
+		if n := rng.IntN(len(pending) + 1); n > 0 && rng.IntN(2) == 0 {
+			for _, o := range pending[:n] {
 				s.write(o)
 			}
-			if got, want := s.live(), clean.live(); !slices.Equal(got, want) {
-				t.Fatalf("after %d kills:\n%v\na crash-free run:\n%v", kills, got, want)
+			last := ends[n-1]
+			pending, ends, durable = pending[n:], ends[n:], durable+uint64(n)
+			if rng.IntN(2) == 0 {
+				checkpoint = last
+				a.Checkpointed(durable)
 			}
-		})
+		}
+		if pos < len(log) && rng.IntN(6) == 0 {
+			for _, o := range pending[:rng.IntN(len(pending)+1)] {
+				s.write(o)
+			}
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if checkpoint == 0 || failover && rng.IntN(2) == 0 {
+				gen++
+			}
+			a = openRun(t, o, dir, checkpoint > 0)
+			pending, ends, durable, pos = nil, nil, 0, checkpoint
+			kills++
+		}
+	}
+	for _, o := range pending {
+		s.write(o)
+	}
+	if got, want := s.live(), clean.live(); !slices.Equal(got, want) {
+		t.Fatalf("after %d kills:\n%v\na crash-free run:\n%v", kills, got, want)
 	}
 }

@@ -93,6 +93,23 @@ func (s *store) recorded() ([]recorded, error) {
 	return out[:n], err
 }
 
+// tomb keeps group gk's tombstone (A3): the delete written at version v
+// by the batch with Origin origin. It is kept under the later of the two:
+// the floor passes v only when no change a restart hands again can bring
+// the group back below it, and passes origin only when a stored
+// checkpoint covers the batch, so the delete is durable (A2's rewrite
+// finds the group until then). A rewrite after a crash writes the delete
+// again just above its last version, which may lie below the floor: by
+// its version alone the tombstone would go, and with it the group a
+// second crash has to delete again.
+func (s *store) tomb(v, origin pipeline.Version, gk []byte) error {
+	at := v
+	if at.Less(origin) {
+		at = origin
+	}
+	return s.tombs.Put(versioned(at, gk), v.Bytes())
+}
+
 // errStop ends a scan early.
 var errStop = errors.New("stop")
 
@@ -130,6 +147,12 @@ func (s *store) prune(floor pipeline.Version, max int) error {
 	}
 	for _, k := range tombs {
 		gk := k[32:]
+		// The delete's version; a tombstone stored before tomb kept it
+		// under its origin has it in the key alone.
+		at := s.tombs.Get(k)
+		if len(at) != 32 {
+			at = k[:32]
+		}
 		if v := s.groups.Get(gk); v != nil {
 			g, err := decodeGroup(gk, v, nil)
 			if err != nil {
@@ -137,7 +160,7 @@ func (s *store) prune(floor pipeline.Version, max int) error {
 			}
 			// A group that came back, or was written since, is no longer
 			// this tombstone.
-			if g.rows == 0 && bytes.Equal(g.emitted.Bytes(), k[:32]) {
+			if g.rows == 0 && bytes.Equal(g.emitted.Bytes(), at) {
 				if err := s.groups.Delete(gk); err != nil {
 					return err
 				}
