@@ -29,6 +29,13 @@ import (
 // settled; a replay of one of them sends it again. A row of the side
 // output is an upsert at the change's version and a dead letter may be
 // stored twice, so sending again is harmless where the first one landed.
+//
+// A replay from another server (a later generation, known as a replay by
+// Options.Covers) carries other versions: a late change is kept with what
+// names it on every server (its TxID, index in the transaction, operation
+// and commit time) and its position, so the replay finds it (replayLate)
+// and the first change of the run tells, by position, which were before
+// it (pruneLate).
 
 var bucketLate = []byte("late")
 
@@ -51,6 +58,20 @@ func stateSpaces() []state.Space {
 type pendingLate struct {
 	late *Late
 	tag  uint64
+	id   changeID
+	pos  pipeline.Position
+}
+
+// changeID names a stream change on every server that replicated it.
+type changeID struct {
+	txID  uint64
+	index uint64 // Version[3]
+	op    pipeline.Op
+	at    int64 // EventTime, Unix µs
+}
+
+func idOf(r *pipeline.Record) changeID {
+	return changeID{txID: r.TxID, index: r.Version[3], op: r.Op, at: r.EventTime.UnixMicro()}
 }
 
 // onLate handles change r, late for late's windows.
@@ -71,7 +92,7 @@ func (o *Operator) onLate(r *pipeline.Record, p *plan, late *Late, stream bool) 
 		return nil
 	}
 	if stream {
-		o.pending[r.Version] = &pendingLate{late: late, tag: o.batches}
+		o.pending[r.Version] = &pendingLate{late: late, tag: o.batches, id: idOf(r), pos: r.Pos}
 		o.pendingDirty[r.Version] = true
 	}
 	return o.sendLate(r, p, late)
@@ -87,9 +108,20 @@ func (o *Operator) sendLate(r *pipeline.Record, p *plan, late *Late) error {
 	return &lateError{late: late}
 }
 
-// replayLate sends a replayed stream change again when it was late.
+// replayLate sends a replayed stream change again when it was late: found
+// by its version, or, replayed from another server, by its changeID
+// among the late changes of earlier generations.
 func (o *Operator) replayLate(r *pipeline.Record) error {
 	pl := o.pending[r.Version]
+	if pl == nil && r.TxID != 0 {
+		id := idOf(r)
+		for k, p := range o.pending {
+			if k[0] < r.Version[0] && p.id == id {
+				pl = p
+				break
+			}
+		}
+	}
 	if pl == nil {
 		return nil
 	}
@@ -101,20 +133,42 @@ func (o *Operator) replayLate(r *pipeline.Record) error {
 	return o.sendLate(r, p, pl.late)
 }
 
-// pruneLate forgets, at the first stream change after the start (at v),
-// the late changes before it: they are not replayed, so their batches
-// were settled.
-func (o *Operator) pruneLate(v pipeline.Version) {
+// pruneLate forgets, at the first stream change after the start (r,
+// replayed or not), the late changes before it: they are not replayed,
+// so their batches were settled. Those from after it are replayed and
+// sent again (replayLate), and forgotten once that batch is settled.
+// Across generations "before" is the source's position order, and
+// without one a replay is not known as one (so it is judged again, and
+// the late changes of earlier generations are never looked up).
+func (o *Operator) pruneLate(r *pipeline.Record) {
 	if o.prunedLate {
 		return
 	}
 	o.prunedLate = true
-	for k := range o.pending {
-		if k.Less(v) {
+	for k, pl := range o.pending {
+		if o.before(k, pl, r) {
 			delete(o.pending, k)
 			o.pendingDirty[k] = true
 		}
 	}
+}
+
+// before reports whether late change pl, at version k, came before
+// stream change r in the source.
+func (o *Operator) before(k pipeline.Version, pl *pendingLate, r *pipeline.Record) bool {
+	switch {
+	case k[0] == r.Version[0]:
+		return k.Less(r.Version)
+	case k[0] > r.Version[0]:
+		return false
+	case o.opts.Covers == nil:
+		return true
+	}
+	// Within r's position (which ends r's transaction), and not one of
+	// r's transaction from its index on. Unknown: kept, sent again if
+	// replayed.
+	return pl.pos != nil && r.Pos != nil && o.opts.Covers(pl.pos, r.Pos) &&
+		(pl.id.txID != r.TxID || k[3] < r.Version[3])
 }
 
 // settleLate forgets the late changes sent in the first n batches: their
@@ -141,7 +195,10 @@ func (o *Operator) lateChanges(cs *changeSet) {
 		for _, w := range pl.late.Windows {
 			v = binary.AppendVarint(binary.AppendVarint(v, w.Start), w.End)
 		}
-		cs.put(bucketLate, key, v)
+		// Then the changeID and the position (absent in older states).
+		v = binary.AppendUvarint(v, pl.id.txID)
+		v = binary.AppendVarint(append(v, byte(pl.id.op)), pl.id.at)
+		cs.put(bucketLate, key, append(v, pl.pos...))
 	}
 	clear(o.pendingDirty)
 }
@@ -162,10 +219,17 @@ func (o *Operator) loadLate(tx *bbolt.Tx) error {
 		for range n {
 			late.Windows = append(late.Windows, Bounds{r.Varint(), r.Varint()})
 		}
+		pl := &pendingLate{late: late, tag: math.MaxUint64}
+		if r.Len() > 0 {
+			pl.id = changeID{txID: r.Uvarint(), index: ver[3], op: pipeline.Op(r.Byte()), at: r.Varint()}
+			if rest := r.Rest(); len(rest) > 0 {
+				pl.pos = append(pipeline.Position(nil), rest...)
+			}
+		}
 		if kr.Err() != nil || r.Err() != nil {
 			return fmt.Errorf("window state: corrupt late change %x", k)
 		}
-		o.pending[ver] = &pendingLate{late: late, tag: math.MaxUint64}
+		o.pending[ver] = pl
 		return nil
 	})
 }

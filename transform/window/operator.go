@@ -592,12 +592,12 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 func (o *Operator) apply(r *pipeline.Record) error {
 	stream := r.Op != pipeline.OpRead && !r.Snapshot
 	if stream {
+		o.pruneLate(r)
 		if o.applied.Replayed(r, o.opts.Covers) {
 			// A replay: the state holds it already; one that was late goes
 			// to the side output again.
 			return o.replayLate(r)
 		}
-		o.pruneLate(r.Version)
 		defer func() { o.applied = pipeline.AppliedOf(r) }()
 	}
 	p, err := o.plans.Get(r.Table, o.plan)
