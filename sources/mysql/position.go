@@ -132,6 +132,10 @@ func streamVersion(epoch, file uint64, txStart uint32, i int) pipeline.Version {
 // errPurged marks a checkpoint the server can no longer serve.
 var errPurged = errors.New("binlog purged")
 
+// errDiverged marks a checkpoint a server reached after a failover cannot
+// serve: it lacks transactions the pipeline read from the old one.
+var errDiverged = errors.New("the new server lacks transactions already read")
+
 func quoteShort(b []byte) string {
 	const max = 200
 	if len(b) > max {

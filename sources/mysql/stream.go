@@ -112,6 +112,7 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 	// may reach another server, whose binlog files and offsets say nothing
 	// about the old one's. Check who answers on every session; a new
 	// server moves versions to a new epoch, above everything before.
+	was := last.Server
 	if id, err := st.identity(ctx, *last); err != nil {
 		return false, err
 	} else if last.Server != "" && id != last.Server {
@@ -127,7 +128,7 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 	defer syncer.Close()
 	stream, err := syncer.StartSyncGTID(gset)
 	if err != nil {
-		return false, classify(err, last)
+		return false, classify(err, last, was)
 	}
 	st.setConnected(true)
 	// Whatever changed while no session read the binlog is pending until
@@ -155,7 +156,7 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 	for {
 		ev, err := st.next(ctx, stream)
 		if err != nil {
-			return progressed, classify(err, last)
+			return progressed, classify(err, last, was)
 		}
 		if ev == nil { // a read-only watermark was registered
 			if err := st.dec.dueMarks(emit); err != nil {
@@ -236,13 +237,24 @@ func (st *streamer) setConnected(up bool) {
 
 // classify turns the server's refusal to serve a position into a fatal
 // error that says what to do; other errors are retried.
-func classify(err error, at *Position) error {
+//
+// was is the server the session's position came from: when the session
+// reached another one (a failover), the server's refusal means it lacks
+// transactions the pipeline already read from was (a replica promoted
+// before it received them), and the sinks may hold changes it never had.
+func classify(err error, at *Position, was string) error {
 	var me *gomysql.MyError
-	if errors.As(err, &me) && me.Code == gomysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
-		return pipeline.Fatal(fmt.Errorf("%w: the server cannot send the binlog from the checkpoint (gtid %q): %s; "+
-			"the changes since are lost to this pipeline: take a new snapshot with sluice run --reset-offsets", errPurged, at.GTID, me.Message))
+	if !errors.As(err, &me) || me.Code != gomysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+		return err
 	}
-	return err
+	if was != "" && at.Server != was {
+		return pipeline.Fatal(fmt.Errorf("%w: the stream moved from %s to %s (a failover), which cannot send the binlog from the checkpoint (gtid %q): %s; "+
+			"it lacks transactions this pipeline already read from %s (promoted before it received them), so the sinks may hold changes it never had: "+
+			"take a new snapshot from it with sluice run --reset-offsets (a planned switchover waits for the replica to catch up first)",
+			errDiverged, was, at.Server, at.GTID, me.Message, was))
+	}
+	return pipeline.Fatal(fmt.Errorf("%w: the server cannot send the binlog from the checkpoint (gtid %q): %s; "+
+		"the changes since are lost to this pipeline: take a new snapshot with sluice run --reset-offsets", errPurged, at.GTID, me.Message))
 }
 
 // checkNotPurged fails when the server no longer has binlog the checkpoint

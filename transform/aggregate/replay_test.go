@@ -446,7 +446,7 @@ func TestAggregateSurvivesKillsWithBatchesInFlight(t *testing.T) {
 	}
 }
 
-var killSeeds = flag.Int("kill-seeds", 30, "seeds of TestAggregateSurvivesKillsWithBatchesInFlight, per variant")
+var killSeeds = flag.Int("kill-seeds", 30, "seeds of the aggregate's replay models (TestAggregateReplayAfterCrashesConverges, TestAggregateSurvivesKillsWithBatchesInFlight)")
 
 // onServer returns a copy of log's changes as the server of generation
 // gen sends them: each server numbers its log differently (Version[1]),

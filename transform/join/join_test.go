@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -301,9 +302,19 @@ func (m *modelSink) write(t *testing.T, recs []pipeline.Record) {
 // then ahead of the checkpoint): the sink ends equal to the join of the
 // final tables.
 func TestReplayAfterCrashesConverges(t *testing.T) {
-	for seed := range uint64(20) {
+	for seed := range uint64(seeds(20)) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { replayConverges(t, seed) })
 	}
+}
+
+// replaySeeds runs the replay models longer than the suite does.
+var replaySeeds = flag.Int("replay-seeds", 0, "seeds per replay model (0: the suite's few)")
+
+func seeds(n int) int {
+	if *replaySeeds > 0 {
+		return *replaySeeds
+	}
+	return n
 }
 
 // runWithCrashes applies log to a join of o in random batches of up to

@@ -315,7 +315,7 @@ func TestNestShapeErrors(t *testing.T) {
 // ran ahead, and the replay floor following the checkpoints: the sink
 // ends equal to the nested documents of the final tables.
 func TestNestReplayAfterCrashesConverges(t *testing.T) {
-	for seed := range uint64(30) {
+	for seed := range uint64(seeds(30)) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { nestConverges(t, seed) })
 	}
 }

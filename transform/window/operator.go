@@ -311,6 +311,7 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 	if startedOver {
 		o.log.Info("window state started over: the pipeline has no checkpoint, so every table is read again", zap.String("window", o.opts.Name))
 	}
+	o.pending, o.pendingDirty, o.prunedLate = map[pipeline.Version]*pendingLate{}, map[pipeline.Version]bool{}, false
 	err = o.st.View(time.Time{}, func(stx *state.Tx) error {
 		tx := stx.Bolt() // the window's own layout (store.go, rowlog.go)
 		var err error
