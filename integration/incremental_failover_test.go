@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -143,4 +144,55 @@ runtime: {checkpoint_interval: 50ms}
 	// The config's address now reaches the new primary.
 	expectVerifyEqual(t, cfg)
 	t.Logf("%d rows equal after %d writes across the failover", n, writes.Load())
+}
+
+// An unplanned failover that loses a transaction the pipeline has
+// already read and checkpointed: the replica stops replicating, the
+// primary commits one more row, sluice streams and checkpoints it, and
+// the replica is promoted without it. The new primary cannot serve the
+// checkpoint; sluice must stop, non-zero, saying that the new server
+// lacks what it read (the sinks hold a row the new primary never had),
+// never stream on past the gap. The new primary runs with MariaDB's
+// default gtid_strict_mode=OFF.
+func TestMariaDBFailoverThatLostTransactionsStops(t *testing.T) {
+	ctx := context.Background()
+	primary, replica := mariadbPair(t, map[string]string{"gtid_strict_mode": "OFF"})
+	addr := func(m *harness.MariaDB) string { return net.JoinHostPort(m.Host, strconv.Itoa(m.Port)) }
+	mariadbExec(t, primary, "", "CREATE DATABASE fl")
+	mariadbExec(t, primary, "fl", "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1)")
+	pos := binlogGTID(t, primary)
+	if got, err := replica.Query(ctx, "", fmt.Sprintf("SELECT MASTER_GTID_WAIT('%s', 60)", pos)); err != nil || got != "0" {
+		t.Fatalf("replica did not catch up with %s: %q %v", pos, got, err)
+	}
+	proxy := harness.ProxyT(t, addr(primary))
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: lossy
+source:
+  mysql:
+    dsn: mysql://root@%s
+    tables: [fl.t]
+    heartbeat_interval: 200ms
+    reconnect_backoff: {initial: 50ms, max: 500ms}
+sinks:
+  - duckdb: {path: ./sink.duckdb}
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: 50ms}
+`, proxy.Addr()))
+	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
+	d := startDaemon(t, cfg)
+	d.waitAddr(t, time.Minute)
+	waitFile(t, checkpoint, d)
+
+	mariadbExec(t, replica, "", "STOP SLAVE")
+	mariadbExec(t, primary, "fl", "INSERT INTO t VALUES (2, 2)") // never reaches the replica
+	waitCheckpointAt(t, d, checkpoint, binlogGTID(t, primary))
+	mariadbExec(t, replica, "", "RESET SLAVE ALL")
+	mariadbExec(t, replica, "fl", "INSERT INTO t VALUES (3, 3)") // the new primary's own history
+	proxy.SetTarget(addr(replica))
+	proxy.Cut()
+	proxy.Restore()
+	code := d.wait(t, time.Minute)
+	if code == 0 || !strings.Contains(d.logs(), "lacks transactions this pipeline already read") {
+		t.Fatalf("exit %d after a failover that lost a transaction:\n%s", code, d.logs())
+	}
 }
