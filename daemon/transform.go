@@ -134,6 +134,9 @@ func joinOptions(cfg *config.Config, i int, metrics *obs.OperatorMetrics, log *z
 	for _, l := range with {
 		opts.With = append(opts.With, join.Lookup{Table: l.Table, On: l.On, As: l.As, Columns: l.Columns})
 	}
+	if cfg.Source.Kind() == "mysql" {
+		opts.Covers = mysql.Covers // a replay on another server is known by its GTIDs
+	}
 	name := t.Kind() + ":" + opts.Output
 	opts.Log = log.Named(t.Kind())
 	opts.MaxStateBytes, opts.MaxStateSetting = int64(maxBytes), fmt.Sprintf("transforms[%d].%s.max_state_bytes", i, t.Kind())

@@ -39,6 +39,26 @@ func (a Applied) Replayed(r *Record, order PositionOrder) bool {
 		order(r.Pos, a.Pos) && (r.TxID != a.TxID || r.Version[3] <= a.Version[3])
 }
 
+// Before reports whether the change a describes came before stream change
+// r in the source, so that no run resuming at or before r replays it:
+// within a generation by version; for a of an earlier generation (r
+// replayed from another server, or after a cut-short run) by order,
+// within r's position and not r's own transaction from r's index on, and
+// false when a position is missing (not known to be before). Without an
+// order a replay from another generation is never recognised as one, so
+// nothing kept of an earlier generation would be looked up again: true.
+func (a Applied) Before(r *Record, order PositionOrder) bool {
+	switch {
+	case a.Version[0] == r.Version[0]:
+		return a.Version.Less(r.Version)
+	case a.Version[0] > r.Version[0]:
+		return false
+	case order == nil:
+		return true
+	}
+	return a.Pos != nil && r.Pos != nil && order(a.Pos, r.Pos) && (a.TxID != r.TxID || a.Version[3] < r.Version[3])
+}
+
 // AppliedOf returns r as the newest applied change.
 func AppliedOf(r *Record) Applied { return Applied{Version: r.Version, Pos: r.Pos, TxID: r.TxID} }
 

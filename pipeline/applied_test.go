@@ -40,6 +40,40 @@ func TestAppliedKnowsReplaysAcrossGenerations(t *testing.T) {
 	}
 }
 
+// Before: what a stage kept of an earlier change (a late change, a
+// move) may go once no replay can bring its change again.
+func TestAppliedBeforeAcrossGenerations(t *testing.T) {
+	pos := func(n int) Position { return Position(fmt.Sprintf(`{"n":%d}`, n)) }
+	order := func(p, mark Position) bool {
+		var a, b int
+		fmt.Sscanf(string(p), `{"n":%d}`, &a)
+		fmt.Sscanf(string(mark), `{"n":%d}`, &b)
+		return a <= b
+	}
+	// The kept change: index 4 of transaction 7, at position 70.
+	a := Applied{Version: Version{1, 6000, 30, 4}, Pos: pos(70), TxID: 7}
+	for _, c := range []struct {
+		name  string
+		r     Record
+		order PositionOrder
+		want  bool
+	}{
+		{"a later change of its generation", Record{Version: Version{1, 7000, 0, 2}}, order, true},
+		{"an earlier change of its generation", Record{Version: Version{1, 5000, 0, 2}}, order, false},
+		{"a change of an earlier generation", Record{Version: Version{0, 9000, 0, 2}}, order, false},
+		{"a later transaction on another server", Record{Version: Version{2, 100, 40, 2}, TxID: 8, Pos: pos(80)}, order, true},
+		{"its own replay", Record{Version: Version{2, 100, 20, 4}, TxID: 7, Pos: pos(70)}, order, false},
+		{"the rest of its transaction", Record{Version: Version{2, 100, 20, 5}, TxID: 7, Pos: pos(70)}, order, true},
+		{"an earlier transaction's replay", Record{Version: Version{2, 100, 9, 2}, TxID: 6, Pos: pos(60)}, order, false},
+		{"no position", Record{Version: Version{2, 100, 40, 2}, TxID: 8}, order, false},
+		{"no order", Record{Version: Version{2, 100, 9, 2}, TxID: 6, Pos: pos(60)}, nil, true},
+	} {
+		if got := a.Before(&c.r, c.order); got != c.want {
+			t.Errorf("%s: Before = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestAppliedStoredForm(t *testing.T) {
 	for _, a := range []Applied{
 		{},

@@ -78,7 +78,7 @@ func (j *Join) upsert(st joinState, table string, key []byte, r *pipeline.Record
 	if old != nil {
 		e.emitted, e.moved = old.emitted, old.moved
 	}
-	moved, err := j.relinkAll(st, ro, key, old, e, r.Version)
+	moved, err := j.relinkAll(st, ro, key, old, e, r)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func (j *Join) remove(st joinState, table string, key []byte, r *pipeline.Record
 	if old != nil {
 		e.emitted, e.moved = old.emitted, old.moved
 	}
-	moved, err := j.relinkAll(st, ro, key, old, nil, r.Version)
+	moved, err := j.relinkAll(st, ro, key, old, nil, r)
 	if err != nil {
 		return err
 	}
@@ -115,13 +115,13 @@ func (j *Join) remove(st joinState, table string, key []byte, r *pipeline.Record
 // relinkAll moves the index entries of the row key from what old refers
 // to to what now refers to: a from row's lookups, a child row's parents.
 // moved reports that the change took a child row from a parent.
-func (j *Join) relinkAll(st joinState, ro *roles, key []byte, old, now *entry, v pipeline.Version) (moved bool, err error) {
+func (j *Join) relinkAll(st joinState, ro *roles, key []byte, old, now *entry, r *pipeline.Record) (moved bool, err error) {
 	if ro.isFrom {
 		if err := j.relink(st, key, old, now); err != nil {
 			return false, err
 		}
 	}
-	return j.relinkChildren(st, ro.childN, key, old, now, v)
+	return j.relinkChildren(st, ro.childN, key, old, now, r)
 }
 
 // relink moves a from-table row's index entries from what old refers to
@@ -168,7 +168,11 @@ func (j *Join) lookupKey(e *entry, n int) ([]byte, error) {
 func (j *Join) truncate(st joinState, r *pipeline.Record, ro *roles, seen *emitted, out []pipeline.Record) ([]pipeline.Record, error) {
 	name := r.Table.ID.String()
 	barrier := st.barrier(name)
-	fresh := barrier.Less(r.Version) // not seen before: not a replay
+	// Not seen before: not a replay. A barrier of an earlier generation
+	// tells nothing: a replay from another server (or after a cut-short
+	// run) comes a generation up, and what the truncate cleared the first
+	// time is gone from the state.
+	fresh := barrier.Less(r.Version) && (barrier == pipeline.Version{} || barrier[0] == r.Version[0])
 	cleared := 0
 	var parents [][]byte // the from rows that lost children
 	if !r.Version.Less(barrier) {

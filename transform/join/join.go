@@ -42,6 +42,10 @@ type Options struct {
 	Overflowed func(n int)
 	// Dir holds the state store; created when absent.
 	Dir string
+	// Covers, set for a source whose positions name transactions on
+	// every server (mysql.Covers), tells which moves of an earlier
+	// generation a replay from another server still needs (N1).
+	Covers pipeline.PositionOrder
 	// MaxStateBytes caps the state file (0: no cap): past it the
 	// pipeline stops, naming MaxStateSetting. StateSized is told its size
 	// after every write.
@@ -70,7 +74,7 @@ type Join struct {
 	inputs map[[2]string]bool
 	// floor is the least version a replay can carry: moves below it are
 	// pruned (N1).
-	floor state.Floor[pipeline.Version]
+	floor state.Floor[pipeline.Applied]
 	// warm keeps the rows committed lately, decoded; barriers, the
 	// truncate barriers read or written (both mirror committed state).
 	warm     *rowCache
@@ -115,7 +119,7 @@ func Open(opts Options) (*Join, error) {
 		return nil, err
 	}
 	j := &Join{opts: opts, log: opts.Log, st: st, outName: [2]string{schema, table}, shapes: map[string]*pipeline.Table{},
-		inputs: map[[2]string]bool{}, barriers: map[string]pipeline.Version{}, floor: state.Floor[pipeline.Version]{Less: pipeline.Version.Less}, warm: newRowCache(warmRows),
+		inputs: map[[2]string]bool{}, barriers: map[string]pipeline.Version{}, floor: state.Floor[pipeline.Applied]{Less: func(a, b pipeline.Applied) bool { return a.Version.Less(b.Version) }}, warm: newRowCache(warmRows),
 		childFields: make([][]pipeline.Column, len(opts.Children))}
 	for _, name := range inputTables(opts) {
 		id := tableID(name)
@@ -307,12 +311,12 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 			}
 		}
 		if pruning {
-			if err := st.pruneMoves(floor, pruneBatch); err != nil {
+			if err := st.pruneMoves(floor, pruneBatch, j.opts.Covers); err != nil {
 				return err
 			}
 		}
 		if floored {
-			if err := j.refresh.forget(st, floor); err != nil {
+			if err := j.refresh.forget(st, floor.Version); err != nil {
 				return err
 			}
 		}
@@ -329,15 +333,15 @@ func (j *Join) Process(ctx context.Context, in []pipeline.Record) ([]pipeline.Re
 
 // note counts batch in and returns the replay floor (N1, N2); false
 // while no checkpoint has set one.
-func (j *Join) note(in []pipeline.Record) (pipeline.Version, bool) {
-	var least pipeline.Version
+func (j *Join) note(in []pipeline.Record) (pipeline.Applied, bool) {
+	var least pipeline.Applied
 	has := false
 	for i := range in {
-		if v := in[i].Version; v != (pipeline.Version{}) && (!has || v.Less(least)) {
-			least, has = v, true
+		if v := in[i].Version; v != (pipeline.Version{}) && (!has || v.Less(least.Version)) {
+			least, has = pipeline.AppliedOf(&in[i]), true
 		}
 	}
-	j.refresh.replayFrom(least, has)
+	j.refresh.replayFrom(least.Version, has)
 	return j.floor.Note(least, has)
 }
 

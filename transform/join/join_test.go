@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -302,9 +303,32 @@ func (m *modelSink) write(t *testing.T, recs []pipeline.Record) {
 // then ahead of the checkpoint): the sink ends equal to the join of the
 // final tables.
 func TestReplayAfterCrashesConverges(t *testing.T) {
-	for seed := range uint64(seeds(20)) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { replayConverges(t, seed) })
+	for _, failover := range []bool{false, true} {
+		for seed := range uint64(seeds(20)) {
+			t.Run(fmt.Sprint(variant(failover), "seed", seed), func(t *testing.T) { replayConverges(t, seed, failover) })
+		}
 	}
+}
+
+// positionN reads the replay models' positions, {"N":<change>}.
+func positionN(p pipeline.Position) int {
+	var v struct{ N int }
+	if err := json.Unmarshal(p, &v); err != nil {
+		return -1
+	}
+	return v.N
+}
+
+// variant names a replay model's failover variant: half the resumes from
+// a checkpoint come back on another server (a MySQL failover), a
+// generation up and with that server's own positions (Version[1]); the
+// join re-applies what the replay brings, the state having run ahead, and
+// keeps the moves it may need by their positions (Options.Covers).
+func variant(failover bool) string {
+	if failover {
+		return "failover/"
+	}
+	return ""
 }
 
 // replaySeeds runs the replay models longer than the suite does.
@@ -325,19 +349,30 @@ func seeds(n int) int {
 // prefix of the outputs in flight, and the join starts again from the
 // last checkpoint (with none, the state starts over), the state ahead of
 // it. It returns the join open last.
-func runWithCrashes(t *testing.T, rng *rand.Rand, o Options, log []pipeline.Record, sink *modelSink) *Join {
+func runWithCrashes(t *testing.T, rng *rand.Rand, o Options, log []pipeline.Record, sink *modelSink, failover bool) *Join {
 	t.Helper()
 	dir := t.TempDir()
+	if failover {
+		o.Covers = func(pos, mark pipeline.Position) bool { return positionN(pos) <= positionN(mark) }
+	}
 	j := openRun(t, o, dir, false)
 	var (
 		pending    [][]pipeline.Record
 		ends       []int // the log position after each pending batch
 		durable    uint64
 		checkpoint int
+		gen        uint64 // the server's generation (variant)
 	)
 	for pos := 0; pos < len(log); {
 		end := min(len(log), pos+1+rng.IntN(10))
-		out := process(t, j, log[pos:end]...)
+		in := slices.Clone(log[pos:end])
+		for i := range in {
+			// What names the change on every server: its position and
+			// transaction (one change each).
+			in[i].Pos, in[i].TxID = pipeline.Position(fmt.Sprintf(`{"N":%d}`, in[i].Version[1])), in[i].Version[1]
+			in[i].Version[0], in[i].Version[1] = gen, in[i].Version[1]+1_000_000*gen
+		}
+		out := process(t, j, in...)
 		pending, ends, pos = append(pending, out), append(ends, end), end
 		if n := rng.IntN(len(pending) + 1); n > 0 && rng.IntN(2) == 0 {
 			for _, o := range pending[:n] {
@@ -357,6 +392,9 @@ func runWithCrashes(t *testing.T, rng *rand.Rand, o Options, log []pipeline.Reco
 			if err := j.Close(); err != nil {
 				t.Fatal(err)
 			}
+			if failover && checkpoint > 0 && rng.IntN(2) == 0 {
+				gen++
+			}
 			j = openRun(t, o, dir, checkpoint > 0)
 			pending, ends, durable, pos = nil, nil, 0, checkpoint
 		}
@@ -367,7 +405,7 @@ func runWithCrashes(t *testing.T, rng *rand.Rand, o Options, log []pipeline.Reco
 	return j
 }
 
-func replayConverges(t *testing.T, seed uint64) {
+func replayConverges(t *testing.T, seed uint64, failover bool) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	custs := map[int64]string{}
 	ords := map[int64][]any{}
@@ -413,7 +451,7 @@ func replayConverges(t *testing.T, seed uint64) {
 		}
 	}
 	sink := &modelSink{rows: map[int64]modelRow{}}
-	j := runWithCrashes(t, rng, orderDocs, log, sink)
+	j := runWithCrashes(t, rng, orderDocs, log, sink, failover)
 	defer j.Close()
 	for id, img := range ords {
 		row, ok := sink.rows[id]

@@ -24,7 +24,12 @@ import (
 // or after the replayed version took it from), so the outputs a crash may
 // have kept from the sinks are sent again even when the state ran ahead of
 // the checkpoint. Moves below the replay floor (state.Floor over versions)
-// are pruned: no restart hands their inputs again.
+// are pruned: no restart hands their inputs again. A replay from another
+// server (a generation up, with that server's versions) is re-applied,
+// so the state's parent is where the row went: it follows the moves of
+// earlier generations too, and those stay past a floor of the new
+// generation until the source's position order (Options.Covers) puts
+// their changes before it.
 
 // Child is one table nested into the from table (one-to-many).
 type Child struct {
@@ -90,11 +95,11 @@ func keyOfColumns(e *entry, cols []string) ([]byte, error) {
 
 // relinkChildren moves the child row ck's index entries, for each child
 // n of its table, from the parent old refers to to the one now refers to
-// (either may be nil), and records in the moves space the parent a change
-// at v took it from (N1), reporting whether there was one. An index
+// (either may be nil), and records in the moves space the parent change
+// r took it from (N1), reporting whether there was one. An index
 // entry holds the child row as now (so a parent's children are read with
 // one scan): it is written again on every change of the row.
-func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *entry, v pipeline.Version) (moved bool, err error) {
+func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *entry, r *pipeline.Record) (moved bool, err error) {
 	var enc []byte
 	for _, n := range childN {
 		was, err := j.parentKey(old, n)
@@ -109,7 +114,7 @@ func (j *Join) relinkChildren(st joinState, childN []int, ck []byte, old, now *e
 			if err := st.child(n, was, ck, nil); err != nil {
 				return moved, err
 			}
-			if err := st.recordMove(n, ck, v, was); err != nil {
+			if err := st.recordMove(n, ck, r, was); err != nil {
 				return moved, err
 			}
 			moved = true
@@ -191,9 +196,13 @@ func (j *Join) emitParents(st joinState, r *pipeline.Record, childN []int, keys 
 				return out, err
 			}
 			var parents [][]byte
-			if e == nil || !e.moved.Less(r.Version) {
+			if e == nil || !e.moved.Less(r.Version) || e.moved[0] < r.Version[0] {
 				// The row's last move is at or after r (a replay while
-				// the state ran ahead): follow the moves since r.
+				// the state ran ahead), or of an earlier generation (a
+				// replay from another server, re-applied: the state's
+				// parent is then where the row went, not where it was):
+				// follow the moves since r, and those of earlier
+				// generations.
 				if parents, err = st.movesSince(n, ck, r.Version); err != nil {
 					return out, err
 				}
@@ -364,7 +373,8 @@ func describeKey(k []byte) string {
 
 // The moves space: per child n, <len><child key><version> → the parent
 // key the change at version took the row from; and in moveOrder,
-// <version><n><len><child key> → nothing, to prune by version.
+// <version><n><len><child key> → the change's TxID (uvarint) and
+// position, to prune by version (and, across generations, by position).
 
 func moveKey(ck []byte, v pipeline.Version) []byte {
 	b := binary.AppendUvarint(make([]byte, 0, 10+len(ck)+32), uint64(len(ck)))

@@ -206,6 +206,56 @@ func TestNestReplayFindsTheOrdersAMoveLeft(t *testing.T) {
 	}
 }
 
+// The same state ran ahead on one server and the run resumes on another
+// (a generation up, other positions): the replay re-applies the moves,
+// the state's parent being where the item went. The orders the lost moves
+// left are still emitted, from the moves of the earlier generation, and a
+// checkpoint in the middle of the replay keeps those its rest needs (by
+// position: every earlier-generation move sorts below the new floor).
+func TestNestFailoverReplayFindsTheOrdersAMoveLeft(t *testing.T) {
+	dir := t.TempDir()
+	o := orderNest
+	o.Covers = func(pos, mark pipeline.Position) bool { return positionN(pos) <= positionN(mark) }
+	at := func(r pipeline.Record, gen, n uint64) pipeline.Record {
+		r.Version = pipeline.Version{gen, n + 1000*gen, 0, 1}
+		r.Pos, r.TxID = pipeline.Position(fmt.Sprintf(`{"N":%d}`, n)), n
+		return r
+	}
+	j := openRun(t, o, dir, false)
+	process(t, j,
+		at(rec(pipeline.OpInsert, orders, ver(1), nil, order(1, 0, "")), 0, 1),
+		at(rec(pipeline.OpInsert, orders, ver(1), nil, order(2, 0, "")), 0, 2),
+		at(rec(pipeline.OpInsert, orders, ver(1), nil, order(3, 0, "")), 0, 3),
+		at(rec(pipeline.OpInsert, items, ver(1), nil, item(7, 1, 1, "s")), 0, 4),
+	)
+	j.Checkpointed(1)
+	other := at(rec(pipeline.OpUpdate, orders, ver(1), nil, order(3, 0, "x")), 0, 10)
+	move2 := at(rec(pipeline.OpUpdate, items, ver(1), nil, item(7, 2, 1, "s")), 0, 11)
+	move3 := at(rec(pipeline.OpUpdate, items, ver(1), nil, item(7, 3, 1, "s")), 0, 12)
+	process(t, j, other)
+	process(t, j, move2)
+	process(t, j, move3)
+	// Crash: no output after the checkpoint was written. The run resumes
+	// on another server at generation 1.
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j = openRun(t, o, dir, true)
+	defer j.Close()
+	again := func(r pipeline.Record) pipeline.Record { return at(r, 1, uint64(positionN(r.Pos))) }
+	process(t, j, again(other))
+	process(t, j, again(other)) // a second batch
+	j.Checkpointed(1)           // covers the first: the floor is at position 10, in generation 1
+	process(t, j, again(other)) // a batch that prunes below the floor
+	ds := docs(t, process(t, j, again(move2)))
+	if got := ids(ds); !slices.Contains(got, 1) {
+		t.Fatalf("the replayed move emits orders %v: not order 1, which it left", got)
+	}
+	if d := lastOf(t, ds, 1); len(d.skus) != 0 {
+		t.Fatalf("order 1: %v, want no items", d.skus)
+	}
+}
+
 // Moves below the replay floor are pruned; those a replay may need stay.
 func TestNestPrunesMovesBelowTheFloor(t *testing.T) {
 	dir := t.TempDir()
@@ -315,12 +365,14 @@ func TestNestShapeErrors(t *testing.T) {
 // ran ahead, and the replay floor following the checkpoints: the sink
 // ends equal to the nested documents of the final tables.
 func TestNestReplayAfterCrashesConverges(t *testing.T) {
-	for seed := range uint64(seeds(30)) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { nestConverges(t, seed) })
+	for _, failover := range []bool{false, true} {
+		for seed := range uint64(seeds(30)) {
+			t.Run(fmt.Sprint(variant(failover), "seed", seed), func(t *testing.T) { nestConverges(t, seed, failover) })
+		}
 	}
 }
 
-func nestConverges(t *testing.T, seed uint64) {
+func nestConverges(t *testing.T, seed uint64, failover bool) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	custs := map[int64]string{}
 	ords := map[int64][]any{}
@@ -383,7 +435,7 @@ func nestConverges(t *testing.T, seed uint64) {
 		}
 	}
 	sink := &modelSink{rows: map[int64]modelRow{}}
-	j := runWithCrashes(t, rng, orderNest, log, sink)
+	j := runWithCrashes(t, rng, orderNest, log, sink, failover)
 	defer j.Close()
 	for id, img := range ords {
 		row, ok := sink.rows[id]

@@ -392,21 +392,23 @@ func (s joinState) parents(n int) ([][]byte, error) {
 	return out, err
 }
 
-// recordMove records that the change of child n's row ck at v took it
-// from the from row fk (N1).
-func (s joinState) recordMove(n int, ck []byte, v pipeline.Version, fk []byte) error {
+// recordMove records that change r of child n's row ck took it from the
+// from row fk (N1).
+func (s joinState) recordMove(n int, ck []byte, r *pipeline.Record, fk []byte) error {
 	b, err := s.moves.Nested([]byte{byte(n)})
 	if err != nil {
 		return err
 	}
-	if err := b.Put(moveKey(ck, v), fk); err != nil {
+	if err := b.Put(moveKey(ck, r.Version), fk); err != nil {
 		return err
 	}
-	return s.moveOrder.Put(moveOrderKey(n, ck, v), nil)
+	return s.moveOrder.Put(moveOrderKey(n, ck, r.Version), append(binary.AppendUvarint(nil, r.TxID), r.Pos...))
 }
 
 // movesSince returns the from keys that changes of child n's row ck at or
-// after v took it from (N1).
+// after v took it from, and those of changes of an earlier generation
+// than v's (N1: a replay from another server comes a generation up, and
+// which of them it replays no version tells).
 func (s joinState) movesSince(n int, ck []byte, v pipeline.Version) ([][]byte, error) {
 	b := s.moves.Lookup([]byte{byte(n)})
 	if b == nil {
@@ -416,7 +418,7 @@ func (s joinState) movesSince(n int, ck []byte, v pipeline.Version) ([][]byte, e
 	prefix := from[:len(from)-32]
 	var out [][]byte
 	err := b.Scan(prefix, func(k, fk []byte) error {
-		if bytes.Compare(k, from) >= 0 {
+		if bytes.Compare(k, from) >= 0 || binary.BigEndian.Uint64(k[len(prefix):]) < v[0] {
 			out = append(out, append([]byte{}, fk...))
 		}
 		return nil
@@ -424,14 +426,38 @@ func (s joinState) movesSince(n int, ck []byte, v pipeline.Version) ([][]byte, e
 	return out, err
 }
 
-// pruneMoves removes at most max moves recorded at versions below floor:
-// no restart hands their changes again (N1).
-func (s joinState) pruneMoves(floor pipeline.Version, max int) error {
-	limit := floor.Bytes()
+// pruneMoves removes at most max moves whose changes came before floor,
+// the change a restart replays from: no restart hands them again (N1).
+// Within floor's generation that is by version. A move of an earlier
+// generation sorts below every floor of a later one, replayed yet or not
+// (a run resumed on another server replays them with that server's
+// versions): it goes once order finds its change before floor's, and
+// stays while that is not known (pipeline.Applied.Before).
+func (s joinState) pruneMoves(floor pipeline.Applied, max int, order pipeline.PositionOrder) error {
+	limit := floor.Version.Bytes()
+	at := &pipeline.Record{Version: floor.Version, Pos: floor.Pos, TxID: floor.TxID}
 	var drop [][]byte
-	err := s.moveOrder.Scan(nil, func(k, _ []byte) error {
-		if len(drop) == max || bytes.Compare(k[:32], limit) >= 0 {
+	seen := 0
+	err := s.moveOrder.Scan(nil, func(k, val []byte) error {
+		if len(drop) == max || seen == 4*max || bytes.Compare(k[:32], limit) >= 0 {
 			return errStopScan
+		}
+		seen++
+		if gen := binary.BigEndian.Uint64(k); gen < floor.Version[0] {
+			m := pipeline.Applied{Version: versionOf(k)}
+			if len(val) > 0 {
+				tx, n := binary.Uvarint(val)
+				if n <= 0 {
+					return binform.ErrCorrupt
+				}
+				m.TxID = tx
+				if len(val) > n {
+					m.Pos = pipeline.Position(val[n:])
+				}
+			}
+			if !m.Before(at, order) {
+				return nil // a replay from another server may still need it
+			}
 		}
 		drop = append(drop, append([]byte{}, k...))
 		return nil
@@ -446,12 +472,8 @@ func (s joinState) pruneMoves(floor pipeline.Version, max int) error {
 			return binform.ErrCorrupt
 		}
 		ck := r.Fixed(int(ln))
-		var v pipeline.Version
-		for i := range v {
-			v[i] = binary.BigEndian.Uint64(k[i*8:])
-		}
 		if b := s.moves.Lookup(k[32:33]); b != nil {
-			if err := b.Delete(moveKey(ck, v)); err != nil {
+			if err := b.Delete(moveKey(ck, versionOf(k))); err != nil {
 				return err
 			}
 		}
@@ -460,6 +482,15 @@ func (s joinState) pruneMoves(floor pipeline.Version, max int) error {
 		}
 	}
 	return nil
+}
+
+// versionOf reads the version a moveOrder key starts with.
+func versionOf(k []byte) pipeline.Version {
+	var v pipeline.Version
+	for i := range v {
+		v[i] = binary.BigEndian.Uint64(k[i*8:])
+	}
+	return v
 }
 
 // errStopScan ends a scan early.

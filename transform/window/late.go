@@ -154,21 +154,9 @@ func (o *Operator) pruneLate(r *pipeline.Record) {
 }
 
 // before reports whether late change pl, at version k, came before
-// stream change r in the source.
+// stream change r in the source (unknown: kept, sent again if replayed).
 func (o *Operator) before(k pipeline.Version, pl *pendingLate, r *pipeline.Record) bool {
-	switch {
-	case k[0] == r.Version[0]:
-		return k.Less(r.Version)
-	case k[0] > r.Version[0]:
-		return false
-	case o.opts.Covers == nil:
-		return true
-	}
-	// Within r's position (which ends r's transaction), and not one of
-	// r's transaction from its index on. Unknown: kept, sent again if
-	// replayed.
-	return pl.pos != nil && r.Pos != nil && o.opts.Covers(pl.pos, r.Pos) &&
-		(pl.id.txID != r.TxID || k[3] < r.Version[3])
+	return pipeline.Applied{Version: k, Pos: pl.pos, TxID: pl.id.txID}.Before(r, o.opts.Covers)
 }
 
 // settleLate forgets the late changes sent in the first n batches: their
