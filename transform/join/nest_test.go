@@ -565,6 +565,57 @@ func TestNestReplayedShapeChangeRewritesAgain(t *testing.T) {
 	}
 }
 
+// N2 across a failover: the replay comes from another server, a
+// generation up, and a checkpoint of that run passes every version of the
+// first one before the replay reaches the shape change; the rewrite is
+// still done again when it does.
+func TestNestReplayedShapeChangeRewritesAgainOnAnotherServer(t *testing.T) {
+	o := orderNest
+	o.With = nil
+	o.Children = []Child{{Table: "public.items", On: []string{"order_id"}, As: "items", OrderBy: []string{"line"}}}
+	dir := t.TempDir()
+	j := openRun(t, o, dir, false)
+	process(t, j,
+		rec(pipeline.OpInsert, orders, ver(1), nil, order(1, 0, "")),
+		rec(pipeline.OpInsert, orders, ver(1), nil, order(2, 0, "")),
+		rec(pipeline.OpInsert, items, ver(2), nil, item(7, 1, 1, "s")),
+		rec(pipeline.OpInsert, items, ver(2), nil, item(8, 2, 1, "t")),
+	)
+	j.Checkpointed(1)
+	wider := *items
+	wider.Columns = append(slices.Clone(items.Columns), pipeline.Column{Name: "qty", Type: pipeline.TypeInt64, Nullable: true, Missing: int64(5)})
+	wider.Generation = 2
+	change := rec(pipeline.OpInsert, &wider, ver(3), nil, append(item(9, 1, 2, "u"), int64(1)))
+	process(t, j, rec(pipeline.OpUpdate, orders, ver(3), nil, order(2, 0, "x")))
+	if out := joined(process(t, j, change)); len(out) != 2 {
+		t.Fatalf("%d documents rewritten, want both orders'", len(out))
+	}
+	if err := j.Close(); err != nil { // its outputs never reached a sink
+		t.Fatal(err)
+	}
+	j = openRun(t, o, dir, true)
+	defer j.Close()
+	up := func(r pipeline.Record, n uint64) pipeline.Record {
+		r.Version = pipeline.Version{1, 1000 + n, 0, 1}
+		return r
+	}
+	process(t, j, up(rec(pipeline.OpUpdate, orders, ver(3), nil, order(2, 0, "x")), 3))
+	process(t, j, up(rec(pipeline.OpUpdate, orders, ver(3), nil, order(2, 0, "x")), 3))
+	j.Checkpointed(1) // the floor: generation 1, above every version of the first run
+	process(t, j, up(rec(pipeline.OpUpdate, orders, ver(3), nil, order(2, 0, "x")), 3))
+	got := map[int64]string{}
+	for _, r := range joined(process(t, j, up(change, 4))) {
+		got[r.After[0].(int64)] = string(r.After[3].(pipeline.JSON))
+	}
+	want := map[int64]string{
+		1: `[{"id":7,"order_id":1,"line":1,"sku":"s","qty":5},{"id":9,"order_id":1,"line":2,"sku":"u","qty":1}]`,
+		2: `[{"id":8,"order_id":2,"line":1,"sku":"t","qty":5}]`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("the replay rewrote\n%v\nwant\n%v", got, want)
+	}
+}
+
 // N2: a resumed run whose replay starts after the change that brought a
 // new shape does not rewrite every document again.
 func TestNestShapeChangeBeforeTheReplayIsNotRedone(t *testing.T) {

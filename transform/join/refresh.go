@@ -18,7 +18,10 @@ import (
 // when the replay meets that change (or a later one of the table, should
 // the change come back at another version); a record below the replay
 // floor is forgotten (a checkpoint covers its change, so its outputs are
-// durable), and so is one below where the replay starts.
+// durable), and so is one below where the replay starts. A record of an
+// earlier generation than those (a run resumed on another server, whose
+// versions sort above every earlier one, replayed yet or not) stays until
+// its rewrite is done again, at the first change of the table.
 
 // refreshes holds the rewrites recorded and not yet forgotten, and of
 // those, the ones a resumed run has still to do again.
@@ -96,16 +99,23 @@ func (rs *refreshes) replayFrom(least pipeline.Version, has bool) {
 	}
 	rs.started = true
 	for key, v := range rs.redo {
-		if v.Less(least) {
+		if v.Less(least) && v[0] == least[0] {
 			delete(rs.redo, key)
 		}
 	}
 }
 
+// pending reports whether the rewrite recorded under key is still to be
+// done again.
+func (rs *refreshes) pending(key string) bool {
+	_, ok := rs.redo[key]
+	return ok
+}
+
 // forget drops the records of rewrites below floor (N2).
 func (rs *refreshes) forget(st joinState, floor pipeline.Version) error {
 	for key, v := range rs.recorded {
-		if v.Less(floor) {
+		if v.Less(floor) && (v[0] == floor[0] || !rs.pending(key)) {
 			if err := st.meta.Delete([]byte(refreshPrefix + key)); err != nil {
 				return err
 			}
@@ -113,7 +123,7 @@ func (rs *refreshes) forget(st joinState, floor pipeline.Version) error {
 		}
 	}
 	for key, v := range rs.redo {
-		if v.Less(floor) {
+		if v.Less(floor) && v[0] == floor[0] {
 			delete(rs.redo, key)
 		}
 	}
