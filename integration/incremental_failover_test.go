@@ -3,12 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -53,52 +51,16 @@ runtime: {checkpoint_interval: 50ms}
 `, proxy.Addr()))
 	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
 
-	// Writes update, insert and delete random rows on m until stopped.
-	var writes atomic.Int64
-	run := func(m *harness.MariaDB, seed uint64, next int) (stop func()) {
-		wctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			c, err := client.Connect(addr(m), "root", "", "fs")
-			if err != nil {
-				done <- err
-				return
-			}
-			defer c.Close()
-			rng := rand.New(rand.NewPCG(seed, 1))
-			for wctx.Err() == nil {
-				id := 1 + rng.IntN(rows)
-				q := fmt.Sprintf("UPDATE t SET v = v + 1, note = 'seed %d' WHERE id = %d", seed, id)
-				switch rng.IntN(10) {
-				case 0:
-					q = fmt.Sprintf("INSERT INTO t VALUES (%d, 0, 'new')", next)
-					next++
-				case 1:
-					q = fmt.Sprintf("DELETE FROM t WHERE id = %d", id)
-				}
-				if _, err := c.Execute(q); err != nil {
-					done <- err
-					return
-				}
-				writes.Add(1)
-				time.Sleep(2 * time.Millisecond) // paced: the snapshot must outlast the failover
-			}
-			done <- nil
-		}()
-		return func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatalf("writes on %s: %v", addr(m), err)
-			}
-		}
-	}
+	// Paced: the snapshot must outlast the failover.
+	w := rowWriter{db: "fs", rows: rows, deletes: true, pause: 2 * time.Millisecond}
+	run := func(m *harness.MariaDB, seed uint64, next int) (stop func()) { return w.start(t, m, seed, next, 0) }
 
 	stop := run(primary, 1, 100000)
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, time.Minute)
 	waitFile(t, checkpoint, d)
 	// Some chunks in, most to come.
-	for from := writes.Load(); writes.Load() < from+200; {
+	for from := w.writes.Load(); w.writes.Load() < from+200; {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if _, pending := snapshotPending(t, checkpoint); len(pending) == 0 {
@@ -143,7 +105,7 @@ runtime: {checkpoint_interval: 50ms}
 		filepath.Join(dir, "sink.duckdb"), "fs", "t")
 	// The config's address now reaches the new primary.
 	expectVerifyEqual(t, cfg)
-	t.Logf("%d rows equal after %d writes across the failover", n, writes.Load())
+	t.Logf("%d rows equal after %d writes across the failover", n, w.writes.Load())
 }
 
 // An unplanned failover that loses a transaction the pipeline has

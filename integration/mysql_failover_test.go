@@ -63,46 +63,8 @@ runtime: {checkpoint_interval: 50ms}
 `, proxy.Addr()))
 	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
 
-	// write updates random rows (and inserts new ones) on m until stop.
-	var writes atomic.Int64
-	write := func(wctx context.Context, m *harness.MariaDB, seed uint64, next int) error {
-		c, err := client.Connect(addr(m), "root", "", "f")
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		rng := rand.New(rand.NewPCG(seed, 1))
-		for wctx.Err() == nil {
-			q := fmt.Sprintf("UPDATE t SET v = v + 1, note = 'seed %d' WHERE id = %d", seed, 1+rng.IntN(rows))
-			if rng.IntN(5) == 0 {
-				q = fmt.Sprintf("INSERT INTO t VALUES (%d, 0, 'new')", next)
-				next++
-			}
-			if _, err := c.Execute(q); err != nil {
-				return err
-			}
-			writes.Add(1)
-		}
-		return nil
-	}
-	run := func(m *harness.MariaDB, seed uint64, next int) (stop func()) {
-		wctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- write(wctx, m, seed, next) }()
-		for from := writes.Load(); writes.Load() < from+300; {
-			select {
-			case err := <-done:
-				t.Fatalf("writes on %s: %v", addr(m), err)
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-		return func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatalf("writes on %s: %v", addr(m), err)
-			}
-		}
-	}
+	w := rowWriter{db: "f", rows: rows}
+	run := func(m *harness.MariaDB, seed uint64, next int) (stop func()) { return w.start(t, m, seed, next, 300) }
 
 	stop := run(primary, 1, 100000)
 	d := startDaemon(t, cfg)
@@ -163,7 +125,7 @@ runtime: {checkpoint_interval: 50ms}
 		t.Errorf("the reload did not move to epoch 2:\n%s", d.logs())
 	}
 	expectVerifyEqual(t, cfg)
-	t.Logf("%d writes across the failover and the reload", writes.Load())
+	t.Logf("%d writes across the failover and the reload", w.writes.Load())
 }
 
 // mariadbPair starts two MariaDB servers at once, the second (server_id
@@ -224,4 +186,67 @@ func binlogGTID(t *testing.T, m *harness.MariaDB) string {
 		t.Fatal(err)
 	}
 	return pos
+}
+
+// rowWriter writes to table t (id INT PRIMARY KEY, v INT, note) of db:
+// updates of random rows among the first rows, inserts of new ones from
+// next on and, with deletes, deletes, paced by pause between writes.
+type rowWriter struct {
+	db      string
+	rows    int
+	deletes bool
+	pause   time.Duration
+	writes  atomic.Int64
+}
+
+// start writes on m from a goroutine until the returned stop is called,
+// once warm writes are done.
+func (w *rowWriter) start(t *testing.T, m *harness.MariaDB, seed uint64, next int, warm int64) (stop func()) {
+	t.Helper()
+	addr := net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.write(ctx, addr, seed, next) }()
+	for from := w.writes.Load(); w.writes.Load() < from+warm; {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("writes on %s: %v", addr, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("writes on %s: %v", addr, err)
+		}
+	}
+}
+
+func (w *rowWriter) write(ctx context.Context, addr string, seed uint64, next int) error {
+	c, err := client.Connect(addr, "root", "", w.db)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for ctx.Err() == nil {
+		id := 1 + rng.IntN(w.rows)
+		q := fmt.Sprintf("UPDATE t SET v = v + 1, note = 'seed %d' WHERE id = %d", seed, id)
+		switch k := rng.IntN(10); {
+		case k < 2:
+			q = fmt.Sprintf("INSERT INTO t VALUES (%d, 0, 'new')", next)
+			next++
+		case k == 2 && w.deletes:
+			q = fmt.Sprintf("DELETE FROM t WHERE id = %d", id)
+		}
+		if _, err := c.Execute(q); err != nil {
+			return err
+		}
+		w.writes.Add(1)
+		if w.pause > 0 {
+			time.Sleep(w.pause) // pacing, not synchronisation
+		}
+	}
+	return nil
 }

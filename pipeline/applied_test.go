@@ -6,14 +6,17 @@ import (
 	"testing"
 )
 
+// pos and order are a test source's positions and their order.
+func pos(n int) Position { return Position(fmt.Sprintf(`{"n":%d}`, n)) }
+
+func order(p, mark Position) bool {
+	var a, b int
+	fmt.Sscanf(string(p), `{"n":%d}`, &a)
+	fmt.Sscanf(string(mark), `{"n":%d}`, &b)
+	return a <= b
+}
+
 func TestAppliedKnowsReplaysAcrossGenerations(t *testing.T) {
-	pos := func(n int) Position { return Position(fmt.Sprintf(`{"n":%d}`, n)) }
-	order := func(p, mark Position) bool {
-		var a, b int
-		fmt.Sscanf(string(p), `{"n":%d}`, &a)
-		fmt.Sscanf(string(mark), `{"n":%d}`, &b)
-		return a <= b
-	}
 	// The newest applied: the third change (index 4) of transaction 7.
 	a := Applied{Version: Version{1, 6000, 30, 4}, Pos: pos(70), TxID: 7}
 	for _, c := range []struct {
@@ -43,13 +46,6 @@ func TestAppliedKnowsReplaysAcrossGenerations(t *testing.T) {
 // Before: what a stage kept of an earlier change (a late change, a
 // move) may go once no replay can bring its change again.
 func TestAppliedBeforeAcrossGenerations(t *testing.T) {
-	pos := func(n int) Position { return Position(fmt.Sprintf(`{"n":%d}`, n)) }
-	order := func(p, mark Position) bool {
-		var a, b int
-		fmt.Sscanf(string(p), `{"n":%d}`, &a)
-		fmt.Sscanf(string(mark), `{"n":%d}`, &b)
-		return a <= b
-	}
 	// The kept change: index 4 of transaction 7, at position 70.
 	a := Applied{Version: Version{1, 6000, 30, 4}, Pos: pos(70), TxID: 7}
 	for _, c := range []struct {

@@ -512,16 +512,17 @@ func TestNestChildShapeChangeRewritesDocuments(t *testing.T) {
 	}
 }
 
-// N2: the documents a new child shape rewrote are lost in a crash; the
-// resumed run, whose state knows the shape already, rewrites them again
-// when the replay meets the change that brought it, and not after the
-// floor has passed it.
-func TestNestReplayedShapeChangeRewritesAgain(t *testing.T) {
-	o := orderNest
+// shapeChangeAhead opens a nest of orders and their items, with two
+// orders of one item each through a checkpoint, and returns it with the
+// change that brings the items' new shape (a column qty, 5 where a row
+// lacks it): an item added to order 1 at ver(3).
+func shapeChangeAhead(t *testing.T) (o Options, dir string, j *Join, wider *pipeline.Table, change pipeline.Record) {
+	t.Helper()
+	o = orderNest
 	o.With = nil
 	o.Children = []Child{{Table: "public.items", On: []string{"order_id"}, As: "items", OrderBy: []string{"line"}}}
-	dir := t.TempDir()
-	j := openRun(t, o, dir, false)
+	dir = t.TempDir()
+	j = openRun(t, o, dir, false)
 	process(t, j,
 		rec(pipeline.OpInsert, orders, ver(1), nil, order(1, 0, "")),
 		rec(pipeline.OpInsert, orders, ver(1), nil, order(2, 0, "")),
@@ -529,10 +530,18 @@ func TestNestReplayedShapeChangeRewritesAgain(t *testing.T) {
 		rec(pipeline.OpInsert, items, ver(2), nil, item(8, 2, 1, "t")),
 	)
 	j.Checkpointed(1)
-	wider := *items
-	wider.Columns = append(slices.Clone(items.Columns), pipeline.Column{Name: "qty", Type: pipeline.TypeInt64, Nullable: true, Missing: int64(5)})
-	wider.Generation = 2
-	change := rec(pipeline.OpInsert, &wider, ver(3), nil, append(item(9, 1, 2, "u"), int64(1)))
+	w := *items
+	w.Columns = append(slices.Clone(items.Columns), pipeline.Column{Name: "qty", Type: pipeline.TypeInt64, Nullable: true, Missing: int64(5)})
+	w.Generation = 2
+	return o, dir, j, &w, rec(pipeline.OpInsert, &w, ver(3), nil, append(item(9, 1, 2, "u"), int64(1)))
+}
+
+// N2: the documents a new child shape rewrote are lost in a crash; the
+// resumed run, whose state knows the shape already, rewrites them again
+// when the replay meets the change that brought it, and not after the
+// floor has passed it.
+func TestNestReplayedShapeChangeRewritesAgain(t *testing.T) {
+	o, dir, j, wider, change := shapeChangeAhead(t)
 	if out := joined(process(t, j, change)); len(out) != 2 {
 		t.Fatalf("%d documents rewritten, want both orders'", len(out))
 	}
@@ -554,12 +563,12 @@ func TestNestReplayedShapeChangeRewritesAgain(t *testing.T) {
 		t.Fatalf("the replay rewrote\n%v\nwant\n%v", got, want)
 	}
 	// Once: the next change of the table rewrites its own document only.
-	if out := joined(process(t, j, rec(pipeline.OpInsert, &wider, ver(4), nil, append(item(10, 2, 2, "v"), int64(2))))); len(out) != 1 {
+	if out := joined(process(t, j, rec(pipeline.OpInsert, wider, ver(4), nil, append(item(10, 2, 2, "v"), int64(2))))); len(out) != 1 {
 		t.Fatalf("%d documents after the rewrite was done again, want 1", len(out))
 	}
 	// The floor passes it: a later resumed run does not rewrite again.
 	j.Checkpointed(2)
-	process(t, j, rec(pipeline.OpInsert, &wider, ver(5), nil, append(item(11, 2, 3, "w"), int64(3))))
+	process(t, j, rec(pipeline.OpInsert, wider, ver(5), nil, append(item(11, 2, 3, "w"), int64(3))))
 	if len(j.refresh.recorded) != 0 {
 		t.Fatalf("recorded rewrites below the floor are kept: %v", j.refresh.recorded)
 	}
@@ -570,22 +579,7 @@ func TestNestReplayedShapeChangeRewritesAgain(t *testing.T) {
 // first one before the replay reaches the shape change; the rewrite is
 // still done again when it does.
 func TestNestReplayedShapeChangeRewritesAgainOnAnotherServer(t *testing.T) {
-	o := orderNest
-	o.With = nil
-	o.Children = []Child{{Table: "public.items", On: []string{"order_id"}, As: "items", OrderBy: []string{"line"}}}
-	dir := t.TempDir()
-	j := openRun(t, o, dir, false)
-	process(t, j,
-		rec(pipeline.OpInsert, orders, ver(1), nil, order(1, 0, "")),
-		rec(pipeline.OpInsert, orders, ver(1), nil, order(2, 0, "")),
-		rec(pipeline.OpInsert, items, ver(2), nil, item(7, 1, 1, "s")),
-		rec(pipeline.OpInsert, items, ver(2), nil, item(8, 2, 1, "t")),
-	)
-	j.Checkpointed(1)
-	wider := *items
-	wider.Columns = append(slices.Clone(items.Columns), pipeline.Column{Name: "qty", Type: pipeline.TypeInt64, Nullable: true, Missing: int64(5)})
-	wider.Generation = 2
-	change := rec(pipeline.OpInsert, &wider, ver(3), nil, append(item(9, 1, 2, "u"), int64(1)))
+	o, dir, j, _, change := shapeChangeAhead(t)
 	process(t, j, rec(pipeline.OpUpdate, orders, ver(3), nil, order(2, 0, "x")))
 	if out := joined(process(t, j, change)); len(out) != 2 {
 		t.Fatalf("%d documents rewritten, want both orders'", len(out))
