@@ -435,32 +435,42 @@ func (s joinState) movesSince(n int, ck []byte, v pipeline.Version) ([][]byte, e
 // stays while that is not known (pipeline.Applied.Before).
 func (s joinState) pruneMoves(floor pipeline.Applied, max int, order pipeline.PositionOrder) error {
 	limit := floor.Version.Bytes()
-	at := &pipeline.Record{Version: floor.Version, Pos: floor.Pos, TxID: floor.TxID}
 	var drop [][]byte
-	seen := 0
-	err := s.moveOrder.Scan(nil, func(k, val []byte) error {
-		if len(drop) == max || seen == 4*max || bytes.Compare(k[:32], limit) >= 0 {
+	// floor's generation: by version.
+	err := s.moveOrder.Scan(limit[:8], func(k, _ []byte) error {
+		if len(drop) == max || bytes.Compare(k[:32], limit) >= 0 {
 			return errStopScan
-		}
-		seen++
-		if gen := binary.BigEndian.Uint64(k); gen < floor.Version[0] {
-			m := pipeline.Applied{Version: versionOf(k)}
-			if len(val) > 0 {
-				tx, n := binary.Uvarint(val)
-				if n <= 0 {
-					return binform.ErrCorrupt
-				}
-				m.TxID = tx
-				if len(val) > n {
-					m.Pos = pipeline.Position(val[n:])
-				}
-			}
-			if !m.Before(at, order) {
-				return nil // a replay from another server may still need it
-			}
 		}
 		drop = append(drop, append([]byte{}, k...))
 		return nil
+	})
+	if err != nil && err != errStopScan {
+		return err
+	}
+	// Earlier generations: by order, at most max of them looked at (those
+	// kept come first every time).
+	at := &pipeline.Record{Version: floor.Version, Pos: floor.Pos, TxID: floor.TxID}
+	seen := 0
+	err = s.moveOrder.Scan(nil, func(k, val []byte) error {
+		if seen == max || binary.BigEndian.Uint64(k) >= floor.Version[0] {
+			return errStopScan
+		}
+		seen++
+		m := pipeline.Applied{Version: versionOf(k)}
+		if len(val) > 0 {
+			tx, n := binary.Uvarint(val)
+			if n <= 0 {
+				return binform.ErrCorrupt
+			}
+			m.TxID = tx
+			if len(val) > n {
+				m.Pos = pipeline.Position(val[n:])
+			}
+		}
+		if m.Before(at, order) {
+			drop = append(drop, append([]byte{}, k...))
+		}
+		return nil // otherwise a replay from another server may still need it
 	})
 	if err != nil && err != errStopScan {
 		return err
