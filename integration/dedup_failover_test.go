@@ -111,12 +111,7 @@ runtime: {checkpoint_interval: 50ms}
 	}
 
 	// C: the replica, promoted once it has everything, replays B.
-	if got, err := replica.Query(ctx, "", fmt.Sprintf("SELECT MASTER_GTID_WAIT('%s', 60)", gtid(primary))); err != nil || got != "0" {
-		t.Fatalf("replica did not catch up: %q %v", got, err)
-	}
-	if err := replica.Exec(ctx, "", "STOP SLAVE", "RESET SLAVE ALL"); err != nil {
-		t.Fatal(err)
-	}
+	promote(t, primary, replica)
 	cfg = config(replica)
 	d = startDaemon(t, cfg)
 	d.waitAddr(t, time.Minute)

@@ -81,11 +81,7 @@ runtime: {checkpoint_interval: 50ms}
 	if _, err := lock.Execute("FLUSH TABLES WITH READ LOCK"); err != nil {
 		t.Fatal(err)
 	}
-	pos := binlogGTID(t, primary)
-	if got, err := replica.Query(ctx, "", fmt.Sprintf("SELECT MASTER_GTID_WAIT('%s', 60)", pos)); err != nil || got != "0" {
-		t.Fatalf("replica did not catch up with %s: %q %v", pos, got, err)
-	}
-	mariadbExec(t, replica, "", "STOP SLAVE", "RESET SLAVE ALL")
+	promote(t, primary, replica)
 	proxy.SetTarget(addr(replica))
 	proxy.Cut()
 	if _, pending := snapshotPending(t, checkpoint); len(pending) == 0 {
@@ -117,15 +113,11 @@ runtime: {checkpoint_interval: 50ms}
 // never stream on past the gap. The new primary runs with MariaDB's
 // default gtid_strict_mode=OFF.
 func TestMariaDBFailoverThatLostTransactionsStops(t *testing.T) {
-	ctx := context.Background()
 	primary, replica := mariadbPair(t, map[string]string{"gtid_strict_mode": "OFF"})
 	addr := func(m *harness.MariaDB) string { return net.JoinHostPort(m.Host, strconv.Itoa(m.Port)) }
 	mariadbExec(t, primary, "", "CREATE DATABASE fl")
 	mariadbExec(t, primary, "fl", "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1)")
-	pos := binlogGTID(t, primary)
-	if got, err := replica.Query(ctx, "", fmt.Sprintf("SELECT MASTER_GTID_WAIT('%s', 60)", pos)); err != nil || got != "0" {
-		t.Fatalf("replica did not catch up with %s: %q %v", pos, got, err)
-	}
+	catchUp(t, primary, replica)
 	proxy := harness.ProxyT(t, addr(primary))
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: lossy

@@ -73,16 +73,7 @@ runtime: {checkpoint_interval: 50ms}
 	stop()
 
 	// Promote the replica once it has everything, move the proxy to it.
-	pos, err := primary.Query(ctx, "", "SELECT @@GLOBAL.gtid_binlog_pos")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := replica.Query(ctx, "", fmt.Sprintf("SELECT MASTER_GTID_WAIT('%s', 60)", pos)); err != nil || got != "0" {
-		t.Fatalf("replica did not catch up with %s: %q %v", pos, got, err)
-	}
-	if err := replica.Exec(ctx, "", "STOP SLAVE", "RESET SLAVE ALL"); err != nil {
-		t.Fatal(err)
-	}
+	promote(t, primary, replica)
 	proxy.SetTarget(addr(replica))
 	proxy.Cut()
 	proxy.Restore()
@@ -176,6 +167,22 @@ func mariadbExec(t *testing.T, m *harness.MariaDB, db string, stmts ...string) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+}
+
+// catchUp waits until replica has every transaction primary logged.
+func catchUp(t *testing.T, primary, replica *harness.MariaDB) {
+	t.Helper()
+	pos := binlogGTID(t, primary)
+	if got, err := replica.Query(context.Background(), "", fmt.Sprintf("SELECT MASTER_GTID_WAIT('%s', 60)", pos)); err != nil || got != "0" {
+		t.Fatalf("replica did not catch up with %s: %q %v", pos, got, err)
+	}
+}
+
+// promote makes replica a primary once it has caught up with primary.
+func promote(t *testing.T, primary, replica *harness.MariaDB) {
+	t.Helper()
+	catchUp(t, primary, replica)
+	mariadbExec(t, replica, "", "STOP SLAVE", "RESET SLAVE ALL")
 }
 
 // binlogGTID is m's @@GLOBAL.gtid_binlog_pos.
