@@ -133,8 +133,12 @@ func streamVersion(epoch, file uint64, txStart uint32, i int) pipeline.Version {
 var errPurged = errors.New("binlog purged")
 
 // errDiverged marks a checkpoint a server reached after a failover cannot
-// serve: it lacks transactions the pipeline read from the old one.
+// serve: it lacks transactions the pipeline read from the old one
+// (Invariant 9: a gap is reported, never skipped).
 var errDiverged = errors.New("the new server lacks transactions already read")
+
+// errSessionOver refuses a binlog session's connections once it is over.
+var errSessionOver = errors.New("the binlog session is over")
 
 func quoteShort(b []byte) string {
 	const max = 200

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -124,8 +126,26 @@ func (st *streamer) session(ctx context.Context, last *Position) (progressed boo
 		// one's first commit: no read-only watermark goes out at them.
 		st.dec.foreign = true
 	}
+	// Closing a syncer KILLs its connection's thread id through a new
+	// connection to the same address. Behind a proxy or a VIP that may
+	// reach another server (a failover), where the id names some other
+	// session, an application's as likely as not. The session's dialer
+	// refuses once it is over, so no KILL goes out: closing the socket
+	// ends the dump thread, and a new dump with this server_id replaces
+	// one left behind.
+	var over atomic.Bool
+	dialer := &net.Dialer{}
+	cfg.Dialer = func(ctx context.Context, network, address string) (net.Conn, error) {
+		if over.Load() {
+			return nil, errSessionOver
+		}
+		return dialer.DialContext(ctx, network, address)
+	}
 	syncer := replication.NewBinlogSyncer(cfg)
-	defer syncer.Close()
+	defer func() {
+		over.Store(true)
+		syncer.Close()
+	}()
 	stream, err := syncer.StartSyncGTID(gset)
 	if err != nil {
 		return false, classify(err, last, was)
