@@ -22,6 +22,8 @@ type Proxy struct {
 	latency   atomic.Int64 // ns added before each chunk of a reply
 	bandwidth atomic.Int64 // bytes/s toward the server; 0: unlimited
 
+	accepted atomic.Int64 // connections accepted since the start
+
 	mu    sync.Mutex
 	cut   bool
 	conns map[net.Conn]struct{}
@@ -56,12 +58,17 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // Port is the proxy's port.
 func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
 
+// Accepted is how many connections the proxy has accepted. A client
+// whose dial returned has been counted.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
 func (p *Proxy) accept() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
+		p.accepted.Add(1)
 		p.mu.Lock()
 		if p.cut {
 			p.held = append(p.held, c)

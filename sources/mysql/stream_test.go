@@ -190,6 +190,75 @@ func TestConnectionCutMidTransaction(t *testing.T) {
 	}
 }
 
+// dumpThreads lists the ids of the server's binlog dump threads.
+func dumpThreads(t *testing.T, c *client.Conn) map[int64]bool {
+	t.Helper()
+	r, err := c.Execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[int64]bool{}
+	for i := range r.RowNumber() {
+		id, err := r.GetInt(i, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = true
+	}
+	return ids
+}
+
+// A binlog session that ends opens no connection on its way out: go-mysql
+// would KILL the session's thread id through a new connection to the same
+// address, which behind a proxy or VIP after a failover reaches another
+// server, where the id names an unrelated session. Closing the socket is
+// what ends the dump thread.
+func TestClosedSessionOpensNoConnection(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "DROP DATABASE IF EXISTS quiet", "CREATE DATABASE quiet", "CREATE TABLE quiet.t (id int PRIMARY KEY)")
+	start := gtidNow(t, c)
+	mustExec(t, c, "INSERT INTO quiet.t VALUES (1), (2), (3)")
+	others := dumpThreads(t, c)
+	proxy := harness.ProxyT(t, net.JoinHostPort(m.Host, strconv.Itoa(m.Port)))
+	s := streamFrom(t, m, "quiet.t", start, nil, func(o *Options) { o.DSN = "mysql://root@" + proxy.Addr() })
+	readRecords(t, s, 3)
+	ours := map[int64]bool{}
+	for id := range dumpThreads(t, c) {
+		if !others[id] {
+			ours[id] = true
+		}
+	}
+	if len(ours) != 1 {
+		t.Fatalf("%d new binlog dump threads on the server, want the session's one", len(ours))
+	}
+	dials := proxy.Accepted()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Close waits for the session to end, so a connection opened on the
+	// way out has been accepted by now.
+	if n := proxy.Accepted() - dials; n != 0 {
+		t.Fatalf("closing the source opened %d connection(s) to the server", n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := 0
+		for id := range dumpThreads(t, c) {
+			if ours[id] {
+				left++
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session's binlog dump thread still runs 30s after the source closed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // Columns added and dropped mid-stream: a replay from a checkpoint older
 // than both changes decodes each event with the columns of its own time,
 // and each shape is a new generation of the table.
