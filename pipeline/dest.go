@@ -59,13 +59,17 @@ func ForSink(sink string, recs []Record) []Record {
 
 // AsDelete returns r as a delete of its key at its version: Before is
 // r's newest image, After is nil. Its Dest is kept: a Kafka sink deletes
-// the key in the record's topic and in its AwayTopics.
+// the key in the record's topic and in its AwayTopics. The delete of a
+// snapshot read is a snapshot record too: its version need not follow
+// the stream's order (parallel MariaDB readers), so it must not count as
+// a stream change where they are told apart (the exactly-once Kafka
+// sink's high-water mark).
 func (r Record) AsDelete() Record {
 	if r.Op == OpDelete {
 		return r
 	}
 	d := r
-	d.Op, d.Before, d.After, d.Snapshot = OpDelete, r.After, nil, false
+	d.Op, d.Before, d.After = OpDelete, r.After, nil
 	if d.Before == nil {
 		d.Before = r.Before
 	}

@@ -279,8 +279,12 @@ func (s *Sink) Generation(ctx context.Context) (uint64, bool, error) {
 // number, without its domain or server): a coincidence can only make a
 // committed change be written again. With permanent failures to hand back
 // (redo) nothing is skipped this way: they are known by version only.
+//
+// Snapshot records (reads, the deletes a routing or a filter makes of
+// them, a repair's deletes) are never skipped, as they never raise the
+// mark: their versions need not follow the order they are written in.
 func (st *txnState) skip(r *pipeline.Record, covers pipeline.PositionOrder) bool {
-	if !st.has {
+	if !st.has || r.Snapshot {
 		return false
 	}
 	switch r.Op {

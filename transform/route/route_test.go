@@ -29,7 +29,7 @@ func TestRouteSendsRowsAwayFromOtherSinks(t *testing.T) {
 	out, err := r.Process(context.Background(), []pipeline.Record{
 		{Op: pipeline.OpInsert, Table: customers, After: vip},
 		{Op: pipeline.OpUpdate, Table: customers, After: plain},
-		{Op: pipeline.OpRead, Table: customers, After: vip},
+		{Op: pipeline.OpRead, Table: customers, After: vip, Snapshot: true},
 		{Op: pipeline.OpDelete, Table: customers, Before: plain},
 	})
 	if err != nil {
@@ -58,6 +58,15 @@ func TestRouteSendsRowsAwayFromOtherSinks(t *testing.T) {
 		if !reflect.DeepEqual(got, ops) {
 			t.Errorf("%s receives %v, want %v", sink, got, ops)
 		}
+	}
+	// The delete a snapshot read becomes is a snapshot record (its
+	// version need not follow the stream's order); an update's is not.
+	var snap []bool
+	for _, rec := range pipeline.ForSink("main", out) {
+		snap = append(snap, rec.Snapshot)
+	}
+	if want := []bool{false, true, false}; !reflect.DeepEqual(snap, want) {
+		t.Errorf("main's records are snapshot records %v, want %v", snap, want)
 	}
 	if _, err := New("r", scope.Tables{}, scope.DLQ, Options{Rules: []Rule{{When: "true", Sinks: []string{"nope"}}}, Sinks: []string{"main"}}); err == nil {
 		t.Error("an unknown sink was taken")
