@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -44,7 +45,7 @@ func TestTransformsIntoTwoIndexesAndDuckDB(t *testing.T) {
 	}
 	t.Setenv("SLUICE_TEST_MASK_KEY", "a-test-key-of-no-value")
 	dir := t.TempDir()
-	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: shaped
+	text := fmt.Sprintf(`pipeline: shaped
 source:
   postgres:
     dsn: %s
@@ -69,7 +70,8 @@ sinks:
   - duckdb: {name: warehouse, path: ./warehouse.duckdb}
 offsets: {dir: ./offsets}
 runtime: {checkpoint_interval: 50ms}
-`, pg.DSN("crm")))
+`, pg.DSN("crm"))
+	cfg := writeConfig(t, dir, text)
 
 	// The initial load first, so that the changes below reach the sinks
 	// through the stream (a load redone after a kill would clear what
@@ -160,20 +162,26 @@ runtime: {checkpoint_interval: 50ms}
 	expectVerifyEqual(t, cfg)
 
 	// Read directly: each index holds the rows its route sends it.
+	excluded := "'XX'"
 	count := func(where string) int {
 		var n int
-		if err := pgxQueryRow(ctx, pg.DSN("crm"), `SELECT count(*) FROM customers WHERE country IS DISTINCT FROM 'XX' AND `+where, &n); err != nil {
+		if err := pgxQueryRow(ctx, pg.DSN("crm"), `SELECT count(*) FROM customers WHERE (country IS NULL OR country NOT IN (`+excluded+`)) AND `+where, &n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	vip, plain := count("vip"), count("NOT vip")
-	if got := runSearch(t, cfg, 0, "--sink", "search_vip", "--table", "public.customers", "--size", "1", "*").Total; int(got) != vip || vip == 0 {
-		t.Errorf("search_vip holds %d rows, the source %d VIP rows outside XX", got, vip)
+	indexes := func() (vip, plain int) {
+		t.Helper()
+		vip, plain = count("vip"), count("NOT vip")
+		if got := runSearch(t, cfg, 0, "--sink", "search_vip", "--table", "public.customers", "--size", "1", "*").Total; int(got) != vip || vip == 0 {
+			t.Errorf("search_vip holds %d rows, the source %d VIP rows outside %s", got, vip, excluded)
+		}
+		if got := runSearch(t, cfg, 0, "--sink", "search_main", "--table", "public.customers", "--size", "1", "*").Total; int(got) != plain || plain == 0 {
+			t.Errorf("search_main holds %d rows, the source %d other rows outside %s", got, plain, excluded)
+		}
+		return vip, plain
 	}
-	if got := runSearch(t, cfg, 0, "--sink", "search_main", "--table", "public.customers", "--size", "1", "*").Total; int(got) != plain || plain == 0 {
-		t.Errorf("search_main holds %d rows, the source %d other rows outside XX", got, plain)
-	}
+	vip, plain := indexes()
 	db, err := sql.Open("duckdb", filepath.Join(dir, "warehouse.duckdb"))
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +200,26 @@ runtime: {checkpoint_interval: 50ms}
 		t.Fatalf("warehouse: %d live rows (want %d), %d unmasked emails, %d wrong balance_cents, notes column %d", live, vip+plain, unmasked, wrongCents, notes)
 	}
 	t.Logf("%d writes, %d kills; %d VIP rows, %d others", writes.Load(), kills, vip, plain)
+
+	// The filter changes to leave FR rows out too. A re-snapshot of the
+	// table reads every row again: the rows the new filter excludes leave
+	// every sink (pipeline.Record.Replaces), so verify finds the sinks
+	// equal to the new rules and each index holds what they send it.
+	db.Close() // DuckDB's file lock: the daemon opens it next
+	cfg = writeConfig(t, dir, strings.Replace(text, `where: after.country != "XX"`, `where: after.country != "XX" && after.country != "FR"`, 1))
+	excluded = "'XX', 'FR'"
+	d = startDaemon(t, cfg)
+	addr := d.waitAddr(t, time.Minute)
+	waitUntil(t, d, time.Minute, "ready", func() bool { return getJSON(t, "http://"+addr+"/readyz", nil) == 200 })
+	cmd := exec.Command(sluiceBinary(t), "snapshot", "-c", cfg, "--addr", addr, "--table", "public.customers")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "snapshot of public.customers queued") {
+		t.Fatalf("sluice snapshot: %v\n%s", err, out)
+	}
+	waitSnapshotDone(t, d, addr, "public.customers", "")
+	stopDrained(t, ctx, d, pg.DSN("crm"), "sluice_shaped", `UPDATE customers SET name = 'last again' WHERE id = (SELECT min(id) FROM customers)`, &logs)
+	expectVerifyEqual(t, cfg)
+	vip, plain = indexes()
+	t.Logf("after the filter change and a re-snapshot: %d VIP rows, %d others", vip, plain)
 }
 
 // stopDrained commits markSQL on dsn, waits until the pipeline's slot

@@ -338,6 +338,13 @@ type Record struct {
 	// where every record needs a key) may skip a snapshot barrier; a
 	// truncate from the source itself is never skipped.
 	Snapshot bool
+	// Replaces marks a snapshot read of a row the sinks may already hold:
+	// a re-snapshot or a repair's, not a table's first load (whose
+	// barrier, or sinks that never held the table, leave nothing older).
+	// An operator that keeps such a row from the sinks deletes its key
+	// instead (transform/filter), so a re-snapshot after a change of its
+	// rule leaves no row the rule now excludes.
+	Replaces bool
 	// Origin is, for a record an operator derived from an input (a join's
 	// output row), the version of that input; zero for records a source
 	// read (no source version is zero). A derived record's own Version

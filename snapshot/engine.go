@@ -395,9 +395,16 @@ func (e *Engine) Backfilling() []pipeline.TableID {
 	loading := slices.Clone(e.loading)
 	e.mu.Unlock()
 	return append(loading, e.tables(func(t *tableProgress) bool {
-		return !t.Repair && t.Where == "" && !slices.Contains(e.prog.Known, t.id().String()) &&
-			!slices.ContainsFunc(loading, func(id pipeline.TableID) bool { return sameTable(id, t.id()) })
+		return e.firstRead(t) && !slices.ContainsFunc(loading, func(id pipeline.TableID) bool { return sameTable(id, t.id()) })
 	})...)
+}
+
+// firstRead reports whether t reads a table whose rows the sinks do not
+// hold yet (a fresh pipeline's, a table added to it), as opposed to a
+// re-snapshot or a repair, whose rows replace what the sinks hold
+// (pipeline.Record.Replaces); e.mu is held.
+func (e *Engine) firstRead(t *tableProgress) bool {
+	return !t.Repair && t.Where == "" && !slices.Contains(e.prog.Known, t.id().String())
 }
 
 // tables lists the tables of the requests keep selects, once each.

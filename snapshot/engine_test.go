@@ -711,7 +711,8 @@ func TestRepairRewritesStaleRowsAndDeletesRowsOnlyASinkHolds(t *testing.T) {
 
 // The phase signal: a fresh pipeline's table is backfilling until its
 // snapshot is over; a filtered re-snapshot and a repair of it read rows
-// the sinks hold already and are not.
+// the sinks hold already and are not. Their rows say so
+// (Record.Replaces), the first load's do not.
 func TestBackfillingListsOnlyTablesWhoseHistoryIsBeingRead(t *testing.T) {
 	db := newFakeDB(t)
 	fill(db, 300)
@@ -727,6 +728,9 @@ func TestBackfillingListsOnlyTablesWhoseHistoryIsBeingRead(t *testing.T) {
 	if got := e.Backfilling(); len(got) != 0 {
 		t.Fatalf("after the snapshot: backfilling %v", got)
 	}
+	if sink.reads[true] != 0 || sink.reads[false] != 300 {
+		t.Fatalf("the first load's reads by Replaces: %v, want 300 false", sink.reads)
+	}
 	if _, err := e.Request(db.table.ID, "id < 10"); err != nil {
 		t.Fatal(err)
 	}
@@ -737,4 +741,16 @@ func TestBackfillingListsOnlyTablesWhoseHistoryIsBeingRead(t *testing.T) {
 		t.Fatalf("a re-read of known rows: backfilling %v, snapshotting %v", got, busy)
 	}
 	finish(t, e, db, sink)
+	if sink.reads[true] == 0 || sink.reads[false] != 300 {
+		t.Fatalf("reads by Replaces: %v, want the re-snapshot's and the repair's true", sink.reads)
+	}
+	// A plain re-snapshot of the whole table replaces rows as well.
+	before := sink.reads[true]
+	if _, err := e.Request(db.table.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	finish(t, e, db, sink)
+	if sink.reads[true] < before+300 || sink.reads[false] != 300 {
+		t.Fatalf("reads by Replaces: %v, want the whole re-snapshot's 300 true too", sink.reads)
+	}
 }

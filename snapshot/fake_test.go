@@ -268,16 +268,21 @@ type fakeSink struct {
 	vers    map[int64]pipeline.Version
 	barrier pipeline.Version
 	writes  int
+	// reads counts the snapshot reads by Record.Replaces.
+	reads map[bool]int
 }
 
 func newFakeSink() *fakeSink {
-	return &fakeSink{rows: map[int64]string{}, vers: map[int64]pipeline.Version{}}
+	return &fakeSink{rows: map[int64]string{}, vers: map[int64]pipeline.Version{}, reads: map[bool]int{}}
 }
 
 func (s *fakeSink) apply(t *testing.T, recs []pipeline.Record) {
 	for _, r := range recs {
 		if r.Op == pipeline.OpWatermark {
 			t.Fatalf("a watermark reached the sink: %+v", r)
+		}
+		if r.Op == pipeline.OpRead {
+			s.reads[r.Replaces]++
 		}
 		if r.Op == pipeline.OpRead && r.Size != pipeline.EstimateSize(&r) {
 			// Invariant 6: the in-flight cap counts what the record holds.

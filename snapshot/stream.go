@@ -267,6 +267,7 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 		rows = make([]pipeline.Record, 0, len(c.Rows))
 		// A record's size is its struct and position beside its row's.
 		base := pipeline.EstimateSize(&pipeline.Record{Pos: h.Pos})
+		replaces := !e.firstRead(t)
 		for i, row := range c.Rows {
 			if len(w.touched) > 0 {
 				if _, hit := w.touched[verify.RowKey(shape, row)]; hit {
@@ -274,7 +275,7 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 				}
 			}
 			r := pipeline.Record{Op: pipeline.OpRead, Table: shape, After: row, Version: v, EventTime: now,
-				Snapshot: true, Pos: h.Pos, Size: base + c.Sizes[i]}
+				Snapshot: true, Replaces: replaces, Pos: h.Pos, Size: base + c.Sizes[i]}
 			bytes += r.Size
 			rows = append(rows, r)
 		}

@@ -4,7 +4,12 @@
 // What happens to each operation (the rule: a sink never keeps a row the
 // filter excludes now):
 //
-//	insert, read   kept when the new row matches, else dropped
+//	insert, read   kept when the new row matches, else dropped; a read
+//	               that re-reads a row the sinks may hold (a re-snapshot
+//	               or a repair: Record.Replaces) becomes a delete of the
+//	               key at its version instead, so re-snapshotting a table
+//	               after a change of where removes the rows it now
+//	               excludes (and a repair of one converges)
 //	update         kept when the new row matches; else it becomes a delete
 //	               of the key at the update's version, so a row that stops
 //	               matching leaves the sinks (when the sink never held it,
@@ -108,7 +113,7 @@ func (f *Filter) keep(r *pipeline.Record) (verdict, error) {
 		return drop, err
 	case ok:
 		return pass, nil
-	case r.Op == pipeline.OpUpdate:
+	case r.Op == pipeline.OpUpdate, r.Op == pipeline.OpRead && r.Replaces:
 		return remove, nil
 	}
 	return drop, nil

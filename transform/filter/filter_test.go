@@ -41,6 +41,11 @@ func TestFilterByOperation(t *testing.T) {
 	de := []any{int64(1), "DE", "x"}
 	fr := []any{int64(1), "FR", "x"}
 	null := []any{int64(2), nil, nil}
+	reread := func(v uint64, after []any) pipeline.Record {
+		r := rec(pipeline.OpRead, v, nil, after)
+		r.Snapshot, r.Replaces = true, true
+		return r
+	}
 	in := []pipeline.Record{
 		rec(pipeline.OpInsert, 1, nil, de), // kept
 		rec(pipeline.OpInsert, 2, nil, fr), // dropped
@@ -51,11 +56,14 @@ func TestFilterByOperation(t *testing.T) {
 		{Op: pipeline.OpTruncate, Table: customers, Version: pipeline.Version{0, 7}},
 		{Op: pipeline.OpHeartbeat},
 		{Op: pipeline.OpInsert, Table: orders, After: []any{int64(9)}}, // not in scope
+		reread(10, de), // a re-snapshot's row that matches: kept
+		reread(11, fr), // one a sink may hold that no longer matches: a delete
 	}
 	want := []pipeline.Record{
 		in[0], in[3],
 		{Op: pipeline.OpDelete, Table: customers, Before: fr, Version: pipeline.Version{0, 5, 0, 2}},
-		in[5], in[6], in[7], in[8],
+		in[5], in[6], in[7], in[8], in[9],
+		{Op: pipeline.OpDelete, Table: customers, Before: fr, Version: pipeline.Version{0, 11, 0, 2}, Snapshot: true, Replaces: true},
 	}
 	got, err := f.Process(context.Background(), append([]pipeline.Record(nil), in...))
 	if err != nil {
