@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -27,7 +28,8 @@ import (
 // folding the topics by key ends equal to MariaDB. Stream changes
 // committed between the readers' snapshots sort below the later reader's
 // rows and are written after them; the sink's high-water mark must not
-// skip them.
+// skip them, nor the groups of an aggregate over b that stem from them
+// (its groups that stem from b's rows alone are snapshot records too).
 func TestMariaDBParallelLoadExactlyOnce(t *testing.T) {
 	m, k, reg := withKafka(t, func(ctx context.Context) (*harness.MariaDB, error) {
 		return harness.StartMariaDB(ctx, harness.MariaDBOptions{})
@@ -38,9 +40,10 @@ func TestMariaDBParallelLoadExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := m.Exec(ctx, "meo",
-		"CREATE TABLE meo.a (id INT PRIMARY KEY, v VARCHAR(40))", "CREATE TABLE meo.b (id INT PRIMARY KEY, v VARCHAR(40))",
+		"CREATE TABLE meo.a (id INT PRIMARY KEY, v VARCHAR(40))",
+		"CREATE TABLE meo.b (id INT PRIMARY KEY, v VARCHAR(40), g INT NOT NULL DEFAULT 0)",
 		fmt.Sprintf("INSERT INTO meo.a SELECT seq, CONCAT('a', seq) FROM seq_1_to_%d", rows),
-		fmt.Sprintf("INSERT INTO meo.b SELECT seq, CONCAT('b', seq) FROM seq_1_to_%d", rows)); err != nil {
+		fmt.Sprintf("INSERT INTO meo.b SELECT seq, CONCAT('b', seq), seq %% 7 FROM seq_1_to_%d", rows)); err != nil {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
@@ -51,6 +54,12 @@ source:
     dsn: mysql://root@%s
     tables: [meo.a, meo.b]
     snapshot: {parallel: 2, chunk_rows: 1000}
+transforms:
+  - aggregate:
+      output: meo.b_totals
+      table: meo.b
+      group_by: [g]
+      aggregates: [n = count()]
 sinks:
   - kafka:
       brokers: [%s]
@@ -78,9 +87,12 @@ runtime: {checkpoint_interval: 200ms}
 			defer c.Close()
 			for i := 0; wctx.Err() == nil; i++ {
 				table := []string{"a", "b"}[i%2]
-				q := fmt.Sprintf("INSERT INTO %s VALUES (%d, 'new %d')", table, 100000+w*1000000+i, i)
+				q := fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, 'new %d')", table, 100000+w*1000000+i, i)
 				if i%3 == 2 {
 					q = fmt.Sprintf("UPDATE %s SET v = 'upd %d' WHERE id = %d", table, i, 1+(i*7919)%rows)
+				}
+				if table == "b" && i%6 == 3 {
+					q = fmt.Sprintf("UPDATE b SET g = %d WHERE id = %d", i%11, 1+(i*104729)%rows) // moves a row between groups
 				}
 				if _, err := c.Execute(q); err != nil {
 					t.Error(err)
@@ -148,6 +160,21 @@ runtime: {checkpoint_interval: 200ms}
 		}
 		t.Logf("%s: %d rows equal to MariaDB after %d concurrent writes", topic, len(got), writes.Load())
 	}
+	eoWaitDecided(t, k, "meo.meo.b_totals")
+	got := foldColumns(t, rh, eoReadTopic(t, k, "meo.meo.b_totals", kgo.ReadCommitted()), "g", "n")
+	res, err := m.Query(ctx, "meo", "SELECT CONCAT(g, '=', count(*)) FROM b GROUP BY g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, line := range strings.Split(res, "\n") {
+		g, n, _ := strings.Cut(line, "=")
+		want[g] = n
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("the aggregate's groups in Kafka %v, GROUP BY in MariaDB %v", got, want)
+	}
+	t.Logf("meo.meo.b_totals: %d groups equal to GROUP BY", len(got))
 }
 
 // foldGeneric decodes records of a table topic with the registry's
@@ -155,6 +182,13 @@ runtime: {checkpoint_interval: 200ms}
 // newest sluice.version wins; a tombstone or delete removes the key.
 // Values are the "v" column as text, keyed by the "id" column.
 func foldGeneric(t *testing.T, rh *registryHTTP, recs []*kgo.Record) map[string]string {
+	t.Helper()
+	return foldColumns(t, rh, recs, "id", "v")
+}
+
+// foldColumns is foldGeneric keyed by column keyCol, with column valCol
+// as text for values.
+func foldColumns(t *testing.T, rh *registryHTTP, recs []*kgo.Record, keyCol, valCol string) map[string]string {
 	t.Helper()
 	decode := genericAvro(t, rh)
 	type held struct {
@@ -165,7 +199,7 @@ func foldGeneric(t *testing.T, rh *registryHTTP, recs []*kgo.Record) map[string]
 	state := map[string]held{}
 	for _, r := range recs {
 		ver, _ := recHeader(r, "sluice.version")
-		key := fmt.Sprint(decode(r.Key)["id"])
+		key := fmt.Sprint(decode(r.Key)[keyCol])
 		if h, ok := state[key]; ok && h.version >= ver {
 			continue
 		}
@@ -179,7 +213,7 @@ func foldGeneric(t *testing.T, rh *registryHTTP, recs []*kgo.Record) map[string]
 			state[key] = held{version: ver}
 			continue
 		}
-		state[key] = held{version: ver, v: fmt.Sprint(unwrapUnion(after["v"])), live: true}
+		state[key] = held{version: ver, v: fmt.Sprint(unwrapUnion(after[valCol])), live: true}
 	}
 	out := map[string]string{}
 	for k, h := range state {

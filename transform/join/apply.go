@@ -341,7 +341,13 @@ func (j *Join) emit(st joinState, r *pipeline.Record, fk []byte, out []pipeline.
 	if err := st.put(j.opts.From, fk, e); err != nil {
 		return out, err
 	}
-	rec := pipeline.Record{Table: j.out, Version: v, Origin: r.OrderVersion(), EventTime: r.EventTime, TxID: r.TxID, Pos: r.Pos}
+	// An output a snapshot record caused (a read, a repair's delete) is
+	// one too: its Origin need not follow the stream's order (a later
+	// parallel MariaDB reader's rows sort above stream changes written
+	// after them), so the exactly-once Kafka sink must not count it in
+	// its mark.
+	rec := pipeline.Record{Table: j.out, Version: v, Origin: r.OrderVersion(), EventTime: r.EventTime, TxID: r.TxID, Pos: r.Pos,
+		Snapshot: r.Snapshot || r.Op == pipeline.OpRead}
 	switch {
 	case e.deleted:
 		rec.Op = pipeline.OpDelete
@@ -350,7 +356,7 @@ func (j *Join) emit(st joinState, r *pipeline.Record, fk []byte, out []pipeline.
 			rec.Before[k], _ = e.value(j.out.Columns[k].Name)
 		}
 	case r.Op == pipeline.OpRead:
-		rec.Op, rec.Snapshot = pipeline.OpRead, r.Snapshot
+		rec.Op = pipeline.OpRead
 	case first:
 		rec.Op = pipeline.OpInsert
 	default:

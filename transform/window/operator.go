@@ -569,6 +569,12 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	if origin == (pipeline.Version{}) {
 		origin = o.eng.MaxOrigin()
 	}
+	// Results whose Origin runs ahead of every stream change applied stem
+	// from snapshot reads (a later parallel MariaDB reader's rows sort
+	// above stream changes written after them): they leave as snapshot
+	// records, which the exactly-once Kafka sink neither counts in its
+	// mark nor skips.
+	ahead := o.applied.Version.Less(origin)
 	if barrier {
 		// Below every result of this run (their versions lead with its
 		// generation, then count changes from 1), above every earlier
@@ -579,10 +585,12 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	}
 	for _, e := range emissions {
 		e.Origin = origin
-		out = append(out, o.record(e))
+		r := o.record(e)
+		r.Snapshot = ahead
+		out = append(out, r)
 	}
 	for _, r := range o.side {
-		r.Origin = origin
+		r.Origin, r.Snapshot = origin, r.Snapshot || ahead
 		out = append(out, r)
 	}
 	o.side = o.side[:0]
