@@ -356,7 +356,8 @@ func (j *Join) emit(st joinState, r *pipeline.Record, fk []byte, out []pipeline.
 			rec.Before[k], _ = e.value(j.out.Columns[k].Name)
 		}
 	case r.Op == pipeline.OpRead:
-		rec.Op = pipeline.OpRead
+		// A re-read row's output replaces what the sinks hold as well.
+		rec.Op, rec.Replaces = pipeline.OpRead, r.Replaces
 	case first:
 		rec.Op = pipeline.OpInsert
 	default:

@@ -212,6 +212,15 @@ func TestOutputsOfSnapshotRecordsAreSnapshotRecords(t *testing.T) {
 	if len(js) != 1 || js[0].Op != pipeline.OpUpdate || !js[0].Snapshot || js[0].Origin != ver(5) {
 		t.Fatalf("the output of a snapshot delete: %+v", js)
 	}
+	// A re-snapshot's read (pipeline.Record.Replaces): its output replaces
+	// what the sinks hold too, so a filter after the join that excludes
+	// it deletes it.
+	again := rec(pipeline.OpRead, orders, ver(6), nil, order(10, 1, "n"))
+	again.Snapshot, again.Replaces = true, true
+	js = joined(process(t, j, again))
+	if len(js) != 1 || js[0].Op != pipeline.OpRead || !js[0].Snapshot || !js[0].Replaces {
+		t.Fatalf("the output of a re-read: %+v", js)
+	}
 }
 
 func TestTruncates(t *testing.T) {
