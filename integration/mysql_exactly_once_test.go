@@ -133,15 +133,7 @@ runtime: {checkpoint_interval: 200ms}
 		topic := "meo.meo." + table
 		eoWaitDecided(t, k, topic)
 		got := foldGeneric(t, rh, eoReadTopic(t, k, topic, kgo.ReadCommitted()))
-		res, err := m.Query(ctx, "meo", fmt.Sprintf("SELECT CONCAT(id, '=', v) FROM %s", table))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[string]string{}
-		for _, line := range strings.Split(res, "\n") {
-			id, v, _ := strings.Cut(line, "=")
-			want[id] = v
-		}
+		want := pairs(t, m, "meo", fmt.Sprintf("SELECT CONCAT(id, '=', v) FROM %s", table))
 		missing, differ := 0, 0
 		var example string
 		for id, v := range want {
@@ -162,19 +154,25 @@ runtime: {checkpoint_interval: 200ms}
 	}
 	eoWaitDecided(t, k, "meo.meo.b_totals")
 	got := foldColumns(t, rh, eoReadTopic(t, k, "meo.meo.b_totals", kgo.ReadCommitted()), "g", "n")
-	res, err := m.Query(ctx, "meo", "SELECT CONCAT(g, '=', count(*)) FROM b GROUP BY g")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{}
-	for _, line := range strings.Split(res, "\n") {
-		g, n, _ := strings.Cut(line, "=")
-		want[g] = n
-	}
-	if !maps.Equal(got, want) {
+	if want := pairs(t, m, "meo", "SELECT CONCAT(g, '=', count(*)) FROM b GROUP BY g"); !maps.Equal(got, want) {
 		t.Fatalf("the aggregate's groups in Kafka %v, GROUP BY in MariaDB %v", got, want)
 	}
 	t.Logf("meo.meo.b_totals: %d groups equal to GROUP BY", len(got))
+}
+
+// pairs runs a query of "key=value" rows on db and returns them as a map.
+func pairs(t *testing.T, m *harness.MariaDB, db, query string) map[string]string {
+	t.Helper()
+	res, err := m.Query(context.Background(), db, query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(res, "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		out[k] = v
+	}
+	return out
 }
 
 // foldGeneric decodes records of a table topic with the registry's
