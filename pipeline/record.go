@@ -303,6 +303,12 @@ func ParseVersion(s string) (Version, error) {
 	return v, nil
 }
 
+// IsStream reports whether r is in the stream's order: neither a snapshot
+// record (Snapshot) nor a read. A later parallel MySQL/MariaDB reader's
+// rows sort above stream changes written after them, so only stream
+// records may order what comes after (the exactly-once Kafka sink's mark).
+func (r *Record) IsStream() bool { return !r.Snapshot && r.Op != OpRead }
+
 // Derived reports whether an operator derived r from an input (Origin set).
 func (r *Record) Derived() bool { return r.Origin != Version{} }
 

@@ -284,7 +284,7 @@ func (s *Sink) Generation(ctx context.Context) (uint64, bool, error) {
 // them, a repair's deletes) are never skipped, as they never raise the
 // mark: their versions need not follow the order they are written in.
 func (st *txnState) skip(r *pipeline.Record, covers pipeline.PositionOrder) bool {
-	if !st.has || r.Snapshot {
+	if !st.has || !r.IsStream() {
 		return false
 	}
 	switch r.Op {
@@ -409,7 +409,7 @@ func (s *Sink) commitTxn(ctx context.Context, records []pipeline.Record, work []
 	// changes written after them, which the mark would then skip).
 	var top *pipeline.Record // the record that set hwm
 	raise := func(r *pipeline.Record) {
-		if o := r.OrderVersion(); !r.Snapshot && (!next.has || next.hwm.Less(o)) {
+		if o := r.OrderVersion(); r.IsStream() && (!next.has || next.hwm.Less(o)) {
 			next.has, next.hwm, top = true, o, r
 		}
 	}

@@ -198,14 +198,23 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 	// Origin among them, so Origins never go down in the order records
 	// leave the operator (the exactly-once Kafka sink skips a record whose
 	// Origin is below one it wrote).
-	var origin pipeline.Version
+	// Groups whose Origin comes from snapshot records, above every stream
+	// record of the batch (a later parallel MariaDB reader's rows sort
+	// above stream changes written after them), leave as snapshot
+	// records, which the exactly-once Kafka sink neither counts in its
+	// mark nor skips.
+	var origin, streamOrigin pipeline.Version
 	touches := false
 	for i := range in {
 		if a.input(&in[i]) {
 			touches = true
 		}
-		if ov := in[i].OrderVersion(); origin.Less(ov) {
+		ov := in[i].OrderVersion()
+		if origin.Less(ov) {
 			origin = ov
+		}
+		if in[i].IsStream() && streamOrigin.Less(ov) {
+			streamOrigin = ov
 		}
 	}
 	// A2: the groups recorded under an Origin this batch reaches.
@@ -240,7 +249,7 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 			if !a.input(r) {
 				continue
 			}
-			stream := r.Op != pipeline.OpRead && !r.Snapshot
+			stream := r.IsStream()
 			if stream && applied.Replayed(r, a.opts.Covers) {
 				continue // a replay (A1): the state holds it; A2 writes its groups again
 			}
@@ -263,12 +272,7 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 		if out, err = b.emit(out); err != nil {
 			return err
 		}
-		if applied.Version.Less(origin) {
-			// The groups stem from snapshot reads ahead of every stream
-			// change applied (a later parallel MariaDB reader's rows sort
-			// above stream changes written after them): they leave as
-			// snapshot records, which the exactly-once Kafka sink neither
-			// counts in its mark nor skips.
+		if streamOrigin.Less(origin) {
 			for i := len(in); i < len(out); i++ {
 				out[i].Snapshot = true
 			}

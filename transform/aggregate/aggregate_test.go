@@ -142,8 +142,8 @@ func TestAggregateByHand(t *testing.T) {
 // Groups that stem from snapshot reads ahead of every stream change
 // applied (a later parallel MariaDB reader's rows sort above the stream
 // changes written after them) are snapshot records, which the
-// exactly-once Kafka sink neither counts in its mark nor skips; once the
-// stream has passed them, groups are stream records again.
+// exactly-once Kafka sink neither counts in its mark nor skips; groups
+// whose Origin is a stream record's are stream records.
 func TestAggregateGroupsOfReadsAheadOfTheStreamAreSnapshotRecords(t *testing.T) {
 	a := openRun(t, perCustomer, t.TempDir(), false)
 	defer a.Close()
@@ -171,6 +171,12 @@ func TestAggregateGroupsOfReadsAheadOfTheStreamAreSnapshotRecords(t *testing.T) 
 	out = results(t, a, ins(160, order(5, 2, cents(300), "e")))
 	if got := snapshot(out); !reflect.DeepEqual(got, []bool{false}) || out[0].Origin != ver(160) {
 		t.Fatalf("groups of stream changes: snapshot %v, origin %v", got, out[0].Origin)
+	}
+	// A newer stream record of no concern to the aggregate (a heartbeat,
+	// another table's change) is in the stream's order too.
+	out = results(t, a, ins(170, order(6, 2, cents(300), "f")), pipeline.Record{Op: pipeline.OpHeartbeat, Version: pipeline.Version{0, 180, 0, 0}})
+	if got := snapshot(out); !reflect.DeepEqual(got, []bool{false}) || out[0].Origin != (pipeline.Version{0, 180, 0, 0}) {
+		t.Fatalf("groups of a batch with a newer heartbeat: snapshot %v, origin %v", got, out[0].Origin)
 	}
 }
 

@@ -151,10 +151,12 @@ type Operator struct {
 	// reemitAt, while reemitDue, is where a resumed run's replay must
 	// reach before every result held is written again: the newest change
 	// the state holds. origin is the newest OrderVersion of this run's
-	// batches, the Origin of the results.
-	reemitAt  pipeline.Version
-	reemitDue bool
-	origin    pipeline.Version
+	// batches, the Origin of the results; streamOrigin the newest of
+	// their records that are not snapshot records (pipeline.IsStream).
+	reemitAt     pipeline.Version
+	reemitDue    bool
+	origin       pipeline.Version
+	streamOrigin pipeline.Version
 	// barrier: the run started over (no checkpoint: every table is read
 	// again), and the results' table is still to be truncated below the
 	// run's generation before its first result. barrierGen is that
@@ -359,7 +361,7 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 		o.barrier, o.barrierGen, o.barrierDirty = true, 0, true
 	}
 	o.eng.Reemit()
-	o.reemitDue, o.reemitAt, o.origin = o.applied.Version != pipeline.Version{}, o.applied.Version, pipeline.Version{}
+	o.reemitDue, o.reemitAt, o.origin, o.streamOrigin = o.applied.Version != pipeline.Version{}, o.applied.Version, pipeline.Version{}, pipeline.Version{}
 	o.begun = true
 	return nil
 }
@@ -486,8 +488,12 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	}
 	o.batches++
 	for i := range in {
-		if ov := in[i].OrderVersion(); o.origin.Less(ov) {
+		ov := in[i].OrderVersion()
+		if o.origin.Less(ov) {
 			o.origin = ov
+		}
+		if in[i].IsStream() && o.streamOrigin.Less(ov) {
+			o.streamOrigin = ov
 		}
 		if in[i].Op.IsData() {
 			o.gen = max(o.gen, in[i].Version[0])
@@ -565,16 +571,18 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	// (the exactly-once Kafka sink skips a record whose Origin is below
 	// one it wrote). Before any versioned record (results a heartbeat
 	// closed at the start of a run), the newest the state applied.
-	origin := o.origin
-	if origin == (pipeline.Version{}) {
-		origin = o.eng.MaxOrigin()
-	}
-	// Results whose Origin runs ahead of every stream change applied stem
-	// from snapshot reads (a later parallel MariaDB reader's rows sort
-	// above stream changes written after them): they leave as snapshot
+	// Results whose Origin comes from snapshot records, above every
+	// stream record of the run (a later parallel MariaDB reader's rows
+	// sort above stream changes written after them), leave as snapshot
 	// records, which the exactly-once Kafka sink neither counts in its
 	// mark nor skips.
-	ahead := o.applied.Version.Less(origin)
+	origin, ahead := o.origin, o.streamOrigin.Less(o.origin)
+	if origin == (pipeline.Version{}) {
+		// No record yet this run: the newest change the state applied,
+		// ahead when it was a snapshot read.
+		origin = o.eng.MaxOrigin()
+		ahead = o.applied.Version.Less(origin)
+	}
 	if barrier {
 		// Below every result of this run (their versions lead with its
 		// generation, then count changes from 1), above every earlier
@@ -599,7 +607,7 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 
 // apply applies one change of the input table.
 func (o *Operator) apply(r *pipeline.Record) error {
-	stream := r.Op != pipeline.OpRead && !r.Snapshot
+	stream := r.IsStream()
 	if stream {
 		o.pruneLate(r)
 		if o.applied.Replayed(r, o.opts.Covers) {
@@ -652,7 +660,7 @@ func (o *Operator) apply(r *pipeline.Record) error {
 	// A snapshot row past the lateness may be counted in a retained
 	// window already: it corrects nothing.
 	in.Strict = !stream
-	if r.Op != pipeline.OpRead && !r.Snapshot {
+	if r.IsStream() {
 		// Snapshot rows arrive in key order, not time order: only stream
 		// changes move the watermark.
 		o.maxSeen = max(o.maxSeen, in.Time)

@@ -221,6 +221,13 @@ func TestOperatorResultsOfReadsAheadOfTheStreamAreSnapshotRecords(t *testing.T) 
 	if len(res) != 1 || res[0].Snapshot || res[0].Origin != v(250) {
 		t.Fatalf("the results of stream changes past the reads: %v, snapshot %v", results(t, res), len(res) == 1 && res[0].Snapshot)
 	}
+	// A heartbeat newer than the last change closes the next minute: a
+	// stream record, so the result is one too.
+	out, _ = process(t, op, pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: t0.Add(200 * time.Second), Version: pipeline.Version{0, 260}})
+	res = out[1:]
+	if len(res) != 1 || res[0].Snapshot || res[0].Origin != (pipeline.Version{0, 260}) {
+		t.Fatalf("a result a heartbeat closed: %v, snapshot %v", results(t, res), len(res) == 1 && res[0].Snapshot)
+	}
 }
 
 func TestOperatorRefusesStateItCannotUse(t *testing.T) {
