@@ -58,8 +58,11 @@ func killAtRandom(t *testing.T, cfg, checkpoint string, loaded func() bool) (loa
 		// Let the load finish (resumed in chunks), then kill mid-stream.
 		// A killed run's Postgres sink session can still be filling an
 		// added column's rows (it ends only when the statement does) and
-		// hold the target's lock meanwhile: allow for it.
-		deadline := time.Now().Add(5 * time.Minute)
+		// hold the target's lock meanwhile: allow for it. An incremental
+		// load's chunks wait for their high watermarks to come through the
+		// stream, which a machine busy with other packages' tests slows:
+		// one such CI run took over 5 minutes.
+		deadline := time.Now().Add(10 * time.Minute)
 		for !loaded() {
 			if time.Now().After(deadline) {
 				t.Fatalf("initial load never completed:\n%s", d.logs())
