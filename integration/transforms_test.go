@@ -82,67 +82,18 @@ runtime: {checkpoint_interval: 50ms}
 	waitUntil(t, d, 2*time.Minute, "the initial load", func() bool { return loadedAll(t, checkpoint) })
 
 	// The writer: small transactions of random changes, about 500 a
-	// second, until stopped.
-	var stop atomic.Bool
+	// second, until stopped (one writer at a time).
 	var writes atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		conn, err := pgx.Connect(ctx, pg.DSN("crm"))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(ctx)
-		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 20))
-		pace := time.NewTicker(2 * time.Millisecond)
-		defer pace.Stop()
-		next := int64(10000)
-		for !stop.Load() {
-			<-pace.C
-			tx, err := conn.Begin(ctx)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for range 1 + rng.IntN(4) {
-				id := 1 + rng.Int64N(3000)
-				var q string
-				switch rng.IntN(8) {
-				case 0:
-					q = fmt.Sprintf(`UPDATE customers SET vip = NOT vip WHERE id = %d`, id)
-				case 1:
-					q = fmt.Sprintf(`UPDATE customers SET country = CASE WHEN country = 'XX' THEN 'DE' ELSE 'XX' END WHERE id = %d`, id)
-				case 2:
-					q = fmt.Sprintf(`UPDATE customers SET email = 'new%d@example.org', balance = balance + 0.25, phone = NULL WHERE id = %d`, rng.IntN(1000), id)
-				case 3:
-					q = fmt.Sprintf(`DELETE FROM customers WHERE id = %d`, id)
-				case 4:
-					next++
-					q = fmt.Sprintf(`INSERT INTO customers VALUES (%d, 'new', NULL, '123', 'FR', %t, 99999999999999999.99, 'x')`, next, rng.IntN(2) == 0)
-				case 5:
-					next++
-					q = fmt.Sprintf(`UPDATE customers SET id = %d WHERE id = %d`, next, id) // a key change
-				case 6:
-					q = fmt.Sprintf(`UPDATE customers SET notes = repeat('n', 3000), name = 'renamed %d' WHERE id = %d`, id, id)
-				default:
-					q = fmt.Sprintf(`UPDATE customers SET vip = true, country = 'DE' WHERE id = %d`, id)
-				}
-				if _, err := tx.Exec(ctx, q); err != nil {
-					t.Error(err)
-					_ = tx.Rollback(ctx)
-					return
-				}
-			}
-			if err := tx.Commit(ctx); err != nil {
-				t.Error(err)
-				return
-			}
-			writes.Add(1)
-		}
-	}()
-	defer func() { stop.Store(true); wg.Wait() }()
+	next := int64(10000)
+	startWriter := func() (stop func()) {
+		var halt atomic.Bool
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); writeCustomers(t, ctx, pg.DSN("crm"), &halt, &writes, &next) }()
+		return func() { halt.Store(true); wg.Wait() }
+	}
+	stopWriter := startWriter()
+	defer func() { stopWriter() }()
 
 	// kill -9 at random moments of the stream, each after the run made
 	// progress durable.
@@ -155,8 +106,7 @@ runtime: {checkpoint_interval: 50ms}
 	})
 	// The last run streams a while under the writes before they stop.
 	waitCheckpoints(t, d, checkpoint, 2)
-	stop.Store(true)
-	wg.Wait()
+	stopWriter()
 	stopDrained(t, ctx, d, pg.DSN("crm"), "sluice_shaped", `UPDATE customers SET name = 'last' WHERE id = (SELECT min(id) FROM customers)`, &logs)
 
 	expectVerifyEqual(t, cfg)
@@ -202,9 +152,12 @@ runtime: {checkpoint_interval: 50ms}
 	t.Logf("%d writes, %d kills; %d VIP rows, %d others", writes.Load(), kills, vip, plain)
 
 	// The filter changes to leave FR rows out too. A re-snapshot of the
-	// table reads every row again: the rows the new filter excludes leave
-	// every sink (pipeline.Record.Replaces), so verify finds the sinks
-	// equal to the new rules and each index holds what they send it.
+	// table reads every row again, under the writer (rows flip in and out
+	// of the filter inside the chunks' windows): the rows the new filter
+	// excludes leave every sink (pipeline.Record.Replaces, at the read's
+	// version, below the changes after it: Invariant 4), so verify finds
+	// the sinks equal to the new rules and each index holds what they
+	// send it.
 	db.Close() // DuckDB's file lock: the daemon opens it next
 	cfg = writeConfig(t, dir, strings.Replace(text, `where: after.country != "XX"`, `where: after.country != "XX" && after.country != "FR"`, 1))
 	excluded = "'XX', 'FR'"
@@ -215,11 +168,70 @@ runtime: {checkpoint_interval: 50ms}
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "snapshot of public.customers queued") {
 		t.Fatalf("sluice snapshot: %v\n%s", err, out)
 	}
+	stopWriter = startWriter()
 	waitSnapshotDone(t, d, addr, "public.customers", "")
+	stopWriter()
 	stopDrained(t, ctx, d, pg.DSN("crm"), "sluice_shaped", `UPDATE customers SET name = 'last again' WHERE id = (SELECT min(id) FROM customers)`, &logs)
 	expectVerifyEqual(t, cfg)
 	vip, plain = indexes()
-	t.Logf("after the filter change and a re-snapshot: %d VIP rows, %d others", vip, plain)
+	t.Logf("after the filter change and a re-snapshot under writes (%d writes in all): %d VIP rows, %d others", writes.Load(), vip, plain)
+}
+
+// writeCustomers is the transforms test's writer: small transactions of
+// random changes to customers, about 500 a second, until halt; next is
+// the highest id it inserted or moved a row to.
+func writeCustomers(t *testing.T, ctx context.Context, dsn string, halt *atomic.Bool, writes *atomic.Int64, next *int64) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(ctx)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 20))
+	pace := time.NewTicker(2 * time.Millisecond)
+	defer pace.Stop()
+	for !halt.Load() {
+		<-pace.C
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for range 1 + rng.IntN(4) {
+			id := 1 + rng.Int64N(3000)
+			var q string
+			switch rng.IntN(8) {
+			case 0:
+				q = fmt.Sprintf(`UPDATE customers SET vip = NOT vip WHERE id = %d`, id)
+			case 1:
+				q = fmt.Sprintf(`UPDATE customers SET country = CASE WHEN country = 'XX' THEN 'DE' ELSE 'XX' END WHERE id = %d`, id)
+			case 2:
+				q = fmt.Sprintf(`UPDATE customers SET email = 'new%d@example.org', balance = balance + 0.25, phone = NULL WHERE id = %d`, rng.IntN(1000), id)
+			case 3:
+				q = fmt.Sprintf(`DELETE FROM customers WHERE id = %d`, id)
+			case 4:
+				*next++
+				q = fmt.Sprintf(`INSERT INTO customers VALUES (%d, 'new', NULL, '123', 'FR', %t, 99999999999999999.99, 'x')`, *next, rng.IntN(2) == 0)
+			case 5:
+				*next++
+				q = fmt.Sprintf(`UPDATE customers SET id = %d WHERE id = %d`, *next, id) // a key change
+			case 6:
+				q = fmt.Sprintf(`UPDATE customers SET notes = repeat('n', 3000), name = 'renamed %d' WHERE id = %d`, id, id)
+			default:
+				q = fmt.Sprintf(`UPDATE customers SET vip = true, country = 'DE' WHERE id = %d`, id)
+			}
+			if _, err := tx.Exec(ctx, q); err != nil {
+				t.Error(err)
+				_ = tx.Rollback(ctx)
+				return
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Error(err)
+			return
+		}
+		writes.Add(1)
+	}
 }
 
 // stopDrained commits markSQL on dsn, waits until the pipeline's slot

@@ -114,6 +114,8 @@ func (f *Filter) keep(r *pipeline.Record) (verdict, error) {
 	case ok:
 		return pass, nil
 	case r.Op == pipeline.OpUpdate, r.Op == pipeline.OpRead && r.Replaces:
+		// A delete at the record's version: every later change of the
+		// row sorts above it and brings it back (Invariant 4).
 		return remove, nil
 	}
 	return drop, nil
