@@ -309,6 +309,29 @@ func ParseVersion(s string) (Version, error) {
 // records may order what comes after (the exactly-once Kafka sink's mark).
 func (r *Record) IsStream() bool { return !r.Snapshot && r.Op != OpRead }
 
+// Origins tracks what an operator's outputs stem from: the newest
+// OrderVersion of the records it noted (All, the outputs' Origin) and of
+// those among them that are stream records (Stream). Outputs whose Origin
+// comes from snapshot records alone, above every stream record noted (a
+// later parallel MariaDB reader's rows sort above stream changes written
+// after them), are snapshot records (Ahead): the exactly-once Kafka sink
+// neither counts them in its mark nor skips them.
+type Origins struct{ All, Stream Version }
+
+// Note counts r.
+func (o *Origins) Note(r *Record) {
+	v := r.OrderVersion()
+	if o.All.Less(v) {
+		o.All = v
+	}
+	if r.IsStream() && o.Stream.Less(v) {
+		o.Stream = v
+	}
+}
+
+// Ahead reports whether All comes from snapshot records alone.
+func (o Origins) Ahead() bool { return o.Stream.Less(o.All) }
+
 // Derived reports whether an operator derived r from an input (Origin set).
 func (r *Record) Derived() bool { return r.Origin != Version{} }
 

@@ -198,25 +198,17 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 	// Origin among them, so Origins never go down in the order records
 	// leave the operator (the exactly-once Kafka sink skips a record whose
 	// Origin is below one it wrote).
-	// Groups whose Origin comes from snapshot records, above every stream
-	// record of the batch (a later parallel MariaDB reader's rows sort
-	// above stream changes written after them), leave as snapshot
-	// records, which the exactly-once Kafka sink neither counts in its
-	// mark nor skips.
-	var origin, streamOrigin pipeline.Version
+	// Groups whose Origin comes from the batch's snapshot records alone
+	// leave as snapshot records (pipeline.Origins).
+	var origins pipeline.Origins
 	touches := false
 	for i := range in {
 		if a.input(&in[i]) {
 			touches = true
 		}
-		ov := in[i].OrderVersion()
-		if origin.Less(ov) {
-			origin = ov
-		}
-		if in[i].IsStream() && streamOrigin.Less(ov) {
-			streamOrigin = ov
-		}
+		origins.Note(&in[i])
 	}
+	origin := origins.All
 	// A2: the groups recorded under an Origin this batch reaches.
 	due := 0
 	for due < len(a.reemit) && !origin.Less(a.reemit[due].origin) && origin != (pipeline.Version{}) {
@@ -272,7 +264,7 @@ func (a *Aggregate) Process(ctx context.Context, in []pipeline.Record) ([]pipeli
 		if out, err = b.emit(out); err != nil {
 			return err
 		}
-		if streamOrigin.Less(origin) {
+		if origins.Ahead() {
 			for i := len(in); i < len(out); i++ {
 				out[i].Snapshot = true
 			}

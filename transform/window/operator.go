@@ -150,13 +150,11 @@ type Operator struct {
 	applied pipeline.Applied
 	// reemitAt, while reemitDue, is where a resumed run's replay must
 	// reach before every result held is written again: the newest change
-	// the state holds. origin is the newest OrderVersion of this run's
-	// batches, the Origin of the results; streamOrigin the newest of
-	// their records that are not snapshot records (pipeline.IsStream).
-	reemitAt     pipeline.Version
-	reemitDue    bool
-	origin       pipeline.Version
-	streamOrigin pipeline.Version
+	// the state holds. origins are of this run's records: the newest
+	// OrderVersion is the Origin of the results.
+	reemitAt  pipeline.Version
+	reemitDue bool
+	origins   pipeline.Origins
 	// barrier: the run started over (no checkpoint: every table is read
 	// again), and the results' table is still to be truncated below the
 	// run's generation before its first result. barrierGen is that
@@ -361,7 +359,7 @@ func (o *Operator) Begin(_ context.Context, resumed bool) error {
 		o.barrier, o.barrierGen, o.barrierDirty = true, 0, true
 	}
 	o.eng.Reemit()
-	o.reemitDue, o.reemitAt, o.origin, o.streamOrigin = o.applied.Version != pipeline.Version{}, o.applied.Version, pipeline.Version{}, pipeline.Version{}
+	o.reemitDue, o.reemitAt, o.origins = o.applied.Version != pipeline.Version{}, o.applied.Version, pipeline.Origins{}
 	o.begun = true
 	return nil
 }
@@ -488,18 +486,12 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	}
 	o.batches++
 	for i := range in {
-		ov := in[i].OrderVersion()
-		if o.origin.Less(ov) {
-			o.origin = ov
-		}
-		if in[i].IsStream() && o.streamOrigin.Less(ov) {
-			o.streamOrigin = ov
-		}
+		o.origins.Note(&in[i])
 		if in[i].Op.IsData() {
 			o.gen = max(o.gen, in[i].Version[0])
 		}
 	}
-	if o.reemitDue && !o.origin.Less(o.reemitAt) {
+	if o.reemitDue && !o.origins.All.Less(o.reemitAt) {
 		o.eng.Reemit()
 		o.reemitDue = false
 	}
@@ -571,12 +563,9 @@ func (o *Operator) Process(_ context.Context, in []pipeline.Record) ([]pipeline.
 	// (the exactly-once Kafka sink skips a record whose Origin is below
 	// one it wrote). Before any versioned record (results a heartbeat
 	// closed at the start of a run), the newest the state applied.
-	// Results whose Origin comes from snapshot records, above every
-	// stream record of the run (a later parallel MariaDB reader's rows
-	// sort above stream changes written after them), leave as snapshot
-	// records, which the exactly-once Kafka sink neither counts in its
-	// mark nor skips.
-	origin, ahead := o.origin, o.streamOrigin.Less(o.origin)
+	// Results whose Origin comes from the run's snapshot records alone
+	// leave as snapshot records (pipeline.Origins).
+	origin, ahead := o.origins.All, o.origins.Ahead()
 	if origin == (pipeline.Version{}) {
 		// No record yet this run: the newest change the state applied,
 		// ahead when it was a snapshot read.
