@@ -439,3 +439,71 @@ func TestZeroDateDeadLetters(t *testing.T) {
 		t.Errorf("delivered %v and %v", got[0].After, got[1].After)
 	}
 }
+
+// MariaDB's compressed binlog (log_bin_compress) writes rows events of
+// other types (Write/Update/Delete_rows_compressed_v1); each change
+// arrives once, with its values, as from the plain events.
+func TestCompressedBinlogEvents(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE cz", "CREATE TABLE cz.t (id int PRIMARY KEY, v text, n int)",
+		"SET GLOBAL log_bin_compress = ON", "SET GLOBAL log_bin_compress_min_len = 10")
+	t.Cleanup(func() { mustExec(t, c, "SET GLOBAL log_bin_compress = OFF") })
+	w := rootConn(t, m, "") // the setting applies to sessions opened after it
+	s := streamFrom(t, m, "cz.t", gtidNow(t, w), nil, nil)
+	const n = 40
+	for i := 0; i < n; i++ {
+		mustExec(t, w, "BEGIN",
+			fmt.Sprintf("INSERT INTO cz.t VALUES (%d, '%s', %d)", i, strings.Repeat("y", 100+i), i),
+			fmt.Sprintf("UPDATE cz.t SET n = n + 1000 WHERE id = %d", i/2),
+			"COMMIT")
+	}
+	mustExec(t, w, "DELETE FROM cz.t WHERE id < 10")
+	recs, _ := readRecords(t, s, 2*n+10)
+	got := map[int64]int64{} // id → n as the changes leave it
+	for _, r := range dataOnly(recs) {
+		switch r.Op {
+		case pipeline.OpInsert:
+			id := r.After[0].(int64)
+			if v := r.After[1].(string); v != strings.Repeat("y", 100+int(id)) {
+				t.Fatalf("insert of %d: v = %q", id, v)
+			}
+			got[id] = r.After[2].(int64)
+		case pipeline.OpUpdate:
+			got[r.After[0].(int64)] = r.After[2].(int64)
+		case pipeline.OpDelete:
+			delete(got, r.Before[0].(int64))
+		}
+	}
+	want := map[int64]int64{}
+	for i := 0; i < n; i++ {
+		want[int64(i)] = int64(i)
+	}
+	for i := 0; i < n; i++ {
+		want[int64(i/2)] += 1000
+	}
+	for i := 0; i < 10; i++ {
+		delete(want, int64(i))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("rows after the changes:\n got %v\nwant %v", got, want)
+	}
+	st, err := w.Execute("SHOW MASTER STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, _ := st.GetString(0, 0)
+	evs, err := w.Execute("SHOW BINLOG EVENTS IN '" + file + "'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	compressed := 0
+	for i := range evs.Values {
+		if kind, _ := evs.GetString(i, 2); strings.HasSuffix(kind, "_compressed_v1") {
+			compressed++
+		}
+	}
+	if compressed < 2*n+1 {
+		t.Fatalf("the server wrote %d compressed rows events, want %d", compressed, 2*n+1)
+	}
+}
