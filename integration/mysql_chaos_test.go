@@ -72,16 +72,27 @@ var mysqlAdded = []string{
 }
 
 // mysqlWorkload keeps writing small transactions until ctx ends, counting
-// them into c; while ddl holds, also an ALTER TABLE items ADD COLUMN …
+// them into c, a third of them with binlog_row_image=MINIMAL; while ddl holds, also an ALTER TABLE items ADD COLUMN …
 // DEFAULT (each of added in turn) every chaosAlterEvery transactions and
 // a TRUNCATE events every chaosTruncateEvery. perSecond > 0 paces it to
 // that many transactions a second.
 func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCounts, ddl *atomic.Bool, added []string, perSecond int) error {
-	conn, err := client.Connect(addr, "root", "", db)
+	full, err := client.Connect(addr, "root", "", db)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer full.Close()
+	// A third of the transactions come from a session that writes partial
+	// row images (Invariant 13): its inserts leave the columns they do not
+	// set out, its updates the columns they do not change.
+	minimal, err := client.Connect(addr, "root", "", db)
+	if err != nil {
+		return err
+	}
+	defer minimal.Close()
+	if _, err := minimal.Execute("SET SESSION binlog_row_image = 'MINIMAL'"); err != nil {
+		return err
+	}
 	rng := rand.New(rand.NewPCG(7, 11))
 	next := maxID
 	var pace <-chan time.Time
@@ -122,6 +133,10 @@ func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCo
 			a := rng.IntN(500)
 			stmts = []string{"BEGIN", fmt.Sprintf(`UPDATE items SET name = CONCAT(name, '+') WHERE id BETWEEN %d AND %d`, id, id+20),
 				fmt.Sprintf(`DELETE FROM events WHERE a = %d ORDER BY b LIMIT 1`, a), "COMMIT"}
+		}
+		conn := full
+		if rng.IntN(3) == 0 {
+			conn = minimal
 		}
 		for _, q := range stmts {
 			if _, err := conn.Execute(q); err != nil {

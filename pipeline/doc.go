@@ -44,4 +44,10 @@
 //     committed before the low watermark and read the table's shape at the
 //     high one; a table's snapshot progress is checkpointed only inside a
 //     position at or after its rows (snapshot/).
+//  13. A value the source did not know never stays in a sink: a change
+//     that leaves a column Unchanged where the sinks may hold nothing to
+//     keep (an insert whose MySQL/MariaDB row image left columns out) is
+//     marked Refetch, and its row is read again by key (a repair,
+//     snapshot/) and emitted above it; the request is checkpointed with
+//     the change's position, so a restart loses neither.
 package pipeline

@@ -374,6 +374,12 @@ type Record struct {
 	// instead (transform/filter), so a re-snapshot after a change of its
 	// rule leaves no row the rule now excludes.
 	Replaces bool
+	// Refetch marks a change carrying Unchanged values the sinks may hold
+	// nothing to keep for: an insert whose MySQL/MariaDB row image left
+	// columns out (a session writing binlog_row_image=MINIMAL or NOBLOB).
+	// The snapshot engine reads the row's key again after it (Invariant
+	// 13); until that read lands, a sink holds NULL for those columns.
+	Refetch bool
 	// Origin is, for a record an operator derived from an input (a join's
 	// output row), the version of that input; zero for records a source
 	// read (no source version is zero). A derived record's own Version

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/pipeline/textform"
 )
 
 // Options configure an Engine. Zero values take the defaults noted.
@@ -308,14 +310,69 @@ func (e *Engine) RequestKeys(table pipeline.TableID, keys [][]string) (string, e
 	if e.prog == nil {
 		return "", errors.New("the pipeline is not open yet")
 	}
+	return e.queueKeys(table, keys, "repair requested"), nil
+}
+
+// queueKeys adds a repair of keys of table (as the options name it) to the
+// progress and returns its run id. e.mu is held.
+func (e *Engine) queueKeys(table pipeline.TableID, keys [][]string, why string) string {
 	t := &tableProgress{Database: table.Database, Schema: table.Schema, Name: table.Table, Keys: keys, Repair: true,
 		Run: e.newRun(), Requested: time.Now().UTC(), Estimate: int64(len(keys))}
 	e.prog.Tables = append(e.prog.Tables, t)
 	e.progChanged = true
 	e.m.tables.Set(float64(len(e.prog.Tables)))
-	e.log.Info("repair requested", zap.String("table", table.String()), zap.Int("keys", len(keys)), zap.String("run", t.Run))
+	e.log.Info(why, zap.String("table", table.String()), zap.Int("keys", len(keys)), zap.String("run", t.Run))
 	e.signal()
-	return t.Run, nil
+	return t.Run
+}
+
+// refetch queues, per table, a repair of the rows of recs' changes marked
+// Refetch (Invariant 13): they carry Unchanged values the sinks may hold
+// nothing to keep for. The repair enters the progress before the batch is
+// positioned, so the batch's checkpoint carries it. e.mu is held.
+func (e *Engine) refetch(recs []pipeline.Record) {
+	var byTable map[pipeline.TableID][][]string
+	var seen map[string]bool
+	for i := range recs {
+		r := &recs[i]
+		if !r.Refetch || r.Table == nil {
+			continue
+		}
+		j := slices.IndexFunc(e.opts.Tables, func(id pipeline.TableID) bool { return sameTable(id, r.Table.ID) })
+		key, err := textKey(r)
+		if j < 0 || err != nil {
+			e.log.Warn("a change left values out that cannot be read again", zap.Stringer("table", r.Table.ID),
+				zap.Stringer("version", r.Version), zap.Error(err))
+			continue
+		}
+		id := e.opts.Tables[j]
+		if k := id.String() + "\x00" + strings.Join(key, "\x00"); !seen[k] {
+			if byTable == nil {
+				byTable, seen = map[pipeline.TableID][][]string{}, map[string]bool{}
+			}
+			seen[k] = true
+			byTable[id] = append(byTable[id], key)
+		}
+	}
+	for id, keys := range byTable {
+		e.stats.Refetches += int64(len(keys))
+		e.m.refetches.Add(float64(len(keys)))
+		e.queueKeys(id, keys, "changes left values out: their rows will be read again")
+	}
+}
+
+// textKey is r's key in the textform RequestKeys takes.
+func textKey(r *pipeline.Record) ([]string, error) {
+	key := r.Key()
+	out := make([]string, len(key))
+	for i, v := range key {
+		s, err := textform.Encode(&r.Table.Columns[r.Table.KeyIdx[i]], v)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
 }
 
 func (p *progress) active(id pipeline.TableID, where string) *tableProgress {

@@ -47,6 +47,9 @@ type op struct {
 	old       int64 // for a key update: the old key
 	value     string
 	unchanged bool // an update that leaves v as is and sends it unchanged (Postgres TOAST)
+	// partial: an insert that sets v but logs it left out (Unchanged,
+	// Refetch: a MySQL row image of binlog_row_image=MINIMAL)
+	partial bool
 }
 
 // commit applies ops in one transaction and logs them; visible false
@@ -64,9 +67,10 @@ func (db *fakeDB) commit(visible bool, ops ...op) uint64 {
 		switch o.kind {
 		case pipeline.OpInsert, pipeline.OpUpdate:
 			r.After = []any{o.key, o.value}
-			if o.unchanged {
+			if o.unchanged || o.partial {
 				r.After[1] = pipeline.UnchangedValue
 			}
+			r.Refetch = o.partial
 			if o.old != o.key && o.kind == pipeline.OpUpdate {
 				r.Before = []any{o.old, nil}
 			}

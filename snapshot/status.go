@@ -14,6 +14,8 @@ type metrics struct {
 	errors  prometheus.Counter
 	windows prometheus.Gauge
 	tables  prometheus.Gauge
+	// refetches: rows of changes marked Refetch queued for a repair.
+	refetches prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,9 +30,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Incremental snapshot windows between their low and high watermark."}),
 		tables: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_snapshot_tables_pending",
 			Help: "Tables whose incremental snapshot is requested or running."}),
+		refetches: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_snapshot_refetched_changes_total",
+			Help: "Rows queued to be read again because their change left values out (an insert from a session writing binlog_row_image MINIMAL or NOBLOB)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.chunks, m.errors, m.windows, m.tables)
+		reg.MustRegister(m.rows, m.chunks, m.errors, m.windows, m.tables, m.refetches)
 	}
 	return m
 }
@@ -126,6 +130,7 @@ type Stats struct {
 	Refetched int64 // keys read again after an unchanged value in their window
 	Repaired  int64 // keys of repair requests read again
 	Rewrites  int64 // tables queued again after a rewrite (pipeline.OpRewrite)
+	Refetches int64 // rows queued for a repair by changes marked Refetch (Invariant 13)
 }
 
 // Stats returns the counts of this run.

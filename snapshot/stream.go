@@ -54,6 +54,7 @@ func (e *Engine) Read(ctx context.Context) (pipeline.Batch, error) {
 func (e *Engine) scan(b pipeline.Batch) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.refetch(b.Records)
 	active := len(e.prog.Tables) > 0 || len(e.windows) > 0
 	if !active && !hasControl(b.Records) {
 		e.track(b.Records)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -63,6 +64,8 @@ type decoder struct {
 	// stream failed over and no commit of the new server arrived yet);
 	// versions there could sort above the new server's next changes.
 	foreign bool
+	// partialSeen: the tables a partial row image was logged for.
+	partialSeen map[pipeline.TableID]bool
 
 	file    string
 	fileNum uint64
@@ -190,19 +193,38 @@ func (d *decoder) rows(e *replication.RowsEvent) error {
 		if d.skipped(i) {
 			continue
 		}
+		if op == pipeline.OpInsert && keyLeftOut(sh.table.KeyIdx, e.SkippedColumns[r]) {
+			// A partial image without the new row's key (a key column
+			// set by its DEFAULT): the row cannot be found by key, so the
+			// table is read again (Invariant 13).
+			d.log.Warn("an insert's row image left its key out (binlog_row_image MINIMAL and a key column's DEFAULT): the table will be read again",
+				zap.Stringer("table", sh.table.ID), zap.String("at", fmt.Sprintf("%s:%d", d.file, d.txStart)))
+			d.recs = append(d.recs, d.rewriteRecord(tableName{db: string(e.Table.Schema), table: string(e.Table.Table)}, i))
+			continue
+		}
 		rec := pipeline.Record{Op: op, Table: sh.table, EventTime: d.txTime, TxID: d.txID,
 			Version: streamVersion(d.epoch, d.txFile, d.txStart, i)}
 		var cerr error
 		switch op {
 		case pipeline.OpInsert:
-			rec.After, cerr = d.image(sh, e.Rows[r], e.SkippedColumns[r], false)
-		case pipeline.OpDelete:
-			rec.Before, cerr = d.image(sh, e.Rows[r], e.SkippedColumns[r], false)
-		case pipeline.OpUpdate:
-			rec.Before, cerr = d.image(sh, e.Rows[r], e.SkippedColumns[r], false)
-			if cerr == nil {
-				rec.After, cerr = d.image(sh, e.Rows[r+1], e.SkippedColumns[r+1], true)
+			if rec.After, cerr = d.image(sh, e.Rows[r]); cerr == nil && len(e.SkippedColumns[r]) > 0 {
+				leftOut(rec.After, e.SkippedColumns[r], nil, nil)
+				// Invariant 13: the sinks hold no value to keep for the
+				// columns left out; the engine reads the row again.
+				rec.Refetch = true
 			}
+		case pipeline.OpDelete:
+			rec.Before, cerr = d.image(sh, e.Rows[r])
+		case pipeline.OpUpdate:
+			rec.Before, cerr = d.image(sh, e.Rows[r])
+			if cerr == nil {
+				if rec.After, cerr = d.image(sh, e.Rows[r+1]); cerr == nil {
+					leftOut(rec.After, e.SkippedColumns[r+1], rec.Before, e.SkippedColumns[r])
+				}
+			}
+		}
+		if len(e.SkippedColumns[r]) > 0 || step == 2 && len(e.SkippedColumns[r+1]) > 0 {
+			d.partial(sh.table.ID)
 		}
 		if cerr != nil {
 			// Invariant 7: the change goes to the DLQ, the stream goes on.
@@ -217,6 +239,8 @@ func (d *decoder) rows(e *replication.RowsEvent) error {
 			del.Size = pipeline.EstimateSize(&del)
 			d.recs = append(d.recs, del)
 			rec.Op, rec.Before = pipeline.OpInsert, nil
+			// Invariant 13: no sink holds the new key's values to keep.
+			rec.Refetch = slices.Contains(rec.After, any(pipeline.UnchangedValue))
 			j := d.nrows
 			d.nrows++
 			rec.Version = streamVersion(d.epoch, d.txFile, d.txStart, j)
@@ -261,9 +285,9 @@ func sameValue(a, b any) bool {
 }
 
 // image converts one row image. Columns the server left out (a session
-// with binlog_row_image other than FULL) are Unchanged in an update's
-// after image and NULL elsewhere.
-func (d *decoder) image(sh *shape, row []any, skipped []int, after bool) ([]any, error) {
+// writing binlog_row_image=MINIMAL or NOBLOB: those its statement did not
+// set, and in a before image those not needed to find the row) are NULL.
+func (d *decoder) image(sh *shape, row []any) ([]any, error) {
 	if len(row) != len(sh.descs) {
 		return nil, fmt.Errorf("row has %d columns, the table map %d", len(row), len(sh.descs))
 	}
@@ -276,12 +300,45 @@ func (d *decoder) image(sh *shape, row []any, skipped []int, after bool) ([]any,
 		}
 		out[i] = x
 	}
-	if after {
-		for _, i := range skipped {
-			out[i] = pipeline.UnchangedValue
+	return out, nil
+}
+
+// keyLeftOut reports whether a key column is among the skipped ones.
+func keyLeftOut(keyIdx, skipped []int) bool {
+	for _, k := range keyIdx {
+		if slices.Contains(skipped, k) {
+			return true
 		}
 	}
-	return out, nil
+	return false
+}
+
+// partial logs, once per table and connection, that a session writes
+// partial row images.
+func (d *decoder) partial(id pipeline.TableID) {
+	if d.partialSeen[id] {
+		return
+	}
+	if d.partialSeen == nil {
+		d.partialSeen = map[pipeline.TableID]bool{}
+	}
+	d.partialSeen[id] = true
+	d.log.Warn("a session writes partial row images (binlog_row_image MINIMAL or NOBLOB): inserts that leave columns out are read again from the table, and before images lack the columns left out; "+
+		"set binlog_row_image=FULL for every session (SET GLOBAL binlog_row_image = 'FULL', and revoke BINLOG ADMIN or SUPER from the applications that set it)",
+		zap.Stringer("table", id), zap.String("at", fmt.Sprintf("%s:%d", d.file, d.txStart)))
+}
+
+// leftOut sets the columns an after image left out (skipped): the statement
+// did not change them, so each is the before image's value when it
+// carries one (not in beforeSkipped; a key column among them, so the
+// update stays on its key), else Unchanged: the sinks keep what they hold.
+func leftOut(after []any, skipped []int, before []any, beforeSkipped []int) {
+	for _, i := range skipped {
+		after[i] = pipeline.UnchangedValue
+		if before != nil && !slices.Contains(beforeSkipped, i) {
+			after[i] = before[i]
+		}
+	}
 }
 
 // deadLetter makes the dead letter of a change the source cannot
@@ -415,12 +472,18 @@ func (d *decoder) rewrite(n tableName, h *replication.EventHeader) {
 	if d.skipped(i) {
 		return
 	}
+	d.log.Info("table altered in a way that may change its rows with no row event: it will be read again",
+		zap.String("table", n.db+"."+n.table), zap.String("at", fmt.Sprintf("%s:%d", d.file, h.LogPos)))
+	d.recs = append(d.recs, d.rewriteRecord(n, i))
+}
+
+// rewriteRecord is the OpRewrite of table n at row index i of the open
+// transaction.
+func (d *decoder) rewriteRecord(n tableName, i int) pipeline.Record {
 	c, _ := d.capturedName(n)
 	id := tableID(c) // as captured: the engine matches names exactly
-	d.log.Info("table altered in a way that may change its rows with no row event: it will be read again",
-		zap.Stringer("table", id), zap.String("at", fmt.Sprintf("%s:%d", d.file, h.LogPos)))
-	d.recs = append(d.recs, pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}, EventTime: d.txTime, TxID: d.txID,
-		Version: streamVersion(d.epoch, d.txFile, d.txStart, i), Size: 128})
+	return pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}, EventTime: d.txTime, TxID: d.txID,
+		Version: streamVersion(d.epoch, d.txFile, d.txStart, i), Size: 128}
 }
 
 func (d *decoder) isCaptured(n tableName) bool {

@@ -507,3 +507,55 @@ func TestCompressedBinlogEvents(t *testing.T) {
 		t.Fatalf("the server wrote %d compressed rows events, want %d", compressed, 2*n+1)
 	}
 }
+
+// A session writing binlog_row_image=MINIMAL or NOBLOB logs partial row
+// images: an update stays an update of its key with the columns it did
+// not set Unchanged (not a delete and an insert of a key it lacks), an
+// insert that left columns out carries them Unchanged, marked Refetch so
+// the engine reads the row again, and one that left its key out (set by
+// the column's DEFAULT) becomes a read of the whole table (Invariant 13).
+func TestPartialRowImages(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE cm",
+		"CREATE TABLE cm.t (id int PRIMARY KEY, v varchar(10) DEFAULT 'dflt', n int DEFAULT 7, b blob)",
+		"CREATE TABLE cm.k (id int DEFAULT 5 PRIMARY KEY, v int)")
+	s := testSource(t, m, nil, func(o *Options) {
+		o.Tables, o.Snapshot.Mode, o.StartGTID = []string{"cm.t", "cm.k"}, SnapshotNever, gtidNow(t, c)
+	})
+	mustExec(t, c, "SET SESSION binlog_row_image = 'MINIMAL'",
+		"INSERT INTO cm.t (id) VALUES (1)",
+		"INSERT INTO cm.t VALUES (2, 'x', 2, 'bb')",
+		"UPDATE cm.t SET n = 8 WHERE id = 1",
+		"UPDATE cm.t SET id = 3 WHERE id = 2",
+		"DELETE FROM cm.t WHERE id = 1",
+		"INSERT INTO cm.k (v) VALUES (1)",
+		"UPDATE cm.k SET v = 2",
+		"SET SESSION binlog_row_image = 'NOBLOB'",
+		"UPDATE cm.t SET n = 9 WHERE id = 3")
+	u := pipeline.UnchangedValue
+	want := []string{
+		fmt.Sprint(pipeline.OpInsert, []any(nil), []any{int64(1), u, u, u}, true),
+		fmt.Sprint(pipeline.OpInsert, []any(nil), []any{int64(2), "x", int64(2), []byte("bb")}, false),
+		fmt.Sprint(pipeline.OpUpdate, []any{int64(1), nil, nil, nil}, []any{int64(1), u, int64(8), u}, false),
+		fmt.Sprint(pipeline.OpDelete, []any{int64(2), nil, nil, nil}, []any(nil), false),
+		fmt.Sprint(pipeline.OpInsert, []any(nil), []any{int64(3), u, u, u}, true),
+		fmt.Sprint(pipeline.OpDelete, []any{int64(1), nil, nil, nil}, []any(nil), false),
+		fmt.Sprint(pipeline.OpRewrite, "cm.k"),
+		fmt.Sprint(pipeline.OpUpdate, []any{int64(5), nil}, []any{int64(5), int64(2)}, false),
+		fmt.Sprint(pipeline.OpUpdate, []any{int64(3), "x", int64(2), nil}, []any{int64(3), "x", int64(9), u}, false),
+	}
+	recs, _ := readRecords(t, s, len(want)-1)
+	var got []string
+	for _, r := range recs {
+		switch {
+		case r.Op == pipeline.OpRewrite:
+			got = append(got, fmt.Sprint(r.Op, r.Table.ID.Schema+"."+r.Table.ID.Table))
+		case r.Op.IsData():
+			got = append(got, fmt.Sprint(r.Op, r.Before, r.After, r.Refetch))
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("changes:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+	}
+}
