@@ -16,6 +16,7 @@ const (
 	ddlDrop                    // DROP TABLE
 	ddlRename                  // RENAME TABLE a TO b / ALTER TABLE a RENAME TO b
 	ddlUnknown                 // a statement the classifier cannot read
+	ddlRows                    // a row change written as a statement (binlog_format STATEMENT or MIXED)
 )
 
 // tableName is a possibly qualified table name from a statement.
@@ -152,6 +153,8 @@ func classifyDDL(sql, defaultDB string) ddl {
 			}
 		}
 		return ddl{Kind: ddlRename, Tables: from, Renamed: to}
+	case "INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD":
+		return ddl{Kind: ddlRows}
 	case "GRANT", "REVOKE", "SAVEPOINT", "ROLLBACK", "RELEASE", "XA", "FLUSH", "ANALYZE", "OPTIMIZE", "REPAIR",
 		"CHECK", "INSTALL", "UNINSTALL", "DO", "BEGIN", "COMMIT":
 		return ddl{Kind: ddlOther}

@@ -29,6 +29,8 @@ func TestClassifyDDL(t *testing.T) {
 		{"CREATE VIEW v AS SELECT * FROM t", ddl{Kind: ddlOther}},
 		{"ALTER USER u IDENTIFIED BY 'x'", ddl{Kind: ddlOther}},
 		{"FROBNICATE TABLE t", ddl{Kind: ddlUnknown}},
+		{"INSERT INTO t VALUES (1)", ddl{Kind: ddlRows}},
+		{"SET STATEMENT max_statement_time=60 FOR DELETE FROM t", ddl{Kind: ddlRows}},
 	} {
 		if got := classifyDDL(c.sql, "shop"); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", c.sql, got, c.want)

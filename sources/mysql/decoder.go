@@ -33,10 +33,16 @@ type DDLError struct {
 	Statement string
 	Position  string
 	Reason    string
+	// Fix says what to do; empty: list the table in ignore_ddl_tables.
+	Fix string
 }
 
 func (e *DDLError) Error() string {
-	return fmt.Sprintf("mysql source: %s at %s: %q; list the table in ignore_ddl_tables to go on without it", e.Reason, e.Position, e.Statement)
+	fix := e.Fix
+	if fix == "" {
+		fix = "list the table in ignore_ddl_tables to go on without it"
+	}
+	return fmt.Sprintf("mysql source: %s at %s: %q; %s", e.Reason, e.Position, e.Statement, fix)
 }
 
 // decoder turns binlog events into transactions. It is fed by one goroutine
@@ -446,7 +452,7 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 					zap.String("table", n.db+"."+n.table), zap.String("new_name", c.Renamed[i].db+"."+c.Renamed[i].table), zap.String("at", where))
 			}
 		}
-	case ddlUnknown:
+	case ddlUnknown, ddlRows:
 		for _, n := range d.captured {
 			if !mentions(sql, db, n) {
 				continue
@@ -455,6 +461,12 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 				d.log.Warn("skipping a statement the source cannot read (the table is in ignore_ddl_tables)",
 					zap.String("statement", sql), zap.String("at", where))
 				continue
+			}
+			if c.Kind == ddlRows {
+				return pipeline.Fatal(&DDLError{Statement: sql, Position: where,
+					Reason: fmt.Sprintf("a change of captured table %s.%s was written as a statement, not as rows (a session with binlog_format STATEMENT or MIXED), so the binlog does not say which rows it changed", n.db, n.table),
+					Fix: fmt.Sprintf("set binlog_format=ROW for every session (SET GLOBAL binlog_format = 'ROW', and revoke BINLOG ADMIN or SUPER from the applications that change it); "+
+						"to go on, list %s.%s in ignore_ddl_tables and, once sluice runs past the statement, run sluice verify --repair --table %[1]s.%[2]s", n.db, n.table)})
 			}
 			return pipeline.Fatal(&DDLError{Statement: sql, Position: where,
 				Reason: fmt.Sprintf("cannot tell what a statement does to captured table %s.%s", n.db, n.table)})

@@ -559,3 +559,36 @@ func TestPartialRowImages(t *testing.T) {
 		t.Fatalf("changes:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
 	}
 }
+
+// A session writing binlog_format=STATEMENT logs its row changes as
+// statements, whose rows the binlog does not carry: the source stops at
+// the first one of a captured table, saying so and what to do, and hands
+// over nothing after it (a change it cannot read is never skipped
+// silently).
+func TestRowChangeWrittenAsAStatement(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	mustExec(t, c, "CREATE DATABASE cs", "CREATE TABLE cs.t (id int PRIMARY KEY, v int)")
+	s := streamFrom(t, m, "cs.t", gtidNow(t, c), nil, nil)
+	mustExec(t, c, "INSERT INTO cs.t VALUES (1, 1)",
+		"SET SESSION binlog_format = 'STATEMENT'", "UPDATE cs.t SET v = 2 WHERE id = 1",
+		"SET SESSION binlog_format = 'ROW'", "INSERT INTO cs.t VALUES (2, 2)")
+	var got []pipeline.Record
+	for {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		b, err := s.Read(rctx)
+		cancel()
+		if err != nil {
+			var de *DDLError
+			if !errors.As(err, &de) || !pipeline.IsFatal(err) || !strings.Contains(err.Error(), "written as a statement") ||
+				!strings.Contains(err.Error(), "binlog_format=ROW") || de.Statement != "UPDATE cs.t SET v = 2 WHERE id = 1" {
+				t.Fatalf("err = %v", err)
+			}
+			break
+		}
+		got = append(got, dataOnly(b.Records)...)
+	}
+	if len(got) != 1 || got[0].Op != pipeline.OpInsert || got[0].After[0] != int64(1) {
+		t.Fatalf("handed over before the stop: %v", got)
+	}
+}
