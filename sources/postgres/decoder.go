@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -427,6 +428,9 @@ func (d *Decoder) applyRelation(ctx context.Context, rel *pglogrepl.RelationMess
 	if err != nil {
 		return &DecodeError{WALStart: walStart, Table: id, Err: err}
 	}
+	if err := identityCarriesKey(rel, s); err != nil {
+		return pipeline.Fatal(&DecodeError{WALStart: walStart, Table: id, Err: err})
+	}
 	if s.ReplicaIdentity == 'f' && len(s.Table.KeyIdx) == 0 && base == nil {
 		d.log.Warn("table has REPLICA IDENTITY FULL and no catalog shape: its key is unknown", zap.Stringer("table", id))
 	}
@@ -441,6 +445,33 @@ func (d *Decoder) applyRelation(ctx context.Context, rel *pglogrepl.RelationMess
 		d.log.Info("table shape changed", zap.Stringer("table", id), zap.Int("generation", gen))
 	}
 	return nil
+}
+
+// identityCarriesKey refuses a shape whose replica identity is an index on
+// other columns than its key (the primary key): its deletes and key
+// updates would carry that index's columns, so the sinks could not find
+// the rows they change, and an update of the key alone would carry no old
+// image at all. Preflight refuses such a table at start; this is the
+// switch made while the stream runs.
+func identityCarriesKey(rel *pglogrepl.RelationMessage, s *TableShape) error {
+	if rel.ReplicaIdentity != 'i' || len(s.Table.KeyIdx) == 0 {
+		return nil
+	}
+	var flagged []int
+	for i, c := range rel.Columns {
+		if c.Flags&1 != 0 {
+			flagged = append(flagged, i)
+		}
+	}
+	key := slices.Sorted(slices.Values(s.Table.KeyIdx))
+	if slices.Equal(flagged, key) {
+		return nil
+	}
+	t := s.Table.ID.Schema + "." + s.Table.ID.Table
+	return fmt.Errorf("table %s now has REPLICA IDENTITY USING INDEX on other columns than its primary key: its deletes and "+
+		"primary-key updates no longer carry the key the sinks find rows by. Run `ALTER TABLE %s REPLICA IDENTITY DEFAULT;` as its "+
+		"owner; the changes written in between cannot be keyed, so then restart with --reset-offsets to snapshot again, or "+
+		"remove the table from the pipeline", t, t)
 }
 
 // mergeShapes returns primary extended by the columns of fallback it lacks

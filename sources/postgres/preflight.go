@@ -38,6 +38,9 @@ type tableCheck struct {
 	// replica identity (DEFAULT then identifies nothing).
 	pkDeferrable bool
 	hasRIIndex   bool
+	// riIndexNotPK names the replica identity index when the table has a
+	// primary key on other columns ("" otherwise).
+	riIndexNotPK string
 	owned        bool
 	toastable    []string
 }
@@ -152,6 +155,13 @@ func (s *Source) preflight(ctx context.Context) error {
 			}
 			continue
 		}
+		if c.riIndexNotPK != "" {
+			add("table %s has REPLICA IDENTITY USING INDEX %s, which is not on its primary key's columns: its deletes and "+
+				"primary-key updates carry that index's columns, not the primary key the sinks find rows by, so they would leave "+
+				"rows behind. Run `ALTER TABLE %s REPLICA IDENTITY DEFAULT;` as its owner, or list it in full_identity_tables",
+				tableName(c.ref), c.riIndexNotPK, name)
+			continue
+		}
 		if !identified && c.replident == "d" && c.hasPK {
 			// Published under DEFAULT, its UPDATEs and DELETEs would fail
 			// in the application ("does not have a replica identity").
@@ -197,6 +207,9 @@ func (s *Source) checkTables(ctx context.Context) ([]tableCheck, error) {
 		coalesce(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), false),
 		coalesce(EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype = 'p' AND k.condeferrable), false),
 		coalesce(EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident), false),
+		coalesce((SELECT ri.indexrelid::regclass::text FROM pg_index ri JOIN pg_index pk ON pk.indrelid = ri.indrelid AND pk.indisprimary
+			WHERE ri.indrelid = c.oid AND ri.indisreplident AND c.relreplident = 'i'
+			AND (SELECT array_agg(k ORDER BY k) FROM unnest(ri.indkey::int2[]) k) <> (SELECT array_agg(k ORDER BY k) FROM unnest(pk.indkey::int2[]) k)), ''),
 		coalesce(pg_has_role(c.relowner, 'USAGE'), false),
 		coalesce(ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0
 			AND NOT a.attisdropped AND a.attstorage IN ('x', 'e', 'm') ORDER BY a.attnum), '{}')
@@ -213,7 +226,7 @@ func (s *Source) checkTables(ctx context.Context) ([]tableCheck, error) {
 		var ord int64
 		var c tableCheck
 		if err := rows.Scan(&ord, &c.exists, &c.kind, &c.replident, &c.schemaUsage, &c.canSelect,
-			&c.hasPK, &c.pkDeferrable, &c.hasRIIndex, &c.owned, &c.toastable); err != nil {
+			&c.hasPK, &c.pkDeferrable, &c.hasRIIndex, &c.riIndexNotPK, &c.owned, &c.toastable); err != nil {
 			return nil, fmt.Errorf("postgres source: preflight: inspect tables: %w", err)
 		}
 		c.ref = s.tables[ord-1]

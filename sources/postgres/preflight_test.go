@@ -67,9 +67,11 @@ func TestPreflightRoleAndTables(t *testing.T) {
 		"CREATE TABLE secret (id int PRIMARY KEY)",
 		"CREATE TABLE fullme (a int)",
 		"CREATE TABLE deferred (id int PRIMARY KEY DEFERRABLE)",
-		"GRANT SELECT ON ok, nopk, nopk2, fullme, deferred TO cdc",
+		"CREATE TABLE byemail (id int PRIMARY KEY, email text NOT NULL)",
+		"CREATE UNIQUE INDEX byemail_email ON byemail (email)", "ALTER TABLE byemail REPLICA IDENTITY USING INDEX byemail_email",
+		"GRANT SELECT ON ok, nopk, nopk2, fullme, deferred, byemail TO cdc",
 	)
-	opts := testOptions(pg, "public.ok", "public.nopk", "public.nopk2", "public.secret", "public.missing", "public.fullme", "public.deferred")
+	opts := testOptions(pg, "public.ok", "public.nopk", "public.nopk2", "public.secret", "public.missing", "public.fullme", "public.deferred", "public.byemail")
 	opts.DSN = pg.UserDSN("cdc", "pw", "shop")
 	opts.FullIdentityTables = []string{"public.fullme"}
 	pe := preflightErr(t, opts)
@@ -82,8 +84,11 @@ func TestPreflightRoleAndTables(t *testing.T) {
 	// A deferrable key cannot be the replica identity: published under
 	// DEFAULT, the table's updates would fail in the application.
 	wantProblem(t, pe, "public.deferred has a DEFERRABLE primary key", "full_identity_tables", `ALTER TABLE "public"."deferred" REPLICA IDENTITY FULL;`)
-	if len(pe.Problems) != 6 {
-		t.Errorf("want 6 problems, got %v", pe)
+	// An identity index off the primary key: deletes would carry the
+	// e-mail, and the sinks find rows by id.
+	wantProblem(t, pe, "public.byemail has REPLICA IDENTITY USING INDEX byemail_email", `ALTER TABLE "public"."byemail" REPLICA IDENTITY DEFAULT;`)
+	if len(pe.Problems) != 7 {
+		t.Errorf("want 7 problems, got %v", pe)
 	}
 
 	// As the owner, full_identity_tables are switched to REPLICA IDENTITY
