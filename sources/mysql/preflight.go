@@ -149,6 +149,7 @@ func Preflight(ctx context.Context, c *client.Conn, o PreflightOptions) (*Server
 
 	problems = append(problems, checkGrants(c, srv)...)
 	problems = append(problems, checkTables(c, o.Tables)...)
+	problems = append(problems, checkFilters(c, srv, o.Tables, restart)...)
 	if o.ServerID != 0 {
 		if o.ServerID == srv.ServerID {
 			add("server_id %d of this pipeline is the server's own @@server_id: set another server_id in the source config", o.ServerID)
@@ -304,6 +305,35 @@ func isAccessDenied(err error) bool {
 		return true
 	}
 	return false
+}
+
+// checkFilters refuses captured tables whose database the server's binlog
+// filters (binlog_do_db, binlog_ignore_db) leave out: no change of them
+// would reach the binlog, and the stream would carry none without a word.
+func checkFilters(c *client.Conn, srv *Server, tables []string, restart string) []string {
+	r, err := c.Execute(binlogStatusQuery(srv))
+	if err != nil {
+		return nil // checkGrants reports it
+	}
+	defer r.Close()
+	if len(r.Values) == 0 {
+		return nil
+	}
+	do, _ := getStringByName(r, 0, "Binlog_Do_DB")
+	ignore, _ := getStringByName(r, 0, "Binlog_Ignore_DB")
+	var problems []string
+	seen := map[string]bool{}
+	for _, t := range tables {
+		db, _, _ := strings.Cut(t, ".")
+		if seen[db] || !filteredOut(db, do, ignore) {
+			continue
+		}
+		seen[db] = true
+		problems = append(problems, fmt.Sprintf("the server's binlog leaves out database %s (binlog_do_db %q, binlog_ignore_db %q), "+
+			"so no change of its captured tables would reach the stream: add it to binlog_do_db (or take it out of binlog_ignore_db) %s",
+			db, do, ignore, restart))
+	}
+	return problems
 }
 
 // checkTables verifies that each table exists, can be read and has a

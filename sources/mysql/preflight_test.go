@@ -132,3 +132,16 @@ func TestPreflight(t *testing.T) {
 		}
 	})
 }
+
+// A server whose binlog filters leave a captured table's database out
+// would never log a change of it: refused, naming the filter.
+func TestPreflightBinlogFilters(t *testing.T) {
+	m := harness.MariaDBT(t, harness.MariaDBOptions{Settings: map[string]string{"binlog_ignore_db": "quiet"}})
+	if err := m.Exec(ctx, "", "CREATE DATABASE quiet", "CREATE TABLE quiet.t (id int PRIMARY KEY)",
+		"CREATE DATABASE loud", "CREATE TABLE loud.t (id int PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	root := connect(t, m, "root", "")
+	_, err := Preflight(ctx, root, PreflightOptions{Tables: []string{"quiet.t", "loud.t"}})
+	expect(t, problems(t, err), []string{"leaves out database quiet", `binlog_ignore_db "quiet"`, "binlog_do_db"})
+}
