@@ -52,7 +52,13 @@ type DecoderOptions struct {
 	// HeartbeatPrefix is the logical message prefix of heartbeats
 	// (default "sluice.heartbeat").
 	HeartbeatPrefix string
-	Log             *zap.Logger
+	// Tables are the captured tables, whose publication the heartbeats
+	// watch (published.go). Republish puts the publication back as at
+	// start (every captured table, every operation) and returns the
+	// tables it put back and the WAL position after it; nil: not watched.
+	Tables    []pipeline.TableID
+	Republish func(ctx context.Context) (put []pipeline.TableID, at uint64, err error)
+	Log       *zap.Logger
 }
 
 // Chunk is a run of records of one transaction, in order. A transaction
@@ -110,6 +116,10 @@ type Decoder struct {
 	memBytes  int64
 
 	lastTxnRecords int // records of the last transaction ended, capped at ChunkRecords
+
+	// republishedAt: the WAL position after the last Republish
+	// (published.go).
+	republishedAt uint64
 
 	mu     sync.Mutex
 	latest map[pipeline.TableID]*TableShape // newest shape per table
@@ -361,7 +371,12 @@ func (d *Decoder) logicalMessage(ctx context.Context, m *pglogrepl.LogicalDecodi
 	rec := pipeline.Record{Op: pipeline.OpHeartbeat, EventTime: at.UTC(), Version: pipeline.Version{d.opts.Generation, uint64(m.LSN), 0, 0}}
 	rec.Size = pipeline.EstimateSize(&rec)
 	// Invariant 11: shapes changed with no row change since go out with it.
-	recs := append(d.checkShapes(ctx, checks, m.LSN, rec), rec)
+	recs := d.checkShapes(ctx, checks, m.LSN, rec)
+	rewrites, err := d.checkPublished(ctx, m.Content, rec)
+	if err != nil {
+		return err
+	}
+	recs = append(append(recs, rewrites...), rec)
 	return emit(Chunk{Records: recs, Final: true, CommitLSN: m.LSN, EndLSN: m.LSN, CommitTime: rec.EventTime})
 }
 

@@ -80,7 +80,7 @@ type streamer struct {
 }
 
 func newStreamer(s *Source) (*streamer, error) {
-	dec, err := NewDecoder(DecoderOptions{
+	opts := DecoderOptions{
 		Database:        s.database,
 		Resolver:        NewTypeResolver(s.pool, s.log),
 		Catalog:         s.catalog,
@@ -90,7 +90,28 @@ func newStreamer(s *Source) (*streamer, error) {
 		Generation:      s.gen,
 		Refetch:         refetcher(s.pool, s.log, s.version),
 		Log:             s.log,
-	})
+	}
+	if !s.standby {
+		for _, t := range s.tables {
+			opts.Tables = append(opts.Tables, pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name})
+		}
+		opts.Republish = func(ctx context.Context) ([]pipeline.TableID, uint64, error) {
+			put, err := s.ensurePublication(ctx)
+			if err != nil {
+				return nil, 0, err
+			}
+			var at pglogrepl.LSN
+			if err := s.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()").Scan(&at); err != nil {
+				return nil, 0, err
+			}
+			ids := make([]pipeline.TableID, len(put))
+			for i, t := range put {
+				ids[i] = pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name}
+			}
+			return ids, uint64(at), nil
+		}
+	}
+	dec, err := NewDecoder(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,8 @@ import (
 
 // heartbeatSQL is the heartbeat statement for a server of version v: $1
 // the prefix, $2 the time, $3 the publication. The content is JSON:
-// {"t": time, "s": [[relation OID, schema, table, digest], …]}.
+// {"t": time, "s": [[relation OID, schema, table, digest], …], "p": whether
+// the publication publishes every operation} (published.go).
 func heartbeatSQL(v int) string {
 	published := ""
 	if v >= 150000 {
@@ -47,7 +48,8 @@ func heartbeatSQL(v int) string {
 	CROSS JOIN LATERAL (SELECT coalesce(string_agg(a.attname || ':' || a.atttypid || ':' || a.atttypmod, '|' ORDER BY a.attnum), '') AS sig
 		FROM pg_catalog.pg_attribute a
 		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''` + published + `) d
-	WHERE p.pubname = $3))::text)`
+	WHERE p.pubname = $3),
+	'p', (SELECT pubinsert AND pubupdate AND pubdelete AND pubtruncate FROM pg_catalog.pg_publication WHERE pubname = $3))::text)`
 }
 
 // heartbeatContent is a heartbeat message's JSON content.
@@ -74,8 +76,13 @@ func parseHeartbeat(content []byte) (string, []shapeCheck) {
 	if err := json.Unmarshal(content, &hc); err != nil {
 		return string(content), nil
 	}
+	return hc.Time, parseChecks(hc.Shapes)
+}
+
+// parseChecks reads a heartbeat's table entries, skipping malformed ones.
+func parseChecks(shapes []json.RawMessage) []shapeCheck {
 	var out []shapeCheck
-	for _, raw := range hc.Shapes {
+	for _, raw := range shapes {
 		var parts []json.RawMessage
 		if json.Unmarshal(raw, &parts) != nil || len(parts) != 4 {
 			continue
@@ -89,7 +96,7 @@ func parseHeartbeat(content []byte) (string, []shapeCheck) {
 		c.oid = uint32(oid)
 		out = append(out, c)
 	}
-	return hc.Time, out
+	return out
 }
 
 // shapeDigest is the digest heartbeatSQL computes, of a decoded shape.

@@ -1,0 +1,100 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// A captured table dropped from the publication while the stream runs
+// (ALTER PUBLICATION … DROP TABLE, or SET TABLE without it), or a
+// publication no longer publishing every operation (SET (publish =
+// 'insert')), sends no change of what it left out from then on, with no
+// error anywhere. Every heartbeat lists the publication's tables as of its
+// place in the WAL (heartbeatSQL) and whether it publishes every
+// operation, so the decoder sees the moment a captured table stops being
+// published: it puts the publication back (Republish, the same step as at
+// start), and the table is read again from there (an OpRewrite, placed
+// before the heartbeat). What the read cannot bring back is a row deleted
+// while the table was left out: it stays in the sinks until `sluice verify
+// --repair` removes it, and the log says so. A table left out while sluice
+// was stopped is put back at start (ensurePublication), with a warning but
+// no read: the heartbeats replayed from the checkpoint show it left out
+// only when one was written in between.
+
+// published is a heartbeat's view of the publication.
+type published struct {
+	tables map[[2]string]bool // schema, table
+	allOps bool               // insert, update, delete and truncate
+}
+
+// publishedOf reads the publication's view from a heartbeat's content;
+// false when the heartbeat carries none (older heartbeats, or one whose
+// catalog query failed and that carries its time alone).
+func publishedOf(content []byte) (published, bool) {
+	var hc struct {
+		Shapes []json.RawMessage `json:"s"`
+		AllOps *bool             `json:"p"`
+	}
+	if len(content) == 0 || content[0] != '{' || json.Unmarshal(content, &hc) != nil || hc.Shapes == nil || hc.AllOps == nil {
+		return published{}, false
+	}
+	p := published{tables: map[[2]string]bool{}, allOps: *hc.AllOps}
+	for _, c := range parseChecks(hc.Shapes) {
+		p.tables[[2]string{c.schema, c.table}] = true
+	}
+	return p, true
+}
+
+// checkPublished returns an OpRewrite, versioned at the heartbeat rec,
+// for each captured table the heartbeat shows left out of the
+// publication, and each Republish reports it put back, after putting the
+// publication back. Heartbeats written before this session's last
+// Republish show what it put back already and are not checked; after a
+// restart, one replayed from before puts back nothing but still reads its
+// tables again, since the earlier run's reads may not have been
+// checkpointed. A publication that cannot be put back stops the source:
+// the tables' changes would be lost for as long as it stays so.
+func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeline.Record) ([]pipeline.Record, error) {
+	if d.opts.Republish == nil || len(d.streams) > 0 || rec.Version[1] < d.republishedAt {
+		return nil, nil
+	}
+	p, ok := publishedOf(content)
+	if !ok {
+		return nil, nil
+	}
+	var out []pipeline.TableID
+	for _, id := range d.opts.Tables {
+		if !p.allOps || !p.tables[[2]string{id.Schema, id.Table}] {
+			out = append(out, id)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	d.log.Warn("captured tables are not published (the publication was altered): putting the publication back "+
+		"and reading the tables again; rows deleted in between stay in the sinks until `sluice verify --repair` removes them",
+		zap.Stringers("tables", out), zap.Bool("every_operation_published", p.allOps), zap.Uint64("lsn", rec.Version[1]))
+	put, at, err := d.opts.Republish(ctx)
+	if err != nil {
+		return nil, pipeline.Fatal(fmt.Errorf("postgres source: captured tables %v are not published and the publication could not be put back: %w", out, err))
+	}
+	d.republishedAt = at
+	for _, id := range put {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	recs := make([]pipeline.Record, 0, len(out))
+	for _, id := range out {
+		r := pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}, Version: rec.Version, EventTime: rec.EventTime}
+		r.Size = pipeline.EstimateSize(&r)
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
