@@ -113,6 +113,7 @@ type MySQLSource struct {
 	StatusInterval    Duration         `yaml:"status_interval" default:"10s" min:"100ms"`
 	ZeroDates         string           `yaml:"zero_dates" default:"as_null" enum:"as_null|dead_letter"`
 	IgnoreDDLTables   []string         `yaml:"ignore_ddl_tables"`
+	CascadeTables     []string         `yaml:"cascade_tables"`
 	ReconnectBackoff  ReconnectBackoff `yaml:"reconnect_backoff"`
 	Snapshot          MySQLSnapshot    `yaml:"snapshot"`
 }

@@ -144,10 +144,15 @@ func (d *decoder) validateMySQL(m *MySQLSource) {
 		}
 		seen[t] = i
 	}
-	for i, t := range m.IgnoreDDLTables {
-		path := index(base+".ignore_ddl_tables", i)
-		if _, listed := seen[t]; !listed && !d.bad[base+".tables"] && !d.failed(path) {
-			d.errAt(path, "table is not in source.mysql.tables", "add it to tables or remove it here")
+	for _, l := range []struct {
+		field string
+		list  []string
+	}{{"ignore_ddl_tables", m.IgnoreDDLTables}, {"cascade_tables", m.CascadeTables}} {
+		for i, t := range l.list {
+			path := index(base+"."+l.field, i)
+			if _, listed := seen[t]; !listed && !d.bad[base+".tables"] && !d.failed(path) {
+				d.errAt(path, "table is not in source.mysql.tables", "add it to tables or remove it here")
+			}
 		}
 	}
 }

@@ -116,7 +116,7 @@ func mysqlOptions(cfg *config.Config) (mysql.Options, error) {
 	opts := mysql.Options{
 		Pipeline: cfg.Pipeline, DSN: m.DSN, Password: m.Password, Tables: m.Tables, ServerID: uint32(m.ServerID),
 		HeartbeatInterval: m.HeartbeatInterval.Std(), ReadTimeout: m.ReadTimeout.Std(), StatusInterval: m.StatusInterval.Std(),
-		ZeroDates: m.ZeroDates, IgnoreDDLTables: m.IgnoreDDLTables,
+		ZeroDates: m.ZeroDates, IgnoreDDLTables: m.IgnoreDDLTables, CascadeTables: m.CascadeTables,
 		ReconnectInitial: m.ReconnectBackoff.Initial.Std(), ReconnectMax: m.ReconnectBackoff.Max.Std(),
 		Snapshot: mysql.SnapshotOptions{Mode: m.Snapshot.Mode, Parallel: m.Snapshot.Parallel, ChunkRows: int(m.Snapshot.ChunkRows),
 			Lock: m.Snapshot.Lock},

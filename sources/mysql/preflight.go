@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,6 +68,9 @@ type PreflightOptions struct {
 	ReportHost string
 	// MinRetentionSeconds warns when the binlog is kept for less (0: 24h).
 	MinRetentionSeconds int64
+	// CascadeTables are captured tables accepted as children of cascading
+	// foreign keys (checkCascades).
+	CascadeTables []string
 }
 
 // Preflight checks the server settings, privileges and tables the binlog
@@ -150,6 +154,7 @@ func Preflight(ctx context.Context, c *client.Conn, o PreflightOptions) (*Server
 	problems = append(problems, checkGrants(c, srv)...)
 	problems = append(problems, checkTables(c, o.Tables)...)
 	problems = append(problems, checkFilters(c, srv, o.Tables, restart)...)
+	problems = append(problems, checkCascades(c, o.Tables, o.CascadeTables)...)
 	if o.ServerID != 0 {
 		if o.ServerID == srv.ServerID {
 			add("server_id %d of this pipeline is the server's own @@server_id: set another server_id in the source config", o.ServerID)
@@ -332,6 +337,50 @@ func checkFilters(c *client.Conn, srv *Server, tables []string, restart string) 
 		problems = append(problems, fmt.Sprintf("the server's binlog leaves out database %s (binlog_do_db %q, binlog_ignore_db %q), "+
 			"so no change of its captured tables would reach the stream: add it to binlog_do_db (or take it out of binlog_ignore_db) %s",
 			db, do, ignore, restart))
+	}
+	return problems
+}
+
+// checkCascades refuses captured tables that are the children of foreign
+// keys with a cascading action (ON DELETE or ON UPDATE CASCADE, SET NULL,
+// SET DEFAULT): InnoDB applies the cascade inside the storage engine and
+// the binlog carries no row of it, so the sinks would keep every row a
+// cascade deleted or changed. A trigger that does the same is logged
+// (TestCascadeDoneByATriggerIsStreamed); accepted lists the tables a user
+// takes as they are.
+func checkCascades(c *client.Conn, tables, accepted []string) []string {
+	r, err := c.Execute(`SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, UNIQUE_CONSTRAINT_SCHEMA, REFERENCED_TABLE_NAME,
+		DELETE_RULE, UPDATE_RULE FROM information_schema.REFERENTIAL_CONSTRAINTS
+		WHERE DELETE_RULE <> 'RESTRICT' AND DELETE_RULE <> 'NO ACTION' OR UPDATE_RULE <> 'RESTRICT' AND UPDATE_RULE <> 'NO ACTION'
+		ORDER BY CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME`)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the foreign keys: %v", err)}
+	}
+	defer r.Close()
+	var problems []string
+	for i := range r.Values {
+		db, _ := getString(r, i, 0)
+		child, _ := getString(r, i, 1)
+		name, _ := getString(r, i, 2)
+		pdb, _ := getString(r, i, 3)
+		parent, _ := getString(r, i, 4)
+		onDelete, _ := getString(r, i, 5)
+		onUpdate, _ := getString(r, i, 6)
+		t := db + "." + child
+		if !slices.Contains(tables, t) || slices.Contains(accepted, t) {
+			continue
+		}
+		var rules []string
+		for _, rule := range [][2]string{{"DELETE", onDelete}, {"UPDATE", onUpdate}} {
+			if rule[1] != "RESTRICT" && rule[1] != "NO ACTION" {
+				rules = append(rules, "ON "+rule[0]+" "+rule[1])
+			}
+		}
+		problems = append(problems, fmt.Sprintf("table %s is the child of foreign key %s on %s.%s (%s): the binlog carries no row "+
+			"a cascade changes, so its sinks would keep the rows it deletes or changes. Do it in a trigger on %[3]s.%[4]s instead, "+
+			"whose changes the binlog carries (for example CREATE TRIGGER … BEFORE DELETE ON %[3]s.%[4]s FOR EACH ROW DELETE FROM %[1]s "+
+			"WHERE <its foreign key columns> = OLD.<the key>), or list %[1]s in cascade_tables to go on and repair it with "+
+			"sluice verify --repair --table %[1]s after cascades", t, name, pdb, parent, strings.Join(rules, ", ")))
 	}
 	return problems
 }

@@ -63,6 +63,10 @@ type Options struct {
 	// IgnoreDDLTables are captured tables for which a statement the source
 	// cannot read is skipped with a warning instead of stopping.
 	IgnoreDDLTables []string
+	// CascadeTables are captured tables accepted as the children of
+	// cascading foreign keys, whose cascaded changes the binlog does not
+	// carry (preflight refuses the others).
+	CascadeTables []string
 	// ReconnectInitial and ReconnectMax bound the backoff between binlog
 	// connection attempts; defaults 1s and 1m.
 	ReconnectInitial, ReconnectMax time.Duration
@@ -268,7 +272,8 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 		return err
 	}
 	defer c.Close()
-	srv, err := Preflight(ctx, c, PreflightOptions{Tables: s.opts.Tables, ServerID: s.opts.ServerID, ReportHost: s.reportHost()})
+	srv, err := Preflight(ctx, c, PreflightOptions{Tables: s.opts.Tables, ServerID: s.opts.ServerID, ReportHost: s.reportHost(),
+		CascadeTables: s.opts.CascadeTables})
 	if err != nil {
 		return err
 	}
