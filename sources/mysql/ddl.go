@@ -369,3 +369,24 @@ func isName(t *tokens, i int) bool {
 	w := t.words[i]
 	return w != "" && isWordByte(w[0]) && w[0] != '\'' && w[0] != '"'
 }
+
+// cascades reports whether a statement declares a foreign key with a
+// cascading action: ON DELETE or ON UPDATE followed by CASCADE, SET NULL
+// or SET DEFAULT (checkCascades).
+func cascades(sql string) bool {
+	t := tokenize(sql)
+	for i := 0; i+2 < len(t.words); i++ {
+		if t.upper(i) != "ON" || t.upper(i+1) != "DELETE" && t.upper(i+1) != "UPDATE" {
+			continue
+		}
+		switch t.upper(i + 2) {
+		case "CASCADE":
+			return true
+		case "SET":
+			if w := t.upper(i + 3); w == "NULL" || w == "DEFAULT" {
+				return true
+			}
+		}
+	}
+	return false
+}

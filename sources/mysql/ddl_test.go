@@ -36,6 +36,19 @@ func TestClassifyDDL(t *testing.T) {
 			t.Errorf("%s:\n got %+v\nwant %+v", c.sql, got, c.want)
 		}
 	}
+	for sql, want := range map[string]bool{
+		"ALTER TABLE c ADD FOREIGN KEY (p) REFERENCES p (id) ON DELETE CASCADE":                 true,
+		"ALTER TABLE c ADD FOREIGN KEY (p) REFERENCES p (id) ON UPDATE SET NULL":                true,
+		"CREATE TABLE c (p int, FOREIGN KEY (p) REFERENCES p (id) on delete set default)":       true,
+		"ALTER TABLE c ADD FOREIGN KEY (p) REFERENCES p (id) ON DELETE RESTRICT":                false,
+		"ALTER TABLE c ADD FOREIGN KEY (p) REFERENCES p (id) /* ON DELETE CASCADE */":           false,
+		"ALTER TABLE c ADD COLUMN `on delete cascade` int, ADD COLUMN note text DEFAULT 'ON'":   false,
+		"ALTER TABLE c ADD FOREIGN KEY (p) REFERENCES p (id) ON DELETE NO ACTION ON UPDATE SET": false,
+	} {
+		if got := cascades(sql); got != want {
+			t.Errorf("cascades(%q) = %v, want %v", sql, got, want)
+		}
+	}
 	if !mentions("FROBNICATE TABLE `t` NOW", "shop", n("shop", "t")) || mentions("FROBNICATE other.t", "shop", n("shop", "t")) ||
 		!mentions("FROBNICATE shop.t", "x", n("shop", "t")) || mentions("FROBNICATE tt", "shop", n("shop", "t")) {
 		t.Error("mentions")

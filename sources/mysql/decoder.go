@@ -56,6 +56,9 @@ type decoder struct {
 	// ignoreDDL lists the captured tables whose unreadable statements
 	// are skipped (with a warning) instead of stopping the pipeline.
 	ignoreDDL func(db, table string) bool
+	// cascadeOK lists the captured tables accepted as the children of
+	// cascading foreign keys (cascade_tables; nil: none).
+	cascadeOK func(db, table string) bool
 	captured  []tableName
 	chunk     int
 	log       *zap.Logger
@@ -410,6 +413,9 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 		d.onDDL()
 	}
 	where := fmt.Sprintf("%s:%d", d.file, h.LogPos)
+	if err := d.checkCascade(c, sql, where); err != nil {
+		return err
+	}
 	switch c.Kind {
 	case ddlTruncate, ddlReplace:
 		for _, n := range c.Tables {
@@ -471,6 +477,27 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 			return pipeline.Fatal(&DDLError{Statement: sql, Position: where,
 				Reason: fmt.Sprintf("cannot tell what a statement does to captured table %s.%s", n.db, n.table)})
 		}
+	}
+	return nil
+}
+
+// checkCascade stops the source at a statement that gives a captured
+// table a foreign key with a cascading action, unless the table is in
+// cascade_tables: the binlog carries no row a cascade changes (preflight's
+// checkCascades, for the keys a table had at start).
+func (d *decoder) checkCascade(c ddl, sql, where string) error {
+	if c.Kind != ddlAlter && c.Kind != ddlCreate && c.Kind != ddlReplace || !cascades(sql) {
+		return nil
+	}
+	for _, n := range c.Tables {
+		if !d.isCaptured(n) || d.cascadeOK != nil && d.cascadeOK(n.db, n.table) {
+			continue
+		}
+		t := n.db + "." + n.table
+		return pipeline.Fatal(&DDLError{Statement: sql, Position: where,
+			Reason: fmt.Sprintf("the statement gives captured table %s a foreign key with a cascading action, and the binlog carries no row a cascade changes, so its sinks would keep the rows it deletes or changes", t),
+			Fix: fmt.Sprintf("do the cascade in a trigger on the parent table instead, whose changes the binlog carries; or list %s in cascade_tables, "+
+				"restart, and run sluice verify --repair --table %[1]s after cascades", t)})
 	}
 	return nil
 }

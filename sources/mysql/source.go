@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -418,6 +419,10 @@ func (s *Source) isCaptured(db, table string) bool {
 		}
 	}
 	return false
+}
+
+func (s *Source) isAcceptedCascade(db, table string) bool {
+	return slices.Contains(s.opts.CascadeTables, db+"."+table)
 }
 
 func (s *Source) isIgnoredDDL(db, table string) bool {

@@ -40,7 +40,7 @@ type streamer struct {
 func newStreamer(s *Source, server string) *streamer {
 	dec := &decoder{flavor: s.flavor, server: server, shapes: s.shapes, chunk: txChunk, log: s.log,
 		conv: converter{zeroNull: s.opts.ZeroDates == ZeroDatesNull, charsets: s.cs}, captured: s.tables,
-		ignoreDDL: s.isIgnoredDDL, onDDL: s.m.ddl.Inc, marks: s.watermarks(), pend: s.posMarks}
+		ignoreDDL: s.isIgnoredDDL, cascadeOK: s.isAcceptedCascade, onDDL: s.m.ddl.Inc, marks: s.watermarks(), pend: s.posMarks}
 	return &streamer{s: s, log: s.log, dec: dec, out: make(chan txItem, streamBuffer), done: make(chan struct{})}
 }
 

@@ -595,7 +595,9 @@ func TestRowChangeWrittenAsAStatement(t *testing.T) {
 
 // The binlog carries no row an InnoDB foreign-key cascade changes, but it
 // carries those a trigger changes: the workaround preflight names
-// (checkCascades) streams every child row the parent's delete removes.
+// (checkCascades) streams every child row the parent's delete removes. A
+// cascading key added while the stream runs stops it, unless its table is
+// in cascade_tables.
 func TestCascadeDoneByATriggerIsStreamed(t *testing.T) {
 	m := server(t)
 	c := rootConn(t, m, "")
@@ -620,5 +622,25 @@ func TestCascadeDoneByATriggerIsStreamed(t *testing.T) {
 		fmt.Sprint("p", pipeline.OpDelete, []any{int64(1)}), fmt.Sprint("p", pipeline.OpInsert, []any{int64(3)})})
 	if fmt.Sprint(got) != want {
 		t.Fatalf("changes:\n got %v\nwant %v", got, want)
+	}
+
+	// A cascade added while the stream runs: accepted for c (listed in
+	// cascade_tables), the stream's stop for d, naming the statement.
+	mustExec(t, c, "CREATE TABLE trg.p2 (id int PRIMARY KEY)", "INSERT INTO trg.p2 VALUES (2)",
+		"ALTER TABLE trg.c ADD CONSTRAINT c_p2 FOREIGN KEY (p) REFERENCES trg.p2 (id) ON UPDATE SET NULL",
+		"ALTER TABLE trg.d ADD CONSTRAINT d_p2 FOREIGN KEY (p) REFERENCES trg.p2 (id) /* no action */ ON DELETE CASCADE")
+	for {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := s.Read(rctx)
+		cancel()
+		if err == nil {
+			continue
+		}
+		var de *DDLError
+		if !errors.As(err, &de) || !pipeline.IsFatal(err) || !strings.Contains(de.Statement, "d_p2") ||
+			!strings.Contains(err.Error(), "captured table trg.d a foreign key with a cascading action") || !strings.Contains(err.Error(), "cascade_tables") {
+			t.Fatalf("err = %v", err)
+		}
+		break
 	}
 }
