@@ -36,6 +36,11 @@ type Unchanged struct{}
 // UnchangedValue is the single Unchanged value.
 var UnchangedValue = Unchanged{}
 
+// NotCarried says, for errors about an Unchanged value, where such values
+// come from and what makes every change carry its values.
+const NotCarried = "an unchanged TOAST value, or a column a MySQL/MariaDB session's partial row image left out; " +
+	"ALTER TABLE … REPLICA IDENTITY FULL (PostgreSQL) or binlog_row_image=FULL in every session (MySQL/MariaDB) makes every change carry it"
+
 // Special marks infinities and NaN of decimals, dates and timestamps.
 type Special int8
 

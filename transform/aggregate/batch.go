@@ -200,8 +200,8 @@ func (a *Aggregate) contribution(r *pipeline.Record, p *plan, prior *contributio
 			return v, nil
 		}
 		if prior == nil {
-			return nil, fmt.Errorf("column %s: the change does not carry its value (an unchanged TOAST value) and the aggregate holds no earlier one; ALTER TABLE %s REPLICA IDENTITY FULL makes every change carry it",
-				r.Table.Columns[col].Name, r.Table.ID)
+			return nil, fmt.Errorf("column %s of %s: the change does not carry its value and the aggregate holds no earlier one (%s)",
+				r.Table.Columns[col].Name, r.Table.ID, pipeline.NotCarried)
 		}
 		return held(), nil
 	}

@@ -84,8 +84,7 @@ func ValueOf(c *pipeline.Column, v any, image string) (any, error) {
 	case nil:
 		return nil, nil
 	case pipeline.Unchanged:
-		return nil, &valueError{col: image + "." + c.Name, msg: "the change does not carry this value (an unchanged TOAST value); " +
-			"ALTER TABLE … REPLICA IDENTITY FULL makes every change carry it"}
+		return nil, &valueError{col: image + "." + c.Name, msg: "the change does not carry this value (" + pipeline.NotCarried + ")"}
 	case bool, int64, uint64, float64, string, []byte, pipeline.Decimal:
 		return v, nil
 	case pipeline.JSON:

@@ -682,8 +682,8 @@ func (o *Operator) input(r *pipeline.Record, p *plan, img []any, key string, hel
 			return v, nil
 		}
 		if previous() == nil {
-			return nil, fmt.Errorf("column %s: the change does not carry its value (an unchanged TOAST value) and the window holds no earlier one; ALTER TABLE %s REPLICA IDENTITY FULL makes every change carry it",
-				r.Table.Columns[col].Name, r.Table.ID)
+			return nil, fmt.Errorf("column %s of %s: the change does not carry its value and the window holds no earlier one (%s)",
+				r.Table.Columns[col].Name, r.Table.ID, pipeline.NotCarried)
 		}
 		return prior(*prev), nil
 	}
