@@ -54,10 +54,9 @@ type DecoderOptions struct {
 	HeartbeatPrefix string
 	// Tables are the captured tables, whose publication the heartbeats
 	// watch (published.go). Republish puts the publication back as at
-	// start (every captured table, every operation) and returns the
-	// tables it put back and the WAL position after it; nil: not watched.
+	// start (every captured table, every operation); nil: not watched.
 	Tables    []pipeline.TableID
-	Republish func(ctx context.Context) (put []pipeline.TableID, at uint64, err error)
+	Republish func(ctx context.Context) (Republished, error)
 	Log       *zap.Logger
 }
 
@@ -117,9 +116,10 @@ type Decoder struct {
 
 	lastTxnRecords int // records of the last transaction ended, capped at ChunkRecords
 
-	// republishedAt: the WAL position after the last Republish
-	// (published.go).
+	// republishedAt: the WAL position after the last Republish; gone:
+	// the captured tables it found no longer exist (published.go).
 	republishedAt uint64
+	gone          []pipeline.TableID
 
 	mu     sync.Mutex
 	latest map[pipeline.TableID]*TableShape // newest shape per table

@@ -27,6 +27,15 @@ import (
 // no read: the heartbeats replayed from the checkpoint show it left out
 // only when one was written in between.
 
+// Republished is what putting the publication back did.
+type Republished struct {
+	// Tables are the captured tables the publication did not publish
+	// every change of until then; Gone those that no longer exist.
+	Tables, Gone []pipeline.TableID
+	// At is the WAL position after it.
+	At uint64
+}
+
 // published is a heartbeat's view of the publication.
 type published struct {
 	tables map[[2]string]bool // schema, table
@@ -54,7 +63,9 @@ func publishedOf(content []byte) (published, bool) {
 // checkPublished returns an OpRewrite, versioned at the heartbeat rec,
 // for each captured table the heartbeat shows left out of the
 // publication, and each Republish reports it put back, after putting the
-// publication back. Heartbeats written before this session's last
+// publication back; not for a table that no longer exists (dropped, or
+// renamed: its changes go on under the new name, which a pipeline that
+// lists it snapshots). Heartbeats written before this session's last
 // Republish show what it put back already and are not checked; after a
 // restart, one replayed from before puts back nothing but still reads its
 // tables again, since the earlier run's reads may not have been
@@ -70,7 +81,7 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 	}
 	var out []pipeline.TableID
 	for _, id := range d.opts.Tables {
-		if !p.allOps || !p.tables[[2]string{id.Schema, id.Table}] {
+		if (!p.allOps || !p.tables[[2]string{id.Schema, id.Table}]) && !slices.Contains(d.gone, id) {
 			out = append(out, id)
 		}
 	}
@@ -80,18 +91,22 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 	d.log.Warn("captured tables are not published (the publication was altered): putting the publication back "+
 		"and reading the tables again; rows deleted in between stay in the sinks until `sluice verify --repair` removes them",
 		zap.Stringers("tables", out), zap.Bool("every_operation_published", p.allOps), zap.Uint64("lsn", rec.Version[1]))
-	put, at, err := d.opts.Republish(ctx)
+	put, err := d.opts.Republish(ctx)
 	if err != nil {
 		return nil, pipeline.Fatal(fmt.Errorf("postgres source: captured tables %v are not published and the publication could not be put back: %w", out, err))
 	}
-	d.republishedAt = at
-	for _, id := range put {
+	d.republishedAt = put.At
+	d.gone = append(d.gone, put.Gone...)
+	for _, id := range put.Tables {
 		if !slices.Contains(out, id) {
 			out = append(out, id)
 		}
 	}
 	recs := make([]pipeline.Record, 0, len(out))
 	for _, id := range out {
+		if slices.Contains(put.Gone, id) {
+			continue // dropped or renamed: nothing to read
+		}
 		r := pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}, Version: rec.Version, EventTime: rec.EventTime}
 		r.Size = pipeline.EstimateSize(&r)
 		recs = append(recs, r)

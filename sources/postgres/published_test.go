@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/snapshot"
 )
@@ -65,5 +67,24 @@ func TestPublicationAlteredIsPutBack(t *testing.T) {
 	settle("after the publication stopped publishing updates", 3)
 	if got := selectRows(t, ctx, pg, "SELECT pubupdate AND pubdelete AND pubtruncate FROM pg_publication WHERE pubname = 'sluice_test'"); got[0] != "[true]" {
 		t.Fatalf("the publication publishes every operation: %s", got[0])
+	}
+
+	// A captured table dropped leaves the publication too: nothing to put
+	// back or read, and the other table goes on.
+	exec(t, ctx, pg, "shop", "DROP TABLE pb", "UPDATE pa SET n = 9 WHERE id <= 3")
+	dropped := currentLSN(t, ctx, pg)
+	heartbeats := 0 // past the drop, each checking the publication
+	pumpEngine(t, ctx, eng, sink, func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpHeartbeat && pglogrepl.LSN(r.Version[1]) > dropped {
+				heartbeats++
+			}
+		}
+		return heartbeats >= 3
+	})
+	catchUp(t, ctx, pg, eng, sink)
+	equalRows(t, "after pb was dropped: pa", sink.Table("public.pa"), selectRows(t, ctx, pg, "SELECT id, n FROM pa"))
+	if got := eng.Stats().Rewrites; got != 3 {
+		t.Fatalf("after pb was dropped: %d tables read again, want 3", got)
 	}
 }

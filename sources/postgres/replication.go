@@ -95,20 +95,25 @@ func newStreamer(s *Source) (*streamer, error) {
 		for _, t := range s.tables {
 			opts.Tables = append(opts.Tables, pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name})
 		}
-		opts.Republish = func(ctx context.Context) ([]pipeline.TableID, uint64, error) {
-			put, err := s.ensurePublication(ctx)
+		opts.Republish = func(ctx context.Context) (Republished, error) {
+			put, gone, err := s.ensurePublication(ctx)
 			if err != nil {
-				return nil, 0, err
+				return Republished{}, err
 			}
+			var r Republished
 			var at pglogrepl.LSN
 			if err := s.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()").Scan(&at); err != nil {
-				return nil, 0, err
+				return r, err
 			}
-			ids := make([]pipeline.TableID, len(put))
-			for i, t := range put {
-				ids[i] = pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name}
+			ids := func(refs []TableRef) []pipeline.TableID {
+				out := make([]pipeline.TableID, len(refs))
+				for i, t := range refs {
+					out[i] = pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name}
+				}
+				return out
 			}
-			return ids, uint64(at), nil
+			r.Tables, r.Gone, r.At = ids(put), ids(gone), uint64(at)
+			return r, nil
 		}
 	}
 	dec, err := NewDecoder(opts)

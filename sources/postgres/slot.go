@@ -44,12 +44,13 @@ func (s *Source) execWrite(ctx context.Context, stmt string) error {
 // ensurePublication creates the publication FOR TABLE the captured tables
 // when it is absent, or adds the tables it lacks and enables every published
 // operation when it is present. It returns the captured tables whose
-// changes the publication did not publish until then: every one when it
-// made the publication or enabled operations, else those it added.
-func (s *Source) ensurePublication(ctx context.Context) ([]TableRef, error) {
+// changes the publication did not publish until then (every one when it
+// made the publication or enabled operations, else those it added), and
+// those it left out because they no longer exist.
+func (s *Source) ensurePublication(ctx context.Context) (put, gone []TableRef, err error) {
 	pub := quoteIdent(s.opts.Publication)
 	var all, ins, upd, del, trunc bool
-	err := s.pool.QueryRow(ctx, `SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate
+	err = s.pool.QueryRow(ctx, `SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate
 		FROM pg_publication WHERE pubname = $1`, s.opts.Publication).Scan(&all, &ins, &upd, &del, &trunc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		names := make([]string, len(s.tables))
@@ -58,65 +59,77 @@ func (s *Source) ensurePublication(ctx context.Context) ([]TableRef, error) {
 		}
 		stmt := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = '%s')", pub, strings.Join(names, ", "), publishAll)
 		if err := s.execWrite(ctx, stmt); err != nil {
-			return nil, pipeline.Fatal(fmt.Errorf("postgres source: create publication %s: %w; create it as a role that owns the tables "+
+			return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: create publication %s: %w; create it as a role that owns the tables "+
 				"(and has CREATE on the database): `%s;`", s.opts.Publication, err, stmt))
 		}
 		s.log.Info("created publication", zap.String("publication", s.opts.Publication), zap.Int("tables", len(names)))
-		return s.tables, nil
+		return s.tables, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("postgres source: read publication %s: %w", s.opts.Publication, err)
+		return nil, nil, fmt.Errorf("postgres source: read publication %s: %w", s.opts.Publication, err)
 	}
 	opsOff := !(ins && upd && del && trunc)
 	if opsOff {
 		stmt := fmt.Sprintf("ALTER PUBLICATION %s SET (publish = '%s')", pub, publishAll)
 		if err := s.execWrite(ctx, stmt); err != nil {
-			return nil, pipeline.Fatal(fmt.Errorf("postgres source: publication %s does not publish every operation and changing it failed: %w; run `%s;` as its owner",
+			return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: publication %s does not publish every operation and changing it failed: %w; run `%s;` as its owner",
 				s.opts.Publication, err, stmt))
 		}
 		s.log.Warn("publication did not publish every operation; enabled insert, update, delete and truncate",
 			zap.String("publication", s.opts.Publication))
 	}
 	// With an operation off, every captured table missed changes.
-	put := s.tables
-	if !opsOff {
-		put = nil
+	if opsOff {
+		put = s.tables
 	}
 	if all {
-		return put, nil
+		return put, nil, nil
 	}
 	present := map[TableRef]bool{}
 	rows, err := s.pool.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1`, s.opts.Publication)
 	if err != nil {
-		return nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
+		return nil, nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
 	}
 	for rows.Next() {
 		var t TableRef
 		if err := rows.Scan(&t.Schema, &t.Name); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
+			return nil, nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
 		}
 		present[t] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
+		return nil, nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
 	}
 	var missing []string
 	for _, t := range s.tables {
-		if !present[t] {
-			missing = append(missing, t.quoted())
-			if !opsOff {
-				put = append(put, t)
-			}
+		if present[t] {
+			continue
+		}
+		var exists bool
+		if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.quoted()).Scan(&exists); err != nil {
+			return nil, nil, fmt.Errorf("postgres source: look up table %s: %w", tableName(t), err)
+		}
+		if !exists {
+			// Dropped or renamed while the stream ran (preflight refuses a
+			// missing table at start): nothing to publish or read.
+			s.log.Warn("a captured table no longer exists (dropped or renamed); its sinks keep its rows",
+				zap.String("table", tableName(t)))
+			gone = append(gone, t)
+			continue
+		}
+		missing = append(missing, t.quoted())
+		if !opsOff {
+			put = append(put, t)
 		}
 	}
 	if len(missing) == 0 {
-		return put, nil
+		return put, gone, nil
 	}
 	stmt := fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, strings.Join(missing, ", "))
 	if err := s.execWrite(ctx, stmt); err != nil {
-		return nil, pipeline.Fatal(fmt.Errorf("postgres source: add tables to publication %s: %w; run `%s;` as the owner of the publication and the tables",
+		return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: add tables to publication %s: %w; run `%s;` as the owner of the publication and the tables",
 			s.opts.Publication, err, stmt))
 	}
 	// Changes made before the ALTER were not published. A table new to
@@ -125,7 +138,7 @@ func (s *Source) ensurePublication(ctx context.Context) ([]TableRef, error) {
 	s.log.Warn("added captured tables to the publication; changes made while a table was left out of it were not published: "+
 		"for a table this pipeline captured before, run sluice verify --repair (or sluice snapshot --table) for it",
 		zap.String("publication", s.opts.Publication), zap.Strings("tables", missing))
-	return put, nil
+	return put, gone, nil
 }
 
 // slotRow is a row of pg_replication_slots.

@@ -369,7 +369,7 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 	if err := s.preflight(ctx); err != nil {
 		return err
 	}
-	if _, err := s.ensurePublication(ctx); err != nil {
+	if _, _, err := s.ensurePublication(ctx); err != nil {
 		return err
 	}
 	if err := s.ensureRewriteTrigger(ctx); err != nil {
