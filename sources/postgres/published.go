@@ -69,8 +69,9 @@ func publishedOf(content []byte) (published, bool) {
 // Republish show what it put back already and are not checked; after a
 // restart, one replayed from before puts back nothing but still reads its
 // tables again, since the earlier run's reads may not have been
-// checkpointed. A publication that cannot be put back stops the source:
-// the tables' changes would be lost for as long as it stays so.
+// checkpointed. A publication the role cannot put back stops the source:
+// the tables' changes would be lost for as long as it stays so; a failed
+// read is retried (the stream reconnects and meets the heartbeat again).
 func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeline.Record) ([]pipeline.Record, error) {
 	if d.opts.Republish == nil || len(d.streams) > 0 || rec.Version[1] < d.republishedAt {
 		return nil, nil
@@ -93,7 +94,10 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 		zap.Stringers("tables", out), zap.Bool("every_operation_published", p.allOps), zap.Uint64("lsn", rec.Version[1]))
 	put, err := d.opts.Republish(ctx)
 	if err != nil {
-		return nil, pipeline.Fatal(fmt.Errorf("postgres source: captured tables %v are not published and the publication could not be put back: %w", out, err))
+		// Fatal stays fatal (a statement the role may not run); a failed
+		// read is retried: the stream reconnects and meets this heartbeat
+		// again.
+		return nil, fmt.Errorf("postgres source: captured tables %v are not published and the publication could not be put back: %w", out, err)
 	}
 	d.republishedAt = put.At
 	d.gone = append(d.gone, put.Gone...)
