@@ -458,6 +458,18 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 					zap.String("table", n.db+"."+n.table), zap.String("new_name", c.Renamed[i].db+"."+c.Renamed[i].table), zap.String("at", where))
 			}
 		}
+		for _, n := range c.Renamed {
+			if d.isCaptured(n) {
+				// Another table takes a captured name (an online schema
+				// change's swap: RENAME TABLE t TO t_old, t_new TO t): its
+				// rows were written under a name the pipeline does not
+				// capture, so it is read again, and its shape goes out
+				// even if no row of it changes (Invariant 11).
+				d.shapes.forget(tableID(n))
+				d.shapes.markPending(tableID(n))
+				d.rewrite(n, h)
+			}
+		}
 	case ddlUnknown, ddlRows:
 		for _, n := range d.captured {
 			if !mentions(sql, db, n) {
