@@ -28,6 +28,9 @@ type ddl struct {
 	Kind    ddlKind
 	Tables  []tableName
 	Renamed []tableName
+	// Temporary marks CREATE/DROP TEMPORARY TABLE: a session's own table,
+	// which may shadow a captured one of the same name but changes none.
+	Temporary bool
 }
 
 // classifyDDL reads a statement from a QUERY event. Row events carry their
@@ -64,15 +67,15 @@ func classifyDDL(sql, defaultDB string) ddl {
 		}
 	case "CREATE":
 		replace := t.skip("OR") && t.skip("REPLACE")
-		t.skip("TEMPORARY")
+		temp := t.skip("TEMPORARY")
 		switch {
 		case t.skip("TABLE"):
 			t.skipIfExists()
 			if n, ok := t.name(); ok {
 				if replace {
-					return ddl{Kind: ddlReplace, Tables: []tableName{q(n)}}
+					return ddl{Kind: ddlReplace, Tables: []tableName{q(n)}, Temporary: temp}
 				}
-				return ddl{Kind: ddlCreate, Tables: []tableName{q(n)}}
+				return ddl{Kind: ddlCreate, Tables: []tableName{q(n)}, Temporary: temp}
 			}
 		case t.findIndexOn():
 			if n, ok := t.name(); ok {
@@ -82,7 +85,7 @@ func classifyDDL(sql, defaultDB string) ddl {
 			return ddl{Kind: ddlOther}
 		}
 	case "DROP":
-		t.skip("TEMPORARY")
+		temp := t.skip("TEMPORARY")
 		switch {
 		case t.skip("TABLE") || t.skip("TABLES"):
 			t.skipIfExists()
@@ -98,7 +101,7 @@ func classifyDDL(sql, defaultDB string) ddl {
 				}
 			}
 			if len(out) > 0 {
-				return ddl{Kind: ddlDrop, Tables: out}
+				return ddl{Kind: ddlDrop, Tables: out, Temporary: temp}
 			}
 		case t.findIndexOn():
 			if n, ok := t.name(); ok {

@@ -406,8 +406,8 @@ func (d *decoder) query(h *replication.EventHeader, e *replication.QueryEvent, e
 // statement applies a standalone statement (DDL) to the captured tables.
 func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 	c := classifyDDL(sql, db)
-	if c.Kind == ddlOther {
-		return nil
+	if c.Kind == ddlOther || c.Temporary {
+		return nil // a temporary table changes no captured one, even one it shadows
 	}
 	if d.onDDL != nil {
 		d.onDDL()
@@ -419,15 +419,7 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 	switch c.Kind {
 	case ddlTruncate, ddlReplace:
 		for _, n := range c.Tables {
-			if t := d.capturedTable(n); t != nil {
-				i := d.nrows
-				d.nrows++
-				if d.skipped(i) {
-					continue
-				}
-				d.recs = append(d.recs, pipeline.Record{Op: pipeline.OpTruncate, Table: t, EventTime: d.txTime, TxID: d.txID,
-					Version: streamVersion(d.epoch, d.txFile, d.txStart, i), Size: 128})
-			}
+			d.truncate(n)
 		}
 	case ddlAlter:
 		// The next TABLE_MAP shows the new shape; the DEFAULTs of added
@@ -444,10 +436,15 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 			}
 		}
 	case ddlDrop:
+		// A dropped table has no rows: the sinks let go of its rows as for
+		// a TRUNCATE, so a table created again under the name (DROP then
+		// CREATE, a reload) starts empty there too, with no ghost of the
+		// old one's rows.
 		for _, n := range c.Tables {
 			if d.isCaptured(n) {
+				d.truncate(n)
 				d.shapes.forget(tableID(n))
-				d.log.Warn("a captured table was dropped; sinks keep its rows", zap.String("table", n.db+"."+n.table), zap.String("at", where))
+				d.log.Warn("a captured table was dropped; the sinks remove its rows", zap.String("table", n.db+"."+n.table), zap.String("at", where))
 			}
 		}
 	case ddlRename:
@@ -491,6 +488,22 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 		}
 	}
 	return nil
+}
+
+// truncate adds an OpTruncate of n, if captured, at the statement's place
+// in the stream.
+func (d *decoder) truncate(n tableName) {
+	t := d.capturedTable(n)
+	if t == nil {
+		return
+	}
+	i := d.nrows
+	d.nrows++
+	if d.skipped(i) {
+		return
+	}
+	d.recs = append(d.recs, pipeline.Record{Op: pipeline.OpTruncate, Table: t, EventTime: d.txTime, TxID: d.txID,
+		Version: streamVersion(d.epoch, d.txFile, d.txStart, i), Size: 128})
 }
 
 // checkCascade stops the source at a statement that gives a captured
