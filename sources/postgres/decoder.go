@@ -57,7 +57,11 @@ type DecoderOptions struct {
 	// start (every captured table, every operation); nil: not watched.
 	Tables    []pipeline.TableID
 	Republish func(ctx context.Context) (Republished, error)
-	Log       *zap.Logger
+	// StartShapes are the captured tables' shapes as the source read them
+	// at start: a dropped table's truncate takes its shape from there when
+	// the stream decoded none of it (rewrite.go).
+	StartShapes map[pipeline.TableID]*pipeline.Table
+	Log         *zap.Logger
 }
 
 // Chunk is a run of records of one transaction, in order. A transaction
@@ -382,7 +386,7 @@ func (d *Decoder) logicalMessage(ctx context.Context, m *pglogrepl.LogicalDecodi
 
 // txMessage turns a transactional logical message of tx into a record,
 // versioned in the transaction like a change: an incremental snapshot's
-// watermark (snapshot/) or a table rewrite (rewrite.go). Other prefixes
+// watermark (snapshot/), a table rewrite or a dropped table (rewrite.go). Other prefixes
 // are not sluice's and are ignored.
 func (d *Decoder) txMessage(tx *txnState, m *pglogrepl.LogicalDecodingMessage, emit func(Chunk) error) error {
 	switch m.Prefix {
@@ -390,6 +394,11 @@ func (d *Decoder) txMessage(tx *txnState, m *pglogrepl.LogicalDecodingMessage, e
 		return d.add(tx, pipeline.Record{Op: pipeline.OpWatermark, After: []any{string(m.Content)}}, emit)
 	case RewritePrefix:
 		if r := d.rewriteRecord(m); r != nil {
+			return d.add(tx, *r, emit)
+		}
+		return nil
+	case DropPrefix:
+		if r := d.dropRecord(m); r != nil {
 			return d.add(tx, *r, emit)
 		}
 		return nil

@@ -89,6 +89,7 @@ func newStreamer(s *Source) (*streamer, error) {
 		HeartbeatPrefix: HeartbeatPrefix,
 		Generation:      s.gen,
 		Refetch:         refetcher(s.pool, s.log, s.version),
+		StartShapes:     s.startShapes,
 		Log:             s.log,
 	}
 	if !s.standby {

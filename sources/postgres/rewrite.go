@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -24,20 +26,37 @@ import (
 // the transaction's place in the stream, and the snapshot engine reads
 // the table again (pipeline.OpRewrite).
 //
-// The trigger and its function (RewriteTriggerSQL) are one per database, shared
-// by every pipeline reading it. Creating an event trigger takes a
-// superuser: the source creates them when its role is one and they are
-// absent, and otherwise says what to run. The function runs with its
-// owner's rights and never fails the DDL that fired it.
+// A DROP TABLE sends nothing either, and a table created again under the
+// name would leave the old one's rows in the sinks for good (DROP, CREATE,
+// INSERT: a reload). A second event trigger, on sql_drop, emits a
+// transactional message naming each dropped table (DropPrefix); the
+// decoder turns one that names a captured table into an OpTruncate at the
+// DROP's place in the stream, so the sinks let go of its rows there, below
+// every change of a table created after it.
+//
+// The triggers and their functions (EventTriggerSQL) are one per database,
+// shared by every pipeline reading it. Creating an event trigger takes a
+// superuser: the source creates those absent when its role is one, and
+// otherwise says what to run. The functions run with their owner's rights
+// and never fail the DDL that fired them.
 
-// RewritePrefix is the prefix of the logical messages of table rewrites.
-const RewritePrefix = "sluice.rewrite"
+// RewritePrefix is the prefix of the logical messages of table rewrites,
+// DropPrefix of dropped tables.
+const (
+	RewritePrefix = "sluice.rewrite"
+	DropPrefix    = "sluice.drop"
+)
 
-// RewriteTriggerSQL creates the function and the event trigger, for a
-// superuser to run on the primary when the source cannot (a role that is
-// not one, or a source reading a standby).
-var RewriteTriggerSQL = []string{
-	`CREATE OR REPLACE FUNCTION public.sluice_table_rewrite() RETURNS event_trigger
+// eventTrigger is one of the source's event triggers: its name and the
+// statements that create its function and itself.
+type eventTrigger struct {
+	name string
+	sql  []string
+}
+
+var eventTriggers = []eventTrigger{
+	{"sluice_table_rewrite", []string{
+		`CREATE OR REPLACE FUNCTION public.sluice_table_rewrite() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 BEGIN
   PERFORM pg_logical_emit_message(true, '` + RewritePrefix + `',
@@ -46,41 +65,72 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'sluice: table rewrite not announced to change data capture: %', SQLERRM;
 END $$`,
-	`CREATE EVENT TRIGGER sluice_table_rewrite ON table_rewrite EXECUTE FUNCTION public.sluice_table_rewrite()`,
+		`CREATE EVENT TRIGGER sluice_table_rewrite ON table_rewrite EXECUTE FUNCTION public.sluice_table_rewrite()`}},
+	{"sluice_table_drop", []string{
+		`CREATE OR REPLACE FUNCTION public.sluice_table_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+  PERFORM pg_logical_emit_message(true, '` + DropPrefix + `', json_build_array(o.schema_name, o.object_name)::text)
+    FROM pg_event_trigger_dropped_objects() o WHERE o.object_type = 'table' AND NOT o.is_temporary;
+EXCEPTION WHEN OTHERS THEN
+  RAISE WARNING 'sluice: table drop not announced to change data capture: %', SQLERRM;
+END $$`,
+		`CREATE EVENT TRIGGER sluice_table_drop ON sql_drop EXECUTE FUNCTION public.sluice_table_drop()`}},
 }
 
-// ensureRewriteTrigger creates the event trigger when it is absent and the
+// EventTriggerSQL creates the functions and the event triggers, for a
+// superuser to run on the primary when the source cannot (a role that is
+// not one, or a source reading a standby).
+func EventTriggerSQL() []string {
+	var out []string
+	for _, t := range eventTriggers {
+		out = append(out, t.sql...)
+	}
+	return out
+}
+
+// ensureEventTriggers creates the event triggers that are absent when the
 // role may; otherwise it logs what a superuser should run (Invariant 9:
-// without it a rewrite leaves the sinks stale).
-func (s *Source) ensureRewriteTrigger(ctx context.Context) error {
-	var exists, super bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'sluice_table_rewrite' AND evtenabled <> 'D'),
-		(SELECT rolsuper FROM pg_roles WHERE rolname = current_user)`).Scan(&exists, &super)
-	if err != nil {
-		return fmt.Errorf("postgres source: look for the table rewrite trigger: %w", err)
+// without them a rewrite leaves the sinks stale, and a dropped table's
+// rows stay in them).
+func (s *Source) ensureEventTriggers(ctx context.Context) error {
+	var super bool
+	if err := s.pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil {
+		return fmt.Errorf("postgres source: look for the event triggers: %w", err)
 	}
-	if exists {
-		return nil
-	}
-	if super && !s.standby {
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			for _, stmt := range RewriteTriggerSQL {
-				if _, err := tx.Exec(ctx, stmt); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		var pe *pgconn.PgError
-		if err == nil || errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object: another pipeline made it
-			s.log.Info("created the event trigger that announces table rewrites", zap.String("trigger", "sluice_table_rewrite"))
-			return nil
+	var missing []string
+	for _, t := range eventTriggers {
+		var exists bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = $1 AND evtenabled <> 'D')`,
+			t.name).Scan(&exists); err != nil {
+			return fmt.Errorf("postgres source: look for event trigger %s: %w", t.name, err)
 		}
-		s.log.Warn("the event trigger that announces table rewrites could not be created", zap.Error(err))
+		if exists {
+			continue
+		}
+		if super && !s.standby {
+			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				for _, stmt := range t.sql {
+					if _, err := tx.Exec(ctx, stmt); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			var pe *pgconn.PgError
+			if err == nil || errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object: another pipeline made it
+				s.log.Info("created an event trigger that announces what logical decoding does not send", zap.String("trigger", t.name))
+				continue
+			}
+			s.log.Warn("an event trigger could not be created", zap.String("trigger", t.name), zap.Error(err))
+		}
+		missing = append(missing, t.sql...)
 	}
-	s.log.Warn("table rewrites are not announced: ALTER TABLE … ALTER COLUMN … TYPE … USING, or ADD COLUMN with a volatile "+
-		"DEFAULT, would change every row with no change event and leave the sinks stale. As a superuser, on the primary, run: "+
-		RewriteTriggerSQL[0]+"; "+RewriteTriggerSQL[1]+";", zap.String("database", s.database))
+	if len(missing) > 0 {
+		s.log.Warn("table rewrites or drops are not announced: ALTER TABLE … ALTER COLUMN … TYPE … USING, or ADD COLUMN with a volatile "+
+			"DEFAULT, would change every row with no change event and leave the sinks stale, and a dropped table's rows would stay "+
+			"in the sinks. As a superuser, on the primary, run: "+strings.Join(missing, "; ")+";", zap.String("database", s.database))
+	}
 	return nil
 }
 
@@ -95,4 +145,53 @@ func (d *Decoder) rewriteRecord(m *pglogrepl.LogicalDecodingMessage) *pipeline.R
 	id := pipeline.TableID{Database: d.opts.Database, Schema: name[0], Table: name[1]}
 	d.log.Info("table rewritten without change events", zap.Stringer("table", id), zap.Stringer("lsn", m.LSN))
 	return &pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}}
+}
+
+// loadStartShapes reads the captured tables' shapes, for the truncates of
+// tables dropped before the stream decodes a change of them. A table that
+// does not exist has none.
+func (s *Source) loadStartShapes(ctx context.Context) error {
+	s.startShapes = map[pipeline.TableID]*pipeline.Table{}
+	for _, t := range s.tables {
+		sh, err := LoadTableShape(ctx, s.pool, s.database, t)
+		if errors.Is(err, ErrTableNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("postgres source: read the shape of %s: %w", tableName(t), err)
+		}
+		s.startShapes[pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name}] = sh.Table
+	}
+	return nil
+}
+
+// dropRecord is the OpTruncate record of a drop message naming a captured
+// table, nil for another table. Its shape is the newest the stream decoded
+// of the table, else the one the source read at start (StartShapes); a
+// captured table with neither (dropped before the source started, its DROP
+// replayed from a checkpoint) keeps its rows in the sinks, with a warning.
+func (d *Decoder) dropRecord(m *pglogrepl.LogicalDecodingMessage) *pipeline.Record {
+	var name []string
+	if err := json.Unmarshal(m.Content, &name); err != nil || len(name) != 2 {
+		d.log.Warn("table drop message not understood", zap.ByteString("content", m.Content))
+		return nil
+	}
+	id := pipeline.TableID{Database: d.opts.Database, Schema: name[0], Table: name[1]}
+	d.mu.Lock()
+	s := d.latest[id]
+	d.mu.Unlock()
+	t := d.opts.StartShapes[id]
+	if s != nil {
+		t = s.Table
+	}
+	if t == nil {
+		if slices.Contains(d.opts.Tables, id) {
+			d.log.Warn("a captured table was dropped, but its shape is unknown (it was dropped before the source started): "+
+				"the sinks keep its rows; `sluice verify --repair` removes them once a table of that name exists again",
+				zap.Stringer("table", id), zap.Stringer("lsn", m.LSN))
+		}
+		return nil
+	}
+	d.log.Warn("a captured table was dropped; the sinks remove its rows", zap.Stringer("table", id), zap.Stringer("lsn", m.LSN))
+	return &pipeline.Record{Op: pipeline.OpTruncate, Table: t}
 }

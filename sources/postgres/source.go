@@ -175,6 +175,8 @@ type Source struct {
 	mu            sync.Mutex
 	lastEventTime time.Time // commit time of the last transaction (or heartbeat) handed over
 	shapesSeen    map[TableRef]bool
+	// startShapes are the captured tables' shapes at Open (rewrite.go).
+	startShapes map[pipeline.TableID]*pipeline.Table
 }
 
 var (
@@ -372,7 +374,10 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 	if _, _, err := s.ensurePublication(ctx); err != nil {
 		return err
 	}
-	if err := s.ensureRewriteTrigger(ctx); err != nil {
+	if err := s.ensureEventTriggers(ctx); err != nil {
+		return err
+	}
+	if err := s.loadStartShapes(ctx); err != nil {
 		return err
 	}
 	repl, err = s.connectReplication(ctx)
