@@ -84,7 +84,8 @@ func addedColumns(sql string) map[string]defaultLit {
 
 // rewritesRows reports whether an ALTER TABLE statement may change the
 // values existing rows hold with no row event for them: it changes a
-// column's type or character set (MODIFY, CHANGE, CONVERT TO), or adds a
+// column's type or character set (MODIFY, CHANGE, CONVERT TO), renames a
+// column (the sinks hold its values under the old name), or adds a
 // column whose value the source does not evaluate (added, from
 // addedColumns: a DEFAULT such as CURRENT_TIMESTAMP or (UUID()), an
 // AUTO_INCREMENT or a generated column). The snapshot engine then
@@ -100,6 +101,12 @@ func rewritesRows(sql string, added map[string]defaultLit) bool {
 		switch t.upper(sp[0]) {
 		case "MODIFY", "CHANGE", "CONVERT":
 			return true
+		case "RENAME":
+			// RENAME COLUMN a TO b: the rows' values move to a column
+			// the sinks never held a value of.
+			if t.upper(sp[0]+1) == "COLUMN" {
+				return true
+			}
 		}
 	}
 	return false

@@ -242,6 +242,8 @@ func TestRewritesRows(t *testing.T) {
 		"ALTER TABLE t ADD INDEX i (a), DROP COLUMN z, ALTER COLUMN q SET DEFAULT 3": false,
 		"ALTER TABLE t COMMENT 'modify change convert'":                              false,
 		"CREATE TABLE t (a int DEFAULT (UUID()))":                                    false,
+		"ALTER TABLE t RENAME COLUMN v TO w":                                         true,
+		"ALTER TABLE t ADD INDEX i (a), RENAME INDEX i TO j, RENAME KEY k TO l":      false,
 	} {
 		if got := rewritesRows(sql, addedColumns(sql)); got != want {
 			t.Errorf("%s: %v, want %v", sql, got, want)

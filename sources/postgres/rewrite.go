@@ -26,6 +26,12 @@ import (
 // the transaction's place in the stream, and the snapshot engine reads
 // the table again (pipeline.OpRewrite).
 //
+// A column renamed (ALTER TABLE … RENAME [COLUMN] a TO b) moves every
+// row's value to a column the sinks never held a value of, again with no
+// change event: a third trigger, at the end of an ALTER TABLE, announces
+// each table one of whose columns it renamed with the same message as a
+// rewrite, and the table is read again.
+//
 // A DROP TABLE sends nothing either, and a table created again under the
 // name would leave the old one's rows in the sinks for good (DROP, CREATE,
 // INSERT: a reload). A second event trigger, on sql_drop, emits a
@@ -76,6 +82,18 @@ EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'sluice: table drop not announced to change data capture: %', SQLERRM;
 END $$`,
 		`CREATE EVENT TRIGGER sluice_table_drop ON sql_drop EXECUTE FUNCTION public.sluice_table_drop()`}},
+	{"sluice_column_rename", []string{
+		`CREATE OR REPLACE FUNCTION public.sluice_column_rename() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+  PERFORM pg_logical_emit_message(true, '` + RewritePrefix + `', json_build_array(n.nspname, c.relname)::text)
+    FROM (SELECT DISTINCT objid FROM pg_event_trigger_ddl_commands()
+          WHERE object_type = 'table column' AND classid = 'pg_class'::regclass) d
+    JOIN pg_class c ON c.oid = d.objid JOIN pg_namespace n ON n.oid = c.relnamespace;
+EXCEPTION WHEN OTHERS THEN
+  RAISE WARNING 'sluice: column rename not announced to change data capture: %', SQLERRM;
+END $$`,
+		`CREATE EVENT TRIGGER sluice_column_rename ON ddl_command_end WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION public.sluice_column_rename()`}},
 }
 
 // EventTriggerSQL creates the functions and the event triggers, for a

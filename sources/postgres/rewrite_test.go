@@ -37,8 +37,8 @@ func TestTableRewriteIsReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close(context.Background()) })
-	if got := fmt.Sprint(selectRows(t, ctx, pg, "SELECT evtname FROM pg_event_trigger ORDER BY 1")); got != "[[sluice_table_drop] [sluice_table_rewrite]]" {
-		t.Fatalf("event triggers %v, want sluice_table_drop and sluice_table_rewrite", got)
+	if got := fmt.Sprint(selectRows(t, ctx, pg, "SELECT evtname FROM pg_event_trigger ORDER BY 1")); got != "[[sluice_column_rename] [sluice_table_drop] [sluice_table_rewrite]]" {
+		t.Fatalf("event triggers %v, want sluice_column_rename, sluice_table_drop and sluice_table_rewrite", got)
 	}
 	sink := newMemSink()
 	settle := func(what, query string) {
@@ -48,20 +48,27 @@ func TestTableRewriteIsReadAgain(t *testing.T) {
 		equalRows(t, what, sink.Table("public.rw"), selectRows(t, ctx, pg, query))
 	}
 	settle("the first snapshot", "SELECT id, n, body FROM rw")
-	for i, ddl := range []string{"ALTER TABLE rw ALTER COLUMN n TYPE bigint USING n * 100", "ALTER TABLE rw ADD COLUMN u uuid DEFAULT gen_random_uuid()"} {
+	for i, ddl := range []string{"ALTER TABLE rw ALTER COLUMN n TYPE bigint USING n * 100", "ALTER TABLE rw ADD COLUMN u uuid DEFAULT gen_random_uuid()",
+		"ALTER TABLE rw RENAME COLUMN body TO text"} {
 		exec(t, ctx, pg, "shop", ddl)
 		catchUp(t, ctx, pg, eng, sink)
 		if n := eng.Stats().Rewrites; n != int64(i+1) {
 			t.Fatalf("after %s: %d rewrites seen, want %d", ddl, n, i+1)
 		}
-		settle("after "+ddl, "SELECT id, n, body"+[]string{"", ", u::text"}[i]+" FROM rw")
+		settle("after "+ddl, []string{"SELECT id, n, body FROM rw", "SELECT id, n, body, u::text FROM rw", "SELECT id, n, text, u::text FROM rw"}[i])
+	}
+	// A column rename is announced alone: a COMMENT ON COLUMN is not.
+	exec(t, ctx, pg, "shop", "COMMENT ON COLUMN rw.n IS 'n'")
+	catchUp(t, ctx, pg, eng, sink)
+	if n := eng.Stats().Rewrites; n != 3 {
+		t.Fatalf("after COMMENT ON COLUMN: %d rewrites, want 3", n)
 	}
 
 	// Not captured: nothing is read.
 	before := eng.Stats().Chunks
 	exec(t, ctx, pg, "shop", "ALTER TABLE other ALTER COLUMN n TYPE bigint")
 	catchUp(t, ctx, pg, eng, sink)
-	if len(eng.Snapshotting()) > 0 || eng.Stats().Chunks != before || eng.Stats().Rewrites != 2 {
+	if len(eng.Snapshotting()) > 0 || eng.Stats().Chunks != before || eng.Stats().Rewrites != 3 {
 		t.Fatalf("a rewrite of a table not captured read chunks: %v, %+v", eng.Snapshotting(), eng.Stats())
 	}
 
