@@ -27,10 +27,12 @@ import (
 // the table again (pipeline.OpRewrite).
 //
 // A column renamed (ALTER TABLE … RENAME [COLUMN] a TO b) moves every
-// row's value to a column the sinks never held a value of, again with no
-// change event: a third trigger, at the end of an ALTER TABLE, announces
-// each table one of whose columns it renamed with the same message as a
-// rewrite, and the table is read again.
+// row's value to a column the sinks never held a value of, and an enum
+// label renamed (ALTER TYPE … RENAME VALUE) changes the value of every row
+// that holds it, again with no change event: a third trigger, at the end
+// of an ALTER TABLE or ALTER TYPE, announces each table one of whose
+// columns it renamed, or that has a column of the enum, with the same
+// message as a rewrite, and the table is read again.
 //
 // A DROP TABLE sends nothing either, and a table created again under the
 // name would leave the old one's rows in the sinks for good (DROP, CREATE,
@@ -82,18 +84,30 @@ EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'sluice: table drop not announced to change data capture: %', SQLERRM;
 END $$`,
 		`CREATE EVENT TRIGGER sluice_table_drop ON sql_drop EXECUTE FUNCTION public.sluice_table_drop()`}},
-	{"sluice_column_rename", []string{
-		`CREATE OR REPLACE FUNCTION public.sluice_column_rename() RETURNS event_trigger
+	{"sluice_rename", []string{
+		`CREATE OR REPLACE FUNCTION public.sluice_rename() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 BEGIN
   PERFORM pg_logical_emit_message(true, '` + RewritePrefix + `', json_build_array(n.nspname, c.relname)::text)
     FROM (SELECT DISTINCT objid FROM pg_event_trigger_ddl_commands()
           WHERE object_type = 'table column' AND classid = 'pg_class'::regclass) d
     JOIN pg_class c ON c.oid = d.objid JOIN pg_namespace n ON n.oid = c.relnamespace;
+  -- An enum's label renamed (ALTER TYPE … RENAME VALUE, which the command
+  -- list does not tell from ADD VALUE): the tables with a column of it.
+  IF current_query() ~* 'rename\s+value' THEN
+    PERFORM pg_logical_emit_message(true, '` + RewritePrefix + `', json_build_array(n.nspname, c.relname)::text)
+      FROM (SELECT DISTINCT a.attrelid FROM pg_event_trigger_ddl_commands() d
+            JOIN pg_type e ON e.oid = d.objid AND e.typtype = 'e'
+            JOIN pg_type ty ON ty.oid = e.oid OR ty.oid = e.typarray OR ty.typbasetype = e.oid
+            JOIN pg_attribute a ON a.atttypid = ty.oid AND a.attnum > 0 AND NOT a.attisdropped
+            WHERE d.classid = 'pg_type'::regclass) r
+      JOIN pg_class c ON c.oid = r.attrelid AND c.relkind IN ('r', 'p')
+      JOIN pg_namespace n ON n.oid = c.relnamespace;
+  END IF;
 EXCEPTION WHEN OTHERS THEN
-  RAISE WARNING 'sluice: column rename not announced to change data capture: %', SQLERRM;
+  RAISE WARNING 'sluice: rename not announced to change data capture: %', SQLERRM;
 END $$`,
-		`CREATE EVENT TRIGGER sluice_column_rename ON ddl_command_end WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION public.sluice_column_rename()`}},
+		`CREATE EVENT TRIGGER sluice_rename ON ddl_command_end WHEN TAG IN ('ALTER TABLE', 'ALTER TYPE') EXECUTE FUNCTION public.sluice_rename()`}},
 }
 
 // EventTriggerSQL creates the functions and the event triggers, for a

@@ -37,8 +37,8 @@ func TestTableRewriteIsReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close(context.Background()) })
-	if got := fmt.Sprint(selectRows(t, ctx, pg, "SELECT evtname FROM pg_event_trigger ORDER BY 1")); got != "[[sluice_column_rename] [sluice_table_drop] [sluice_table_rewrite]]" {
-		t.Fatalf("event triggers %v, want sluice_column_rename, sluice_table_drop and sluice_table_rewrite", got)
+	if got := fmt.Sprint(selectRows(t, ctx, pg, "SELECT evtname FROM pg_event_trigger ORDER BY 1")); got != "[[sluice_rename] [sluice_table_drop] [sluice_table_rewrite]]" {
+		t.Fatalf("event triggers %v, want sluice_rename, sluice_table_drop and sluice_table_rewrite", got)
 	}
 	sink := newMemSink()
 	settle := func(what, query string) {
@@ -138,5 +138,43 @@ func TestTableDroppedAndCreatedAgain(t *testing.T) {
 	catchUp(t, ctx, pg, eng, sink)
 	if rows := sink.Table("public.dr"); len(rows) != 0 {
 		t.Fatalf("after DROP the sink holds %d rows of the dropped table", len(rows))
+	}
+}
+
+// An enum label renamed (ALTER TYPE … RENAME VALUE) changes every row that
+// holds it, in a column of the enum or of an array of it, with no change
+// event: the tables with such a column are read again. A label added
+// changes no row and reads nothing.
+func TestEnumLabelRenamedIsReadAgain(t *testing.T) {
+	pg, ctx := testDB(t)
+	exec(t, ctx, pg, "shop", "CREATE TYPE mood AS ENUM ('sad', 'ok')",
+		"CREATE TABLE em (id int PRIMARY KEY, md mood, mds mood[])",
+		"INSERT INTO em SELECT g, (ARRAY['sad', 'ok'])[1 + g % 2]::mood, ARRAY['ok', 'sad']::mood[] FROM generate_series(1, 200) g")
+	opts := testOptions(pg, "public.em")
+	src, err := New(opts, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: []pipeline.TableID{{Schema: "public", Table: "em"}},
+		Fresh: true, Parallel: 2, ChunkRows: 64, Log: testLogger(t)})
+	if err := eng.Open(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	sink := newMemSink()
+	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
+	catchUp(t, ctx, pg, eng, sink)
+	exec(t, ctx, pg, "shop", "ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'")
+	catchUp(t, ctx, pg, eng, sink)
+	if n := eng.Stats().Rewrites; n != 1 {
+		t.Fatalf("after RENAME VALUE: %d rewrites, want 1", n)
+	}
+	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
+	catchUp(t, ctx, pg, eng, sink)
+	equalRows(t, "after RENAME VALUE", sink.Table("public.em"), selectRows(t, ctx, pg, "SELECT id, md::text, mds::text[] FROM em"))
+	exec(t, ctx, pg, "shop", "ALTER TYPE mood ADD VALUE 'happy'")
+	catchUp(t, ctx, pg, eng, sink)
+	if n := eng.Stats().Rewrites; n != 1 || len(eng.Snapshotting()) > 0 {
+		t.Fatalf("after ADD VALUE: %d rewrites, snapshotting %v", n, eng.Snapshotting())
 	}
 }
