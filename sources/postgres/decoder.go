@@ -52,8 +52,9 @@ type DecoderOptions struct {
 	// HeartbeatPrefix is the logical message prefix of heartbeats
 	// (default "sluice.heartbeat").
 	HeartbeatPrefix string
-	// Tables are the captured tables, whose publication the heartbeats
-	// watch (published.go). Republish puts the publication back as at
+	// Tables are the captured tables: changes of others the publication
+	// sends are left out, and the heartbeats watch the publication for
+	// these (published.go). Republish puts the publication back as at
 	// start (every captured table, every operation); nil: not watched.
 	Tables    []pipeline.TableID
 	Republish func(ctx context.Context) (Republished, error)
@@ -124,6 +125,9 @@ type Decoder struct {
 	// the captured tables it found no longer exist (published.go).
 	republishedAt uint64
 	gone          []pipeline.TableID
+	// captured is Tables as a set; leftOut the other tables the
+	// publication sent changes of (published.go).
+	captured, leftOut map[pipeline.TableID]bool
 
 	mu     sync.Mutex
 	latest map[pipeline.TableID]*TableShape // newest shape per table
@@ -657,6 +661,9 @@ func keyChanged(keyIdx []int, old, new *pglogrepl.TupleData) bool {
 func (d *Decoder) add(tx *txnState, r pipeline.Record, emit func(Chunk) error) error {
 	r.Version = streamVersion(d.opts.Generation, tx.commitLSN, tx.index)
 	tx.index++
+	if r.Table != nil && d.notCaptured(r.Table.ID) {
+		return nil
+	}
 	r.EventTime = tx.commitTime
 	r.TxID = uint64(tx.xid)
 	r.Size = pipeline.EstimateSize(&r)

@@ -117,3 +117,32 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 	}
 	return recs, nil
 }
+
+// notCaptured reports whether id is a table the pipeline does not capture
+// although the publication sends its changes: a captured table renamed
+// (the publication holds the relation, whatever its name; its changes
+// would fill a sink table of the new name with the rows that happen to
+// change), or a table added to the publication by hand. Its changes are
+// left out, with a warning once per table. With no captured tables
+// listed, every table is captured.
+func (d *Decoder) notCaptured(id pipeline.TableID) bool {
+	if len(d.opts.Tables) == 0 {
+		return false
+	}
+	if d.captured == nil {
+		d.captured, d.leftOut = map[pipeline.TableID]bool{}, map[pipeline.TableID]bool{}
+		for _, t := range d.opts.Tables {
+			d.captured[t] = true
+		}
+	}
+	if d.captured[id] {
+		return false
+	}
+	if !d.leftOut[id] {
+		d.leftOut[id] = true
+		d.log.Warn("the publication sends changes of a table the pipeline does not capture (a captured table renamed, "+
+			"or a table added to the publication by hand): they are left out; list the table to capture it",
+			zap.Stringer("table", id))
+	}
+	return true
+}

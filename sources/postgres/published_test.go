@@ -106,4 +106,13 @@ func TestPublicationAlteredIsPutBack(t *testing.T) {
 	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
 	catchUp(t, ctx, pg, eng, sink)
 	equalRows(t, "after the swap: pa", sink.Table("public.pa"), selectRows(t, ctx, pg, "SELECT id, n, tag FROM pa"))
+
+	// The old table, under its new name, is still in the publication (it
+	// holds the relation): its changes are not captured.
+	exec(t, ctx, pg, "shop", "UPDATE pa_old SET n = -n WHERE id <= 5", "INSERT INTO pa VALUES (2001, 1, 'last')")
+	catchUp(t, ctx, pg, eng, sink)
+	if rows := sink.Table("public.pa_old"); len(rows) != 0 {
+		t.Fatalf("the sink holds %d rows of pa_old, a table the pipeline does not capture", len(rows))
+	}
+	equalRows(t, "after pa_old changed: pa", sink.Table("public.pa"), selectRows(t, ctx, pg, "SELECT id, n, tag FROM pa"))
 }

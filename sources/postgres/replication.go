@@ -92,10 +92,10 @@ func newStreamer(s *Source) (*streamer, error) {
 		StartShapes:     s.startShapes,
 		Log:             s.log,
 	}
+	for _, t := range s.tables {
+		opts.Tables = append(opts.Tables, pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name})
+	}
 	if !s.standby {
-		for _, t := range s.tables {
-			opts.Tables = append(opts.Tables, pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name})
-		}
 		opts.Republish = func(ctx context.Context) (Republished, error) {
 			put, gone, err := s.ensurePublication(ctx)
 			if err != nil {
