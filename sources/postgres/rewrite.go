@@ -43,7 +43,10 @@ import (
 // every change of a table created after it.
 //
 // The triggers and their functions (EventTriggerSQL) are one per database,
-// shared by every pipeline reading it. Creating an event trigger takes a
+// shared by every pipeline reading it. They fire under every
+// session_replication_role (ENABLE ALWAYS): a tool that loads or alters
+// tables as a replica (pgcopydb, pg_restore into a live database) changes
+// them all the same. Creating an event trigger takes a
 // superuser: the source creates those absent when its role is one, and
 // otherwise says what to run. The functions run with their owner's rights
 // and never fail the DDL that fired them.
@@ -73,7 +76,8 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'sluice: table rewrite not announced to change data capture: %', SQLERRM;
 END $$`,
-		`CREATE EVENT TRIGGER sluice_table_rewrite ON table_rewrite EXECUTE FUNCTION public.sluice_table_rewrite()`}},
+		`CREATE EVENT TRIGGER sluice_table_rewrite ON table_rewrite EXECUTE FUNCTION public.sluice_table_rewrite()`,
+		`ALTER EVENT TRIGGER sluice_table_rewrite ENABLE ALWAYS`}},
 	{"sluice_table_drop", []string{
 		`CREATE OR REPLACE FUNCTION public.sluice_table_drop() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
@@ -83,7 +87,8 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'sluice: table drop not announced to change data capture: %', SQLERRM;
 END $$`,
-		`CREATE EVENT TRIGGER sluice_table_drop ON sql_drop EXECUTE FUNCTION public.sluice_table_drop()`}},
+		`CREATE EVENT TRIGGER sluice_table_drop ON sql_drop EXECUTE FUNCTION public.sluice_table_drop()`,
+		`ALTER EVENT TRIGGER sluice_table_drop ENABLE ALWAYS`}},
 	{"sluice_rename", []string{
 		`CREATE OR REPLACE FUNCTION public.sluice_rename() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
@@ -107,7 +112,8 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'sluice: rename not announced to change data capture: %', SQLERRM;
 END $$`,
-		`CREATE EVENT TRIGGER sluice_rename ON ddl_command_end WHEN TAG IN ('ALTER TABLE', 'ALTER TYPE') EXECUTE FUNCTION public.sluice_rename()`}},
+		`CREATE EVENT TRIGGER sluice_rename ON ddl_command_end WHEN TAG IN ('ALTER TABLE', 'ALTER TYPE') EXECUTE FUNCTION public.sluice_rename()`,
+		`ALTER EVENT TRIGGER sluice_rename ENABLE ALWAYS`}},
 }
 
 // EventTriggerSQL creates the functions and the event triggers, for a
