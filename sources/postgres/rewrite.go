@@ -138,17 +138,22 @@ func (s *Source) ensureEventTriggers(ctx context.Context) error {
 	}
 	var missing []string
 	for _, t := range eventTriggers {
-		var exists bool
-		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = $1 AND evtenabled <> 'D')`,
-			t.name).Scan(&exists); err != nil {
+		// evtenabled: A always, O and R in some sessions, D disabled.
+		var enabled string
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT evtenabled::text FROM pg_event_trigger WHERE evtname = $1), '')`,
+			t.name).Scan(&enabled); err != nil {
 			return fmt.Errorf("postgres source: look for event trigger %s: %w", t.name, err)
 		}
-		if exists {
+		if enabled == "A" {
 			continue
 		}
 		if super && !s.standby {
+			stmts := t.sql
+			if enabled != "" {
+				stmts = t.sql[len(t.sql)-1:] // ENABLE ALWAYS: one an earlier version made, or disabled
+			}
 			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-				for _, stmt := range t.sql {
+				for _, stmt := range stmts {
 					if _, err := tx.Exec(ctx, stmt); err != nil {
 						return err
 					}
@@ -157,12 +162,14 @@ func (s *Source) ensureEventTriggers(ctx context.Context) error {
 			})
 			var pe *pgconn.PgError
 			if err == nil || errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object: another pipeline made it
-				s.log.Info("created an event trigger that announces what logical decoding does not send", zap.String("trigger", t.name))
+				s.log.Info("created or enabled an event trigger that announces what logical decoding does not send", zap.String("trigger", t.name))
 				continue
 			}
 			s.log.Warn("an event trigger could not be created", zap.String("trigger", t.name), zap.Error(err))
 		}
-		missing = append(missing, t.sql...)
+		if enabled == "" || enabled == "D" {
+			missing = append(missing, t.sql...)
+		}
 	}
 	if len(missing) > 0 {
 		s.log.Warn("table rewrites or drops are not announced: ALTER TABLE … ALTER COLUMN … TYPE … USING, or ADD COLUMN with a volatile "+
