@@ -60,7 +60,7 @@ type DecoderOptions struct {
 	Republish func(ctx context.Context) (Republished, error)
 	// StartShapes are the captured tables' shapes as the source read them
 	// at start: a dropped table's truncate takes its shape from there when
-	// the stream decoded none of it (rewrite.go).
+	// the stream decoded none of it (ddlevents.go).
 	StartShapes map[pipeline.TableID]*pipeline.Table
 	Log         *zap.Logger
 }
@@ -390,7 +390,7 @@ func (d *Decoder) logicalMessage(ctx context.Context, m *pglogrepl.LogicalDecodi
 
 // txMessage turns a transactional logical message of tx into a record,
 // versioned in the transaction like a change: an incremental snapshot's
-// watermark (snapshot/), a table rewrite or a dropped table (rewrite.go). Other prefixes
+// watermark (snapshot/), a table rewrite or a dropped table (ddlevents.go). Other prefixes
 // are not sluice's and are ignored.
 func (d *Decoder) txMessage(tx *txnState, m *pglogrepl.LogicalDecodingMessage, emit func(Chunk) error) error {
 	switch m.Prefix {

@@ -175,7 +175,7 @@ type Source struct {
 	mu            sync.Mutex
 	lastEventTime time.Time // commit time of the last transaction (or heartbeat) handed over
 	shapesSeen    map[TableRef]bool
-	// startShapes are the captured tables' shapes at Open (rewrite.go).
+	// startShapes are the captured tables' shapes at Open (ddlevents.go).
 	startShapes map[pipeline.TableID]*pipeline.Table
 }
 
