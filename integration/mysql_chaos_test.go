@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -71,6 +72,11 @@ var mysqlAdded = []string{
 	`c_uuid VARCHAR(36) DEFAULT (UUID())`,
 }
 
+// mysqlRenames come after mysqlAdded: a column renamed moves every row's
+// value to a column no sink held a value of, with no row event; only the
+// re-read the ALTER queues brings the sinks along.
+var mysqlRenames = []string{`ALTER TABLE items RENAME COLUMN c_dbl TO c_double`}
+
 // mysqlWorkload keeps writing small transactions until ctx ends, counting
 // them into c, a third of them with binlog_row_image=MINIMAL; while ddl holds, also an ALTER TABLE items ADD COLUMN …
 // DEFAULT (each of added in turn) every chaosAlterEvery transactions and
@@ -110,7 +116,11 @@ func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCo
 		alter, truncate := false, false
 		switch n := rng.IntN(12); {
 		case ddl.Load() && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(added):
-			stmts, alter = []string{`ALTER TABLE items ADD COLUMN ` + added[c.alters.Load()]}, true
+			stmt := added[c.alters.Load()]
+			if !strings.HasPrefix(stmt, "ALTER ") {
+				stmt = `ALTER TABLE items ADD COLUMN ` + stmt
+			}
+			stmts, alter = []string{stmt}, true
 		case ddl.Load() && op%chaosTruncateEvery == 0:
 			stmts, truncate = []string{`TRUNCATE events`}, true
 		case n < 3:
@@ -345,7 +355,7 @@ runtime: {checkpoint_interval: 100ms}
 	ddl.Store(c.ddlFromStart)
 	workErr := make(chan error, 1)
 	go func() {
-		workErr <- mysqlWorkload(wctx, addr, c.name, int64(c.items), &work, &ddl, mysqlAdded, c.perSecond)
+		workErr <- mysqlWorkload(wctx, addr, c.name, int64(c.items), &work, &ddl, append(slices.Clone(mysqlAdded), mysqlRenames...), c.perSecond)
 	}()
 
 	loadKills, streamKills := killAtRandom(t, cfg, checkpoint, func() bool {
@@ -386,6 +396,6 @@ runtime: {checkpoint_interval: 100ms}
 	n1 := assertSinkEqualsMySQL(t, ctx, opts, duck, c.name, "items")
 	n2 := assertSinkEqualsMySQL(t, ctx, opts, duck, c.name, "events")
 	expectVerifyEqual(t, cfg)
-	t.Logf("items: %d rows, events: %d rows equal after %d kills, %d transactions, %d columns added with a DEFAULT, %d truncates",
+	t.Logf("items: %d rows, events: %d rows equal after %d kills, %d transactions, %d ALTERs (columns added with a DEFAULT, renames), %d truncates",
 		n1, n2, loadKills+streamKills, work.writes.Load(), work.alters.Load(), work.truncates.Load())
 }
