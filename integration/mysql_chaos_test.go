@@ -72,10 +72,11 @@ var mysqlAdded = []string{
 	`c_uuid VARCHAR(36) DEFAULT (UUID())`,
 }
 
-// mysqlRenames come after mysqlAdded: a column renamed moves every row's
-// value to a column no sink held a value of, with no row event; only the
-// re-read the ALTER queues brings the sinks along.
-var mysqlRenames = []string{`ALTER TABLE items RENAME COLUMN c_dbl TO c_double`}
+// mysqlRenames come after mysqlAdded, once the initial load is over
+// (chaosCounts.streaming): a column renamed moves every row's value to a
+// column no sink held a value of, with no row event; only the re-read the
+// ALTER queues brings the sinks along. The workload never writes ratio.
+var mysqlRenames = []string{`ALTER TABLE items RENAME COLUMN ratio TO ratio_renamed`}
 
 // mysqlWorkload keeps writing small transactions until ctx ends, counting
 // them into c, a third of them with binlog_row_image=MINIMAL; while ddl holds, also an ALTER TABLE items ADD COLUMN …
@@ -115,7 +116,7 @@ func mysqlWorkload(ctx context.Context, addr, db string, maxID int64, c *chaosCo
 		var stmts []string
 		alter, truncate := false, false
 		switch n := rng.IntN(12); {
-		case ddl.Load() && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(added):
+		case ddl.Load() && op%chaosAlterEvery == 0 && c.runsNow(added, int(c.alters.Load())):
 			stmt := added[c.alters.Load()]
 			if !strings.HasPrefix(stmt, "ALTER ") {
 				stmt = `ALTER TABLE items ADD COLUMN ` + stmt
@@ -354,14 +355,14 @@ runtime: {checkpoint_interval: 100ms}
 	var ddl atomic.Bool
 	ddl.Store(c.ddlFromStart)
 	workErr := make(chan error, 1)
-	go func() {
-		workErr <- mysqlWorkload(wctx, addr, c.name, int64(c.items), &work, &ddl, append(slices.Clone(mysqlAdded), mysqlRenames...), c.perSecond)
-	}()
+	all := append(slices.Clone(mysqlAdded), mysqlRenames...)
+	go func() { workErr <- mysqlWorkload(wctx, addr, c.name, int64(c.items), &work, &ddl, all, c.perSecond) }()
 
 	loadKills, streamKills := killAtRandom(t, cfg, checkpoint, func() bool {
 		loaded := c.loaded(t, checkpoint)
 		if loaded {
 			ddl.Store(true)
+			work.streaming.Store(true)
 		}
 		return loaded
 	})
@@ -372,7 +373,10 @@ runtime: {checkpoint_interval: 100ms}
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, 2*time.Minute)
 	time.Sleep(500 * time.Millisecond) // some live traffic on the final run too
-	work.waitDDL(t, d)
+	waitSnapshotsOver(t, d, checkpoint)
+	ddl.Store(true)
+	work.streaming.Store(true)
+	work.waitDDL(t, d, int64(len(all)))
 	stopWork()
 	if err := <-workErr; err != nil {
 		t.Fatalf("workload: %v", err)

@@ -124,7 +124,7 @@ runtime: {checkpoint_interval: 100ms}
 	time.Sleep(2 * time.Second) // the idle period itself, not a wait for an event
 	work.hold.Store(false)
 	waitUntil(t, d, 3*time.Minute, "the snapshot of both tables", func() bool { return loadedAll(t, checkpoint) })
-	work.waitDDL(t, d)
+	work.waitDDL(t, d, 3)
 	stopWork()
 	if err := <-workErr; err != nil {
 		t.Fatalf("workload: %v", err)

@@ -82,13 +82,21 @@ var chaosAdded = []string{
 }
 
 // chaosRenames come after chaosAdded on primaries (a standby's source
-// cannot create the trigger that announces them): a column renamed and an
-// enum label renamed change what every row holds with no change event,
-// and only the rename trigger and a re-read bring the sinks along. The
-// workload never writes 'sad'.
+// cannot create the trigger that announces them), once the initial load is
+// over (chaosCounts.streaming; a load still reading would carry the new
+// names anyway): a column renamed and an enum label renamed change what
+// every row holds with no change event, and only the rename trigger and a
+// re-read bring the sinks along. The workload never writes ratio (a value
+// per row) nor 'sad'.
 var chaosRenames = []string{
-	`ALTER TABLE items RENAME COLUMN c_neg TO c_negative`,
+	`ALTER TABLE items RENAME COLUMN ratio TO ratio_renamed`,
 	`ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'`,
+}
+
+// runsNow reports whether the workload may run added[i] now: a statement
+// of its own (chaosRenames, mysqlRenames) only once c.streaming holds.
+func (c *chaosCounts) runsNow(added []string, i int) bool {
+	return i < len(added) && (c.streaming.Load() || !strings.HasPrefix(added[i], "ALTER "))
 }
 
 // chaosSeats are the workload's transactions on seats, whose key is
@@ -119,15 +127,17 @@ type chaosCounts struct {
 	// hold pauses the MySQL workload between two transactions while
 	// set; held reports it is paused.
 	hold, held atomic.Bool
+	// streaming is set once the initial load is over.
+	streaming atomic.Bool
 }
 
 // waitDDL waits, while the daemon d runs, until the workload has run at
-// least 3 ALTERs and a TRUNCATE (however slow the machine, the test then
-// exercises them), and fails when that takes over 3 minutes.
-func (c *chaosCounts) waitDDL(t *testing.T, d *daemonProc) {
+// least alters ALTERs and a TRUNCATE (however slow the machine, the test
+// then exercises them), and fails when that takes over 3 minutes.
+func (c *chaosCounts) waitDDL(t *testing.T, d *daemonProc, alters int64) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
-	for c.alters.Load() < 3 || c.truncates.Load() < 1 {
+	for c.alters.Load() < alters || c.truncates.Load() < 1 {
 		select {
 		case <-d.done:
 			t.Fatalf("daemon exited (%d) while the workload ran its schema changes:\n%s", d.exitCode(), d.logs())
@@ -175,7 +185,7 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts,
 		var err error
 		id := 1 + rng.Int64N(next)
 		switch n := rng.IntN(13); {
-		case ddl && op%chaosAlterEvery == 0 && int(c.alters.Load()) < len(added):
+		case ddl && op%chaosAlterEvery == 0 && c.runsNow(added, int(c.alters.Load())):
 			stmt := added[c.alters.Load()]
 			if !strings.HasPrefix(stmt, "ALTER ") {
 				stmt = `ALTER TABLE items ADD COLUMN ` + stmt
@@ -307,11 +317,16 @@ runtime: {checkpoint_interval: 100ms}
 	defer stopWork()
 	var work chaosCounts
 	workErr := make(chan error, 1)
-	go func() {
-		workErr <- chaosWorkload(wctx, dsn, int64(c.items), &work, append(slices.Clone(chaosAdded), chaosRenames...), c.perSecond)
-	}()
+	all := append(slices.Clone(chaosAdded), chaosRenames...)
+	go func() { workErr <- chaosWorkload(wctx, dsn, int64(c.items), &work, all, c.perSecond) }()
 
-	loadKills, streamKills := killAtRandom(t, cfg, checkpoint, func() bool { return c.loaded(t, checkpoint) })
+	loadKills, streamKills := killAtRandom(t, cfg, checkpoint, func() bool {
+		loaded := c.loaded(t, checkpoint)
+		if loaded {
+			work.streaming.Store(true)
+		}
+		return loaded
+	})
 	t.Logf("%d kills during the load, %d during the stream, %d workload transactions so far", loadKills, streamKills, work.writes.Load())
 
 	// Final run: stop the workload, let sluice confirm the last
@@ -319,7 +334,9 @@ runtime: {checkpoint_interval: 100ms}
 	d := startDaemon(t, cfg)
 	d.waitAddr(t, 2*time.Minute)
 	time.Sleep(500 * time.Millisecond) // some live traffic on the final run too
-	work.waitDDL(t, d)
+	waitSnapshotsOver(t, d, checkpoint)
+	work.streaming.Store(true)
+	work.waitDDL(t, d, int64(len(all)))
 	stopWork()
 	if err := <-workErr; err != nil {
 		t.Fatalf("workload: %v", err)

@@ -151,7 +151,7 @@ runtime: {checkpoint_interval: 100ms}
 		stopWork = startWork(pdsn, 10*items)
 	}
 	waitUntil(t, d, 5*time.Minute, "the snapshot of both tables", func() bool { return loadedAll(t, checkpoint) })
-	work.waitDDL(t, d)
+	work.waitDDL(t, d, 3)
 	stopWork()
 	if err := <-workErr; err != nil {
 		t.Fatalf("workload: %v", err)
