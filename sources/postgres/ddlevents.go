@@ -172,9 +172,9 @@ func (s *Source) ensureEventTriggers(ctx context.Context) error {
 		}
 	}
 	if len(missing) > 0 {
-		s.log.Warn("table rewrites or drops are not announced: ALTER TABLE … ALTER COLUMN … TYPE … USING, or ADD COLUMN with a volatile "+
-			"DEFAULT, would change every row with no change event and leave the sinks stale, and a dropped table's rows would stay "+
-			"in the sinks. As a superuser, on the primary, run: "+strings.Join(missing, "; ")+";", zap.String("database", s.database))
+		s.log.Warn("table rewrites, renames or drops are not announced: ALTER TABLE … ALTER COLUMN … TYPE … USING, ADD COLUMN with a volatile "+
+			"DEFAULT, RENAME COLUMN or ALTER TYPE … RENAME VALUE would change rows with no change event and leave the sinks stale, and a dropped "+
+			"table's rows would stay in the sinks. As a superuser, on the primary, run: "+strings.Join(missing, "; ")+";", zap.String("database", s.database))
 	}
 	return nil
 }
@@ -182,12 +182,10 @@ func (s *Source) ensureEventTriggers(ctx context.Context) error {
 // rewriteRecord is the OpRewrite record of a rewrite message, nil when the
 // message names no table.
 func (d *Decoder) rewriteRecord(m *pglogrepl.LogicalDecodingMessage) *pipeline.Record {
-	var name []string
-	if err := json.Unmarshal(m.Content, &name); err != nil || len(name) != 2 {
-		d.log.Warn("table rewrite message not understood", zap.ByteString("content", m.Content))
+	id, ok := d.messageTable(m)
+	if !ok {
 		return nil
 	}
-	id := pipeline.TableID{Database: d.opts.Database, Schema: name[0], Table: name[1]}
 	d.log.Info("table rewritten without change events", zap.Stringer("table", id), zap.Stringer("lsn", m.LSN))
 	return &pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}}
 }
@@ -216,12 +214,10 @@ func (s *Source) loadStartShapes(ctx context.Context) error {
 // captured table with neither (dropped before the source started, its DROP
 // replayed from a checkpoint) keeps its rows in the sinks, with a warning.
 func (d *Decoder) dropRecord(m *pglogrepl.LogicalDecodingMessage) *pipeline.Record {
-	var name []string
-	if err := json.Unmarshal(m.Content, &name); err != nil || len(name) != 2 {
-		d.log.Warn("table drop message not understood", zap.ByteString("content", m.Content))
+	id, ok := d.messageTable(m)
+	if !ok {
 		return nil
 	}
-	id := pipeline.TableID{Database: d.opts.Database, Schema: name[0], Table: name[1]}
 	d.mu.Lock()
 	s := d.latest[id]
 	d.mu.Unlock()
@@ -239,4 +235,15 @@ func (d *Decoder) dropRecord(m *pglogrepl.LogicalDecodingMessage) *pipeline.Reco
 	}
 	d.log.Warn("a captured table was dropped; the sinks remove its rows", zap.Stringer("table", id), zap.Stringer("lsn", m.LSN))
 	return &pipeline.Record{Op: pipeline.OpTruncate, Table: t}
+}
+
+// messageTable is the table a trigger's message names ([schema, name]);
+// false, with a warning, when the content is not that.
+func (d *Decoder) messageTable(m *pglogrepl.LogicalDecodingMessage) (pipeline.TableID, bool) {
+	var name []string
+	if err := json.Unmarshal(m.Content, &name); err != nil || len(name) != 2 {
+		d.log.Warn("event trigger message not understood", zap.String("prefix", m.Prefix), zap.ByteString("content", m.Content))
+		return pipeline.TableID{}, false
+	}
+	return pipeline.TableID{Database: d.opts.Database, Schema: name[0], Table: name[1]}, true
 }

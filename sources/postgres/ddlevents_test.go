@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/snapshot"
 )
@@ -112,20 +113,7 @@ func TestTableRewriteIsReadAgain(t *testing.T) {
 func TestTableDroppedAndCreatedAgain(t *testing.T) {
 	pg, ctx := testDB(t)
 	exec(t, ctx, pg, "shop", "CREATE TABLE dr (id int PRIMARY KEY, n int)", "INSERT INTO dr SELECT g, g FROM generate_series(1, 500) g")
-	opts := testOptions(pg, "public.dr")
-	src, err := New(opts, testLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: []pipeline.TableID{{Schema: "public", Table: "dr"}},
-		Fresh: true, Parallel: 2, ChunkRows: 128, Log: testLogger(t)})
-	if err := eng.Open(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = eng.Close(context.Background()) })
-	sink := newMemSink()
-	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
-	catchUp(t, ctx, pg, eng, sink)
+	eng, sink := snapshotOne(t, ctx, pg, "dr")
 	equalRows(t, "the first snapshot", sink.Table("public.dr"), selectRows(t, ctx, pg, "SELECT id, n FROM dr"))
 
 	exec(t, ctx, pg, "shop", "BEGIN; CREATE TEMPORARY TABLE dr (id int PRIMARY KEY); DROP TABLE dr; COMMIT")
@@ -165,20 +153,7 @@ func TestEnumLabelRenamedIsReadAgain(t *testing.T) {
 	exec(t, ctx, pg, "shop", "CREATE TYPE mood AS ENUM ('sad', 'ok')",
 		"CREATE TABLE em (id int PRIMARY KEY, md mood, mds mood[])",
 		"INSERT INTO em SELECT g, (ARRAY['sad', 'ok'])[1 + g % 2]::mood, ARRAY['ok', 'sad']::mood[] FROM generate_series(1, 200) g")
-	opts := testOptions(pg, "public.em")
-	src, err := New(opts, testLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: []pipeline.TableID{{Schema: "public", Table: "em"}},
-		Fresh: true, Parallel: 2, ChunkRows: 64, Log: testLogger(t)})
-	if err := eng.Open(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = eng.Close(context.Background()) })
-	sink := newMemSink()
-	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
-	catchUp(t, ctx, pg, eng, sink)
+	eng, sink := snapshotOne(t, ctx, pg, "em")
 	exec(t, ctx, pg, "shop", "ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'")
 	catchUp(t, ctx, pg, eng, sink)
 	if n := eng.Stats().Rewrites; n != 1 {
@@ -192,4 +167,25 @@ func TestEnumLabelRenamedIsReadAgain(t *testing.T) {
 	if n := eng.Stats().Rewrites; n != 1 || len(eng.Snapshotting()) > 0 {
 		t.Fatalf("after ADD VALUE: %d rewrites, snapshotting %v", n, eng.Snapshotting())
 	}
+}
+
+// snapshotOne starts a source capturing public.table and an engine over
+// it, and reads until the table's first snapshot is in the sink and the
+// stream caught up.
+func snapshotOne(t *testing.T, ctx context.Context, pg *harness.Postgres, table string) (*snapshot.Engine, *memSink) {
+	t.Helper()
+	src, err := New(testOptions(pg, "public."+table), testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: []pipeline.TableID{{Schema: "public", Table: table}},
+		Fresh: true, Parallel: 2, ChunkRows: 64, Log: testLogger(t)})
+	if err := eng.Open(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	sink := newMemSink()
+	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
+	catchUp(t, ctx, pg, eng, sink)
+	return eng, sink
 }
