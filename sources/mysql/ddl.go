@@ -31,6 +31,8 @@ type ddl struct {
 	// Temporary marks CREATE/DROP TEMPORARY TABLE: a session's own table,
 	// which may shadow a captured one of the same name but changes none.
 	Temporary bool
+	// Database is the database a DROP DATABASE drops (Tables empty).
+	Database string
 }
 
 // classifyDDL reads a statement from a QUERY event. Row events carry their
@@ -87,6 +89,11 @@ func classifyDDL(sql, defaultDB string) ddl {
 	case "DROP":
 		temp := t.skip("TEMPORARY")
 		switch {
+		case t.skip("DATABASE") || t.skip("SCHEMA"):
+			t.skipIfExists()
+			if n, ok := t.name(); ok && n.db == "" {
+				return ddl{Kind: ddlDrop, Database: n.table}
+			}
 		case t.skip("TABLE") || t.skip("TABLES"):
 			t.skipIfExists()
 			var out []tableName

@@ -439,7 +439,14 @@ func (d *decoder) statement(sql, db string, h *replication.EventHeader) error {
 		// A dropped table has no rows: the sinks let go of its rows as for
 		// a TRUNCATE, so a table created again under the name (DROP then
 		// CREATE, a reload) starts empty there too, with no ghost of the
-		// old one's rows.
+		// old one's rows. DROP DATABASE drops its captured tables.
+		if c.Database != "" {
+			for _, n := range d.captured {
+				if strings.EqualFold(n.db, c.Database) {
+					c.Tables = append(c.Tables, n)
+				}
+			}
+		}
 		for _, n := range c.Tables {
 			if d.isCaptured(n) {
 				d.truncate(n)

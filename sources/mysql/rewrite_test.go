@@ -99,6 +99,17 @@ func TestTableDroppedAndCreatedAgainMariaDB(t *testing.T) {
 	if rows := sink.Table("dropc.t"); len(rows) != 0 {
 		t.Fatalf("after DROP: the sink holds %d rows of the dropped table", len(rows))
 	}
+	// DROP DATABASE drops the captured tables in it.
+	mustExec(t, c, "CREATE TABLE t (id int PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)")
+	catchUp(t, c, eng, sink)
+	if rows := sink.Table("dropc.t"); len(rows) != 2 {
+		t.Fatalf("the sink holds %d rows of the table created again, want 2", len(rows))
+	}
+	mustExec(t, c, "DROP DATABASE dropc")
+	catchUp(t, c, eng, sink)
+	if rows := sink.Table("dropc.t"); len(rows) != 0 {
+		t.Fatalf("after DROP DATABASE: the sink holds %d rows of its table", len(rows))
+	}
 }
 
 // A captured table dropped while the engine reads it: the chunks read
