@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/snapshot"
@@ -126,15 +128,7 @@ func TestTableDroppedAndCreatedAgain(t *testing.T) {
 	// the trigger too.
 	exec(t, ctx, pg, "shop", "BEGIN; SET LOCAL session_replication_role = replica; DROP TABLE dr; COMMIT", "CREATE TABLE dr (id int PRIMARY KEY, n int, tag text)",
 		"INSERT INTO dr VALUES (1, -1, 'again'), (1000, 2, 'again')")
-	deadline := time.Now().Add(time.Minute)
-	for eng.Stats().Rewrites < 1 { // the heartbeat that finds dr out of the publication
-		if time.Now().After(deadline) {
-			t.Fatal("the table created again was not read after a minute")
-		}
-		catchUp(t, ctx, pg, eng, sink)
-	}
-	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
-	catchUp(t, ctx, pg, eng, sink)
+	readAgain(t, ctx, pg, eng, sink, 1) // at the heartbeat that finds dr out of the publication
 	equalRows(t, "after DROP and CREATE", sink.Table("public.dr"), selectRows(t, ctx, pg, "SELECT id, n, tag FROM dr"))
 
 	exec(t, ctx, pg, "shop", "DROP TABLE dr")
@@ -142,6 +136,54 @@ func TestTableDroppedAndCreatedAgain(t *testing.T) {
 	if rows := sink.Table("public.dr"); len(rows) != 0 {
 		t.Fatalf("after DROP the sink holds %d rows of the dropped table", len(rows))
 	}
+
+	// Created again after heartbeats have found it gone: it is put back
+	// in the publication and read.
+	heartbeatsPast(t, ctx, pg, eng, sink, 2)
+	exec(t, ctx, pg, "shop", "CREATE TABLE dr (id int PRIMARY KEY, n int)", "INSERT INTO dr VALUES (7, 7), (8, 8), (9, 9)")
+	readAgain(t, ctx, pg, eng, sink, 2)
+	equalRows(t, "after a later CREATE", sink.Table("public.dr"), selectRows(t, ctx, pg, "SELECT id, n FROM dr"))
+
+	// Renamed away, changed under the other name (left out), renamed
+	// back: read again.
+	exec(t, ctx, pg, "shop", "ALTER TABLE dr RENAME TO dr_away")
+	heartbeatsPast(t, ctx, pg, eng, sink, 2)
+	exec(t, ctx, pg, "shop", "UPDATE dr_away SET n = -n", "INSERT INTO dr_away VALUES (10, 10)", "ALTER TABLE dr_away RENAME TO dr")
+	readAgain(t, ctx, pg, eng, sink, 3)
+	equalRows(t, "after the table was renamed back", sink.Table("public.dr"), selectRows(t, ctx, pg, "SELECT id, n FROM dr"))
+	if rows := sink.Table("public.dr_away"); len(rows) != 0 {
+		t.Fatalf("the sink holds %d rows of dr_away, a table the pipeline does not capture", len(rows))
+	}
+}
+
+// heartbeatsPast reads until n heartbeats written after now went through.
+func heartbeatsPast(t *testing.T, ctx context.Context, pg *harness.Postgres, eng *snapshot.Engine, sink *memSink, n int) {
+	t.Helper()
+	from := currentLSN(t, ctx, pg)
+	seen := 0
+	pumpEngine(t, ctx, eng, sink, func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpHeartbeat && pglogrepl.LSN(r.Version[1]) > from {
+				seen++
+			}
+		}
+		return seen >= n
+	})
+}
+
+// readAgain reads until the engine has read tables again rewrites times
+// in all and is done, within a minute.
+func readAgain(t *testing.T, ctx context.Context, pg *harness.Postgres, eng *snapshot.Engine, sink *memSink, rewrites int64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for eng.Stats().Rewrites < rewrites {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tables read again after a minute, want %d", eng.Stats().Rewrites, rewrites)
+		}
+		catchUp(t, ctx, pg, eng, sink)
+	}
+	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
+	catchUp(t, ctx, pg, eng, sink)
 }
 
 // An enum label renamed (ALTER TYPE … RENAME VALUE) changes every row that

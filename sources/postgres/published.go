@@ -64,14 +64,19 @@ func publishedOf(content []byte) (published, bool) {
 // for each captured table the heartbeat shows left out of the
 // publication, and each Republish reports it put back, after putting the
 // publication back; not for a table that no longer exists (dropped, or
-// renamed: its changes go on under the new name, which a pipeline that
-// lists it snapshots). Heartbeats written before this session's last
-// Republish show what it put back already and are not checked; after a
-// restart, one replayed from before puts back nothing but still reads its
-// tables again, since the earlier run's reads may not have been
-// checkpointed. A publication the role cannot put back stops the source:
-// the tables' changes would be lost for as long as it stays so; a failed
-// read is retried (the stream reconnects and meets the heartbeat again).
+// renamed away). Such a table is watched: while the heartbeats show it
+// left out, each puts the publication back again (Republish is quiet for
+// tables already gone), so a table created again under the name is added
+// and read from there; one the heartbeats show published again (renamed
+// back, or taken in by a publication FOR ALL TABLES) is read again, since
+// its changes under the other name were left out (notCaptured).
+// Heartbeats written before this session's last Republish show what it
+// put back already and are not checked; after a restart, one replayed
+// from before puts back nothing but still reads its tables again, since
+// the earlier run's reads may not have been checkpointed. A publication
+// the role cannot put back stops the source: the tables' changes would be
+// lost for as long as it stays so; a failed read is retried (the stream
+// reconnects and meets the heartbeat again).
 func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeline.Record) ([]pipeline.Record, error) {
 	if d.opts.Republish == nil || len(d.streams) > 0 || rec.Version[1] < d.republishedAt {
 		return nil, nil
@@ -80,28 +85,52 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 	if !ok {
 		return nil, nil
 	}
-	var out []pipeline.TableID
+	var out, left, back []pipeline.TableID
 	for _, id := range d.opts.Tables {
-		if (!p.allOps || !p.tables[[2]string{id.Schema, id.Table}]) && !slices.Contains(d.gone, id) {
+		published := p.allOps && p.tables[[2]string{id.Schema, id.Table}]
+		gone := slices.Contains(d.gone, id)
+		switch {
+		case published && gone:
+			back = append(back, id)
+		case !published:
 			out = append(out, id)
+			if !gone {
+				left = append(left, id)
+			}
 		}
 	}
-	if len(out) == 0 {
+	if len(out) == 0 && len(back) == 0 {
 		return nil, nil
 	}
-	d.log.Warn("captured tables are not published (the publication was altered): putting the publication back "+
-		"and reading the tables again; rows deleted in between stay in the sinks until `sluice verify --repair` removes them",
-		zap.Stringers("tables", out), zap.Bool("every_operation_published", p.allOps), zap.Uint64("lsn", rec.Version[1]))
-	put, err := d.opts.Republish(ctx)
-	if err != nil {
-		// Fatal stays fatal (a statement the role may not run); a failed
-		// read is retried: the stream reconnects and meets this heartbeat
-		// again.
-		return nil, fmt.Errorf("postgres source: captured tables %v are not published and the publication could not be put back: %w", out, err)
+	if len(left) > 0 {
+		d.log.Warn("captured tables are not published (the publication was altered): putting the publication back "+
+			"and reading the tables again; rows deleted in between stay in the sinks until `sluice verify --repair` removes them",
+			zap.Stringers("tables", left), zap.Bool("every_operation_published", p.allOps), zap.Uint64("lsn", rec.Version[1]))
 	}
-	d.republishedAt = put.At
-	d.gone = append(d.gone, put.Gone...)
-	for _, id := range put.Tables {
+	if len(back) > 0 {
+		d.log.Warn("captured tables that no longer existed are published again (renamed back, or created again): reading them again; "+
+			"rows deleted in between stay in the sinks until `sluice verify --repair` removes them", zap.Stringers("tables", back))
+	}
+	d.gone = slices.DeleteFunc(d.gone, func(id pipeline.TableID) bool { return slices.Contains(back, id) })
+	var put Republished
+	if len(out) > 0 {
+		var err error
+		if put, err = d.opts.Republish(ctx); err != nil {
+			// Fatal stays fatal (a statement the role may not run); a failed
+			// read is retried: the stream reconnects and meets this heartbeat
+			// again.
+			return nil, fmt.Errorf("postgres source: captured tables %v are not published and the publication could not be put back: %w", out, err)
+		}
+		d.republishedAt = put.At
+		for _, id := range put.Gone {
+			if !slices.Contains(d.gone, id) {
+				d.log.Warn("a captured table no longer exists (dropped or renamed); it is read again if a table of the name appears",
+					zap.Stringer("table", id))
+			}
+		}
+		d.gone = put.Gone
+	}
+	for _, id := range append(put.Tables, back...) {
 		if !slices.Contains(out, id) {
 			out = append(out, id)
 		}
@@ -109,7 +138,7 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 	recs := make([]pipeline.Record, 0, len(out))
 	for _, id := range out {
 		if slices.Contains(put.Gone, id) {
-			continue // dropped or renamed: nothing to read
+			continue // dropped or renamed away: nothing to read
 		}
 		r := pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}, Version: rec.Version, EventTime: rec.EventTime}
 		r.Size = pipeline.EstimateSize(&r)

@@ -113,9 +113,8 @@ func (s *Source) ensurePublication(ctx context.Context) (put, gone []TableRef, e
 		}
 		if !exists {
 			// Dropped or renamed while the stream ran (preflight refuses a
-			// missing table at start): nothing to publish or read.
-			s.log.Warn("a captured table no longer exists (dropped or renamed); its sinks keep its rows",
-				zap.String("table", tableName(t)))
+			// missing table at start): nothing to publish or read; the
+			// decoder says so (published.go).
 			gone = append(gone, t)
 			continue
 		}
