@@ -116,3 +116,30 @@ func TestPublicationAlteredIsPutBack(t *testing.T) {
 	}
 	equalRows(t, "after pa_old changed: pa", sink.Table("public.pa"), selectRows(t, ctx, pg, "SELECT id, n, tag FROM pa"))
 }
+
+// A publication FOR ALL TABLES sends every table's changes: those of
+// tables the pipeline does not capture are left out. A captured table
+// dropped is not read again at every heartbeat while it is gone, and one
+// created again (which such a publication takes in at once) is read.
+func TestPublicationForAllTables(t *testing.T) {
+	pg, ctx := testDB(t)
+	exec(t, ctx, pg, "shop", "CREATE PUBLICATION sluice_test FOR ALL TABLES",
+		"CREATE TABLE fa (id int PRIMARY KEY, n int)", "INSERT INTO fa SELECT g, g FROM generate_series(1, 100) g",
+		"CREATE TABLE other (id int PRIMARY KEY, n int)")
+	eng, sink := snapshotOne(t, ctx, pg, "fa")
+	exec(t, ctx, pg, "shop", "INSERT INTO other VALUES (1, 1)", "UPDATE fa SET n = -n WHERE id <= 10")
+	catchUp(t, ctx, pg, eng, sink)
+	equalRows(t, "fa", sink.Table("public.fa"), selectRows(t, ctx, pg, "SELECT id, n FROM fa"))
+	if rows := sink.Table("public.other"); len(rows) != 0 {
+		t.Fatalf("the sink holds %d rows of a table the pipeline does not capture", len(rows))
+	}
+
+	exec(t, ctx, pg, "shop", "DROP TABLE fa")
+	heartbeatsPast(t, ctx, pg, eng, sink, 3)
+	if n := eng.Stats().Rewrites; n != 0 || len(sink.Table("public.fa")) != 0 {
+		t.Fatalf("after DROP: %d tables read again (want 0), %d rows in the sink", n, len(sink.Table("public.fa")))
+	}
+	exec(t, ctx, pg, "shop", "CREATE TABLE fa (id int PRIMARY KEY, n int)", "INSERT INTO fa VALUES (5, 5)")
+	readAgain(t, ctx, pg, eng, sink, 1)
+	equalRows(t, "fa created again", sink.Table("public.fa"), selectRows(t, ctx, pg, "SELECT id, n FROM fa"))
+}

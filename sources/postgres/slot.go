@@ -82,9 +82,6 @@ func (s *Source) ensurePublication(ctx context.Context) (put, gone []TableRef, e
 	if opsOff {
 		put = s.tables
 	}
-	if all {
-		return put, nil, nil
-	}
 	present := map[TableRef]bool{}
 	rows, err := s.pool.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1`, s.opts.Publication)
 	if err != nil {
@@ -117,6 +114,9 @@ func (s *Source) ensurePublication(ctx context.Context) (put, gone []TableRef, e
 			// decoder says so (published.go).
 			gone = append(gone, t)
 			continue
+		}
+		if all {
+			continue // FOR ALL TABLES: only what no longer exists is missing
 		}
 		missing = append(missing, t.quoted())
 		if !opsOff {
