@@ -26,14 +26,6 @@ import (
 // the transaction's place in the stream, and the snapshot engine reads
 // the table again (pipeline.OpRewrite).
 //
-// A column renamed (ALTER TABLE … RENAME [COLUMN] a TO b) moves every
-// row's value to a column the sinks never held a value of, and an enum
-// label renamed (ALTER TYPE … RENAME VALUE) changes the value of every row
-// that holds it, again with no change event: a third trigger, at the end
-// of an ALTER TABLE or ALTER TYPE, announces each table one of whose
-// columns it renamed, or that has a column of the enum, with the same
-// message as a rewrite, and the table is read again.
-//
 // A DROP TABLE sends nothing either, and a table created again under the
 // name would leave the old one's rows in the sinks for good (DROP, CREATE,
 // INSERT: a reload). A second event trigger, on sql_drop, emits a
@@ -41,6 +33,14 @@ import (
 // decoder turns one that names a captured table into an OpTruncate at the
 // DROP's place in the stream, so the sinks let go of its rows there, below
 // every change of a table created after it.
+//
+// A column renamed (ALTER TABLE … RENAME [COLUMN] a TO b) moves every
+// row's value to a column the sinks never held a value of, and an enum
+// label renamed (ALTER TYPE … RENAME VALUE) changes the value of every row
+// that holds it, again with no change event: a third trigger, at the end
+// of an ALTER TABLE or ALTER TYPE, announces each table one of whose
+// columns it renamed, or that has a column of the enum, with the same
+// message as a rewrite, and the table is read again.
 //
 // The triggers and their functions (EventTriggerSQL) are one per database,
 // shared by every pipeline reading it. They fire under every
