@@ -115,7 +115,7 @@ func TestTableRewriteIsReadAgain(t *testing.T) {
 func TestTableDroppedAndCreatedAgain(t *testing.T) {
 	pg, ctx := testDB(t)
 	exec(t, ctx, pg, "shop", "CREATE TABLE dr (id int PRIMARY KEY, n int)", "INSERT INTO dr SELECT g, g FROM generate_series(1, 500) g")
-	eng, sink := snapshotOne(t, ctx, pg, "dr")
+	_, eng, sink := snapshotOne(t, ctx, pg, "dr")
 	equalRows(t, "the first snapshot", sink.Table("public.dr"), selectRows(t, ctx, pg, "SELECT id, n FROM dr"))
 
 	exec(t, ctx, pg, "shop", "BEGIN; CREATE TEMPORARY TABLE dr (id int PRIMARY KEY); DROP TABLE dr; COMMIT")
@@ -195,7 +195,7 @@ func TestEnumLabelRenamedIsReadAgain(t *testing.T) {
 	exec(t, ctx, pg, "shop", "CREATE TYPE mood AS ENUM ('sad', 'ok')",
 		"CREATE TABLE em (id int PRIMARY KEY, md mood, mds mood[])",
 		"INSERT INTO em SELECT g, (ARRAY['sad', 'ok'])[1 + g % 2]::mood, ARRAY['ok', 'sad']::mood[] FROM generate_series(1, 200) g")
-	eng, sink := snapshotOne(t, ctx, pg, "em")
+	_, eng, sink := snapshotOne(t, ctx, pg, "em")
 	exec(t, ctx, pg, "shop", "ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'")
 	catchUp(t, ctx, pg, eng, sink)
 	if n := eng.Stats().Rewrites; n != 1 {
@@ -214,7 +214,7 @@ func TestEnumLabelRenamedIsReadAgain(t *testing.T) {
 // snapshotOne starts a source capturing public.table and an engine over
 // it, and reads until the table's first snapshot is in the sink and the
 // stream caught up.
-func snapshotOne(t *testing.T, ctx context.Context, pg *harness.Postgres, table string) (*snapshot.Engine, *memSink) {
+func snapshotOne(t *testing.T, ctx context.Context, pg *harness.Postgres, table string) (*Source, *snapshot.Engine, *memSink) {
 	t.Helper()
 	src, err := New(testOptions(pg, "public."+table), testLogger(t), nil)
 	if err != nil {
@@ -229,5 +229,5 @@ func snapshotOne(t *testing.T, ctx context.Context, pg *harness.Postgres, table 
 	sink := newMemSink()
 	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
 	catchUp(t, ctx, pg, eng, sink)
-	return eng, sink
+	return src, eng, sink
 }

@@ -62,6 +62,7 @@ type DecoderOptions struct {
 	// at start: a dropped table's truncate takes its shape from there when
 	// the stream decoded none of it (ddlevents.go).
 	StartShapes map[pipeline.TableID]*pipeline.Table
+	Watch       WatchHooks // what the publication watch finds (published.go)
 	Log         *zap.Logger
 }
 

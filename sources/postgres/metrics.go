@@ -19,6 +19,8 @@ type metrics struct {
 	relationChanges prometheus.Counter
 	reconnects      prometheus.Counter
 	heartbeatErrors prometheus.Counter
+	leftOut         prometheus.Counter
+	tablesGone      prometheus.Gauge
 	snapshotDone    *prometheus.GaugeVec
 	snapshotTotal   *prometheus.GaugeVec
 }
@@ -35,8 +37,12 @@ func newMetrics(reg prometheus.Registerer, pipelineName string) (*metrics, error
 		relationChanges: c.Counter("relation_changes_total", "Schema changes seen in the stream (a table's new shape)."),
 		reconnects:      c.Counter("reconnects_total", "Replication connections re-established after a failure."),
 		heartbeatErrors: c.Counter("heartbeat_errors_total", "Heartbeat messages that could not be written."),
-		snapshotDone:    c.GaugeVec("snapshot_rows_done", "Rows copied by the initial load, per table.", "table"),
-		snapshotTotal:   c.GaugeVec("snapshot_rows_total", "Estimated rows of the initial load, per table.", "table"),
+		leftOut: c.Counter("uncaptured_changes_total", "Changes the publication sent of tables the pipeline does not capture "+
+			"(a captured table renamed, a table added to the publication by hand), left out."),
+		tablesGone: c.Gauge("captured_tables_gone", "Captured tables that no longer exist (dropped, or renamed away): "+
+			"a table created again under the name is read."),
+		snapshotDone:  c.GaugeVec("snapshot_rows_done", "Rows copied by the initial load, per table.", "table"),
+		snapshotTotal: c.GaugeVec("snapshot_rows_total", "Estimated rows of the initial load, per table.", "table"),
 	}
 	return m, c.Err()
 }

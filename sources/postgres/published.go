@@ -27,6 +27,17 @@ import (
 // no read: the heartbeats replayed from the checkpoint show it left out
 // only when one was written in between.
 
+// WatchHooks count what the publication watch finds (Invariant 9); nil
+// hooks count nothing.
+type WatchHooks struct {
+	// LeftOut is called for each change of a table the pipeline does not
+	// capture that the publication sent (notCaptured).
+	LeftOut func()
+	// Gone is told, after each check that found a captured table left
+	// out or back, how many captured tables no longer exist.
+	Gone func(n int)
+}
+
 // Republished is what putting the publication back did.
 type Republished struct {
 	// Tables are the captured tables the publication did not publish
@@ -130,6 +141,9 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 		}
 		d.gone = put.Gone
 	}
+	if d.opts.Watch.Gone != nil {
+		d.opts.Watch.Gone(len(d.gone))
+	}
 	for _, id := range append(put.Tables, back...) {
 		if !slices.Contains(out, id) {
 			out = append(out, id)
@@ -166,6 +180,9 @@ func (d *Decoder) notCaptured(id pipeline.TableID) bool {
 	}
 	if d.captured[id] {
 		return false
+	}
+	if d.opts.Watch.LeftOut != nil {
+		d.opts.Watch.LeftOut()
 	}
 	if !d.leftOut[id] {
 		d.leftOut[id] = true

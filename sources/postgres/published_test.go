@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/snapshot"
@@ -126,12 +127,12 @@ func TestPublicationForAllTables(t *testing.T) {
 	exec(t, ctx, pg, "shop", "CREATE PUBLICATION sluice_test FOR ALL TABLES",
 		"CREATE TABLE fa (id int PRIMARY KEY, n int)", "INSERT INTO fa SELECT g, g FROM generate_series(1, 100) g",
 		"CREATE TABLE other (id int PRIMARY KEY, n int)")
-	eng, sink := snapshotOne(t, ctx, pg, "fa")
-	exec(t, ctx, pg, "shop", "INSERT INTO other VALUES (1, 1)", "UPDATE fa SET n = -n WHERE id <= 10")
+	src, eng, sink := snapshotOne(t, ctx, pg, "fa")
+	exec(t, ctx, pg, "shop", "INSERT INTO other VALUES (1, 1), (2, 2)", "UPDATE fa SET n = -n WHERE id <= 10")
 	catchUp(t, ctx, pg, eng, sink)
 	equalRows(t, "fa", sink.Table("public.fa"), selectRows(t, ctx, pg, "SELECT id, n FROM fa"))
-	if rows := sink.Table("public.other"); len(rows) != 0 {
-		t.Fatalf("the sink holds %d rows of a table the pipeline does not capture", len(rows))
+	if rows, left := sink.Table("public.other"), testutil.ToFloat64(src.m.leftOut); len(rows) != 0 || left != 2 {
+		t.Fatalf("the sink holds %d rows of a table the pipeline does not capture; %v changes counted left out, want 2", len(rows), left)
 	}
 
 	exec(t, ctx, pg, "shop", "DROP TABLE fa")
@@ -139,7 +140,13 @@ func TestPublicationForAllTables(t *testing.T) {
 	if n := eng.Stats().Rewrites; n != 0 || len(sink.Table("public.fa")) != 0 {
 		t.Fatalf("after DROP: %d tables read again (want 0), %d rows in the sink", n, len(sink.Table("public.fa")))
 	}
+	if g := testutil.ToFloat64(src.m.tablesGone); g != 1 {
+		t.Fatalf("after DROP: captured_tables_gone %v, want 1", g)
+	}
 	exec(t, ctx, pg, "shop", "CREATE TABLE fa (id int PRIMARY KEY, n int)", "INSERT INTO fa VALUES (5, 5)")
 	readAgain(t, ctx, pg, eng, sink, 1)
 	equalRows(t, "fa created again", sink.Table("public.fa"), selectRows(t, ctx, pg, "SELECT id, n FROM fa"))
+	if g := testutil.ToFloat64(src.m.tablesGone); g != 0 {
+		t.Fatalf("after CREATE: captured_tables_gone %v, want 0", g)
+	}
 }

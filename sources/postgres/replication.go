@@ -90,6 +90,7 @@ func newStreamer(s *Source) (*streamer, error) {
 		Generation:      s.gen,
 		Refetch:         refetcher(s.pool, s.log, s.version),
 		StartShapes:     s.startShapes,
+		Watch:           WatchHooks{LeftOut: s.m.leftOut.Inc, Gone: func(n int) { s.m.tablesGone.Set(float64(n)) }},
 		Log:             s.log,
 	}
 	for _, t := range s.tables {
