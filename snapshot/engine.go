@@ -221,6 +221,9 @@ func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
 	if err := e.src.Open(ctx, stream); err != nil {
 		return err
 	}
+	if from != nil {
+		e.readMissed()
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	for range e.opts.Parallel {

@@ -23,9 +23,8 @@ import (
 // before the heartbeat). What the read cannot bring back is a row deleted
 // while the table was left out: it stays in the sinks until `sluice verify
 // --repair` removes it, and the log says so. A table left out while sluice
-// was stopped is put back at start (ensurePublication), with a warning but
-// no read: the heartbeats replayed from the checkpoint show it left out
-// only when one was written in between.
+// was stopped (no heartbeat shows it) is put back at start
+// (ensurePublication), and the snapshot engine reads it again (Missed).
 
 // WatchHooks count what the publication watch finds (Invariant 9); nil
 // hooks count nothing.

@@ -140,6 +140,12 @@ func (s *Source) ensurePublication(ctx context.Context) (put, gone []TableRef, e
 	return put, gone, nil
 }
 
+// Missed returns the captured tables Open put back in the publication on a
+// resume: left out of it, or out of some operations, while the pipeline
+// was stopped, so the slot holds none of their changes of that time. The
+// snapshot engine reads them again (snapshot.missedSource).
+func (s *Source) Missed() []pipeline.TableID { return s.missed }
+
 // slotRow is a row of pg_replication_slots.
 type slotRow struct {
 	slotType, database, plugin, walStatus string

@@ -177,6 +177,8 @@ type Source struct {
 	shapesSeen    map[TableRef]bool
 	// startShapes are the captured tables' shapes at Open (ddlevents.go).
 	startShapes map[pipeline.TableID]*pipeline.Table
+	// missed are the tables Open put back in the publication on a resume.
+	missed []pipeline.TableID
 }
 
 var (
@@ -371,8 +373,18 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 	if err := s.preflight(ctx); err != nil {
 		return err
 	}
-	if _, _, err := s.ensurePublication(ctx); err != nil {
+	put, _, err := s.ensurePublication(ctx)
+	if err != nil {
 		return err
+	}
+	s.missed = nil
+	if resume != nil {
+		// Left out of the publication (or some operations) while the
+		// pipeline was stopped: their changes until now were not
+		// published (Missed).
+		for _, t := range put {
+			s.missed = append(s.missed, pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name})
+		}
 	}
 	if err := s.ensureEventTriggers(ctx); err != nil {
 		return err
