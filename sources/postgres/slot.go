@@ -133,9 +133,9 @@ func (s *Source) ensurePublication(ctx context.Context) (put, gone []TableRef, e
 	}
 	// Changes made before the ALTER were not published. A table new to
 	// the pipeline is snapshotted by the engine; one it captured before
-	// and that was left out meanwhile misses them (published.go).
+	// and that was left out meanwhile is read again (published.go).
 	s.log.Warn("added captured tables to the publication; changes made while a table was left out of it were not published: "+
-		"for a table this pipeline captured before, run sluice verify --repair (or sluice snapshot --table) for it",
+		"the tables are read again, and rows deleted meanwhile stay in the sinks until sluice verify --repair removes them",
 		zap.String("publication", s.opts.Publication), zap.Strings("tables", missing))
 	return put, gone, nil
 }
