@@ -36,11 +36,13 @@ import (
 //
 // A column renamed (ALTER TABLE … RENAME [COLUMN] a TO b) moves every
 // row's value to a column the sinks never held a value of, and an enum
-// label renamed (ALTER TYPE … RENAME VALUE) changes the value of every row
-// that holds it, again with no change event: a third trigger, at the end
-// of an ALTER TABLE or ALTER TYPE, announces each table one of whose
-// columns it renamed, or that has a column of the enum, with the same
-// message as a rewrite, and the table is read again.
+// label renamed (ALTER TYPE … RENAME VALUE) or a composite type's
+// attribute added or dropped (ALTER TYPE … ADD/DROP ATTRIBUTE … CASCADE)
+// changes the value of every row that holds one, again with no change
+// event: a third trigger, at the end of an ALTER TABLE or ALTER TYPE,
+// announces each table one of whose columns it renamed, or that has a
+// column of the type, with the same message as a rewrite, and the table
+// is read again.
 //
 // The triggers and their functions (EventTriggerSQL) are one per database,
 // shared by every pipeline reading it. They fire under every
@@ -97,18 +99,20 @@ BEGIN
     FROM (SELECT DISTINCT objid FROM pg_event_trigger_ddl_commands()
           WHERE object_type = 'table column' AND classid = 'pg_class'::regclass) d
     JOIN pg_class c ON c.oid = d.objid JOIN pg_namespace n ON n.oid = c.relnamespace;
-  -- An enum's label renamed (ALTER TYPE … RENAME VALUE, which the command
-  -- list does not tell from ADD VALUE): the tables with a column of it.
-  IF current_query() ~* 'rename\s+value' THEN
-    PERFORM pg_logical_emit_message(true, '` + RewritePrefix + `', json_build_array(n.nspname, c.relname)::text)
-      FROM (SELECT DISTINCT a.attrelid FROM pg_event_trigger_ddl_commands() d
-            JOIN pg_type e ON e.oid = d.objid AND e.typtype = 'e'
-            JOIN pg_type ty ON ty.oid = e.oid OR ty.oid = e.typarray OR ty.typbasetype = e.oid
-            JOIN pg_attribute a ON a.atttypid = ty.oid AND a.attnum > 0 AND NOT a.attisdropped
-            WHERE d.classid = 'pg_type'::regclass) r
-      JOIN pg_class c ON c.oid = r.attrelid AND c.relkind IN ('r', 'p')
-      JOIN pg_namespace n ON n.oid = c.relnamespace;
-  END IF;
+  -- Types whose values read differently now: an enum's label renamed
+  -- (ALTER TYPE … RENAME VALUE, which the command list does not tell
+  -- from ADD VALUE) or a composite's attribute added or dropped; the
+  -- tables with a column of one, of an array of one or of a domain over
+  -- one.
+  PERFORM pg_logical_emit_message(true, '` + RewritePrefix + `', json_build_array(n.nspname, c.relname)::text)
+    FROM (SELECT DISTINCT a.attrelid
+          FROM (SELECT t.oid, t.typarray FROM pg_event_trigger_ddl_commands() d JOIN pg_type t
+                  ON d.classid = 'pg_type'::regclass AND t.oid = d.objid AND t.typtype = 'e' AND current_query() ~* 'rename\s+value'
+                  OR d.classid = 'pg_class'::regclass AND d.object_type = 'composite type' AND t.typrelid = d.objid) x
+          JOIN pg_type ty ON ty.oid = x.oid OR ty.oid = x.typarray OR ty.typbasetype = x.oid
+          JOIN pg_attribute a ON a.atttypid = ty.oid AND a.attnum > 0 AND NOT a.attisdropped) r
+    JOIN pg_class c ON c.oid = r.attrelid AND c.relkind IN ('r', 'p')
+    JOIN pg_namespace n ON n.oid = c.relnamespace;
 EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'sluice: rename not announced to change data capture: %', SQLERRM;
 END $$`,
@@ -144,13 +148,16 @@ func (s *Source) ensureEventTriggers(ctx context.Context) error {
 			t.name).Scan(&enabled); err != nil {
 			return fmt.Errorf("postgres source: look for event trigger %s: %w", t.name, err)
 		}
-		if enabled == "A" {
-			continue
-		}
 		if super && !s.standby {
-			stmts := t.sql
-			if enabled != "" {
-				stmts = t.sql[len(t.sql)-1:] // ENABLE ALWAYS: one an earlier version made, or disabled
+			// The function first: CREATE OR REPLACE keeps its body that of
+			// this version.
+			stmts := []string{t.sql[0]}
+			switch enabled {
+			case "":
+				stmts = t.sql
+			case "A":
+			default:
+				stmts = append(stmts, t.sql[len(t.sql)-1]) // ENABLE ALWAYS: one an earlier version made, or disabled
 			}
 			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 				for _, stmt := range stmts {
@@ -162,7 +169,9 @@ func (s *Source) ensureEventTriggers(ctx context.Context) error {
 			})
 			var pe *pgconn.PgError
 			if err == nil || errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object: another pipeline made it
-				s.log.Info("created or enabled an event trigger that announces what logical decoding does not send", zap.String("trigger", t.name))
+				if enabled != "A" {
+					s.log.Info("created or enabled an event trigger that announces what logical decoding does not send", zap.String("trigger", t.name))
+				}
 				continue
 			}
 			s.log.Warn("an event trigger could not be created", zap.String("trigger", t.name), zap.Error(err))
@@ -173,7 +182,7 @@ func (s *Source) ensureEventTriggers(ctx context.Context) error {
 	}
 	if len(missing) > 0 {
 		s.log.Warn("table rewrites, renames or drops are not announced: ALTER TABLE … ALTER COLUMN … TYPE … USING, ADD COLUMN with a volatile "+
-			"DEFAULT, RENAME COLUMN or ALTER TYPE … RENAME VALUE would change rows with no change event and leave the sinks stale, and a dropped "+
+			"DEFAULT, RENAME COLUMN, ALTER TYPE … RENAME VALUE or ADD/DROP ATTRIBUTE would change rows with no change event and leave the sinks stale, and a dropped "+
 			"table's rows would stay in the sinks. As a superuser, on the primary, run: "+strings.Join(missing, "; ")+";", zap.String("database", s.database))
 	}
 	return nil

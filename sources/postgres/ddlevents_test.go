@@ -48,13 +48,18 @@ func TestTableRewriteIsReadAgain(t *testing.T) {
 		t.Fatalf("event triggers %v, want %s", got, want)
 	}
 	// One disabled, or made by an earlier version (fired in origin
-	// sessions only), is enabled always at the next start.
-	exec(t, ctx, pg, "shop", "ALTER EVENT TRIGGER sluice_table_drop DISABLE", "ALTER EVENT TRIGGER sluice_rename ENABLE")
+	// sessions only, or with an older function), is enabled always, with
+	// this version's function, at the next start.
+	exec(t, ctx, pg, "shop", "ALTER EVENT TRIGGER sluice_table_drop DISABLE", "ALTER EVENT TRIGGER sluice_rename ENABLE",
+		"CREATE OR REPLACE FUNCTION public.sluice_rename() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN END $$")
 	if err := src.ensureEventTriggers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := triggers(); got != want {
 		t.Fatalf("event triggers %v after a start, want %s", got, want)
+	}
+	if got := selectRows(t, ctx, pg, "SELECT prosrc LIKE '%composite type%' FROM pg_proc WHERE proname = 'sluice_rename'"); len(got) != 1 || got[0] != "[true]" {
+		t.Fatalf("sluice_rename's function was not brought up to date: %v", got)
 	}
 	sink := newMemSink()
 	settle := func(what, query string) {
@@ -230,4 +235,20 @@ func snapshotOne(t *testing.T, ctx context.Context, pg *harness.Postgres, table 
 	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
 	catchUp(t, ctx, pg, eng, sink)
 	return src, eng, sink
+}
+
+// A composite type's attribute added or dropped (ALTER TYPE … ADD/DROP
+// ATTRIBUTE … CASCADE) changes the value of every row with a column of
+// the type, with no change event: those tables are read again.
+func TestCompositeAttributeChangeIsReadAgain(t *testing.T) {
+	pg, ctx := testDB(t)
+	exec(t, ctx, pg, "shop", "CREATE TYPE pair AS (a int, b text)",
+		"CREATE TABLE cp (id int PRIMARY KEY, p pair, ps pair[])",
+		"INSERT INTO cp SELECT g, ROW(g, 'b' || g)::pair, ARRAY[ROW(g, 'x')::pair] FROM generate_series(1, 100) g")
+	_, eng, sink := snapshotOne(t, ctx, pg, "cp")
+	for i, ddl := range []string{"ALTER TYPE pair ADD ATTRIBUTE c int CASCADE", "ALTER TYPE pair DROP ATTRIBUTE a CASCADE"} {
+		exec(t, ctx, pg, "shop", ddl)
+		readAgain(t, ctx, pg, eng, sink, int64(i+1))
+		equalRows(t, "after "+ddl, sink.Table("public.cp"), selectRows(t, ctx, pg, "SELECT id, p::text, ps::text[] FROM cp"))
+	}
 }
