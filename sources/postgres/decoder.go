@@ -126,9 +126,11 @@ type Decoder struct {
 	// the captured tables it found no longer exist (published.go).
 	republishedAt uint64
 	gone          []pipeline.TableID
-	// captured is Tables as a set; leftOut the other tables the
-	// publication sent changes of (published.go).
+	// captured is Tables as a set, lastCaptured the last shape found in
+	// it; leftOut the other tables the publication sent changes of
+	// (published.go).
 	captured, leftOut map[pipeline.TableID]bool
+	lastCaptured      *pipeline.Table
 
 	mu     sync.Mutex
 	latest map[pipeline.TableID]*TableShape // newest shape per table
@@ -662,7 +664,7 @@ func keyChanged(keyIdx []int, old, new *pglogrepl.TupleData) bool {
 func (d *Decoder) add(tx *txnState, r pipeline.Record, emit func(Chunk) error) error {
 	r.Version = streamVersion(d.opts.Generation, tx.commitLSN, tx.index)
 	tx.index++
-	if r.Table != nil && d.notCaptured(r.Table.ID) {
+	if r.Table != nil && d.notCaptured(r.Table) {
 		return nil
 	}
 	r.EventTime = tx.commitTime

@@ -160,17 +160,18 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 	return recs, nil
 }
 
-// notCaptured reports whether id is a table the pipeline does not capture
+// notCaptured reports whether t is a table the pipeline does not capture
 // although the publication sends its changes: a captured table renamed
 // (the publication holds the relation, whatever its name; its changes
 // would fill a sink table of the new name with the rows that happen to
 // change), or a table added to the publication by hand. Its changes are
 // left out, with a warning once per table. With no captured tables
 // listed, every table is captured.
-func (d *Decoder) notCaptured(id pipeline.TableID) bool {
-	if len(d.opts.Tables) == 0 {
-		return false
+func (d *Decoder) notCaptured(t *pipeline.Table) bool {
+	if len(d.opts.Tables) == 0 || t == d.lastCaptured {
+		return false // the common case, a run of changes of one table: no lookup
 	}
+	id := t.ID
 	if d.captured == nil {
 		d.captured, d.leftOut = map[pipeline.TableID]bool{}, map[pipeline.TableID]bool{}
 		for _, t := range d.opts.Tables {
@@ -178,6 +179,7 @@ func (d *Decoder) notCaptured(id pipeline.TableID) bool {
 		}
 	}
 	if d.captured[id] {
+		d.lastCaptured = t
 		return false
 	}
 	if d.opts.Watch.LeftOut != nil {
