@@ -50,4 +50,13 @@
 //     marked Refetch, and its row is read again by key (a repair,
 //     snapshot/) and emitted above it; the request is checkpointed with
 //     the change's position, so a restart loses neither.
+//  14. A row deleted where no change of it reaches the pipeline (while the
+//     table was out of the publication, while it was not captured) never
+//     stays in a sink once the table is read again: every full read of a
+//     table either clears the sinks' rows first (a fresh pipeline's
+//     barrier) or, after its last chunk, sweeps them with a truncate
+//     versioned below everything the read and the stream emitted since it
+//     began (Record.Replaces on an OpTruncate), which leaves exactly the
+//     rows the read did not find; the sweep's version is checkpointed
+//     with the first chunk, so a restart sweeps at the same point.
 package pipeline

@@ -373,6 +373,12 @@ type Record struct {
 	// An operator that keeps such a row from the sinks deletes its key
 	// instead (transform/filter), so a re-snapshot after a change of its
 	// rule leaves no row the rule now excludes.
+	// On an OpTruncate, Replaces marks a re-read's sweep (Invariant 14):
+	// it follows rows versioned above it, and removes only the rows below
+	// its version, those the re-read did not find. A consumer that cannot
+	// compare versions (a Kafka topic's) would clear the re-read rows too,
+	// so the Kafka sink does not write it; an operator keeps what sorts
+	// above it (transform/aggregate, transform/join, transform/window).
 	Replaces bool
 	// Refetch marks a change carrying Unchanged values the sinks may hold
 	// nothing to keep for: an insert whose MySQL/MariaDB row image left

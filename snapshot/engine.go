@@ -123,6 +123,7 @@ type Engine struct {
 	// Read's goroutine only.
 	pending []pipeline.Batch
 	shapes  map[pipeline.TableID]*pipeline.Table // newest shape the stream showed
+	sweeps  []pipeline.Record                    // sweeps of finished tables, for the next batch out (Invariant 14)
 	commits commitRing
 
 	// opened and loadRun name the snapshots that finish an interrupted
@@ -191,9 +192,10 @@ func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
 		}
 	}
 	for _, t := range prog.Tables {
-		if t.Barrier {
-			// Nothing of it can be durable before its barrier: plan
-			// again, and emit the barrier first.
+		if t.Barrier || t.Sweep && t.SweepAt == nil {
+			// Nothing of it can be durable before its barrier (or its
+			// sweep's version is read): plan again, and place the
+			// barrier's watermark first.
 			t.Planned, t.Ranges, t.Rows, t.Chunks = false, nil, 0, 0
 		}
 	}
@@ -208,7 +210,7 @@ func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
 			continue
 		}
 		prog.Tables = append(prog.Tables, &tableProgress{Database: id.Database, Schema: id.Schema, Name: id.Table,
-			Run: e.newRun(), Barrier: from == nil, Requested: now})
+			Run: e.newRun(), Barrier: from == nil, Sweep: from != nil, Requested: now})
 		if from != nil {
 			e.log.Info("table added to the pipeline: snapshotting it while the stream flows", zap.String("table", id.String()))
 		}
@@ -259,7 +261,7 @@ func (e *Engine) queue(table pipeline.TableID, where string, again bool) (string
 		return t.Run, nil
 	}
 	t := &tableProgress{Database: table.Database, Schema: table.Schema, Name: table.Table, Where: where,
-		Run: e.newRun(), Requested: time.Now().UTC()}
+		Sweep: where == "", Run: e.newRun(), Requested: time.Now().UTC()}
 	e.prog.Tables = append(e.prog.Tables, t)
 	e.progChanged = true
 	e.m.tables.Set(float64(len(e.prog.Tables)))

@@ -44,6 +44,15 @@ type tableProgress struct {
 	// sorts above the barrier), handed over before the first chunk.
 	// Cleared once handed over.
 	Barrier bool `json:"barrier,omitempty"`
+	// Sweep: a full read of a table the sinks may hold (no Barrier, no
+	// Where, no repair) removes, once its last chunk is emitted, what the
+	// sinks hold of the table that it did not read: rows deleted while no
+	// change of theirs reached the pipeline (Invariant 14). SweepAt is the
+	// version of the watermark committed before the plan read the max key,
+	// persisted once read; the sweep is a truncate at it, handed over
+	// after the last chunk's rows, every one of which sorts above it.
+	Sweep   bool              `json:"sweep,omitempty"`
+	SweepAt *pipeline.Version `json:"sweep_at,omitempty"`
 	// Keys, on a repair, are the keys to read again (each key's columns
 	// in textform, in key order) until the plan spreads them over ranges
 	// of their own (keyRange.Keys); a key with no row when read is

@@ -131,6 +131,7 @@ type Stats struct {
 	Repaired  int64 // keys of repair requests read again
 	Rewrites  int64 // tables queued again after a rewrite (pipeline.OpRewrite)
 	Refetches int64 // rows queued for a repair by changes marked Refetch (Invariant 13)
+	Sweeps    int64 // re-read tables swept of the rows the read did not find (Invariant 14)
 }
 
 // Stats returns the counts of this run.

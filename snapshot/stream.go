@@ -55,7 +55,7 @@ func (e *Engine) scan(b pipeline.Batch) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.refetch(b.Records)
-	active := len(e.prog.Tables) > 0 || len(e.windows) > 0
+	active := len(e.prog.Tables) > 0 || len(e.windows) > 0 || len(e.sweeps) > 0
 	if !active && !hasControl(b.Records) {
 		e.track(b.Records)
 		e.pending = append(e.pending, e.positioned(b))
@@ -63,6 +63,9 @@ func (e *Engine) scan(b pipeline.Batch) {
 	}
 	out := pipeline.Batch{Dead: b.Dead}
 	recs := make([]pipeline.Record, 0, len(b.Records))
+	// Sweeps of tables a worker finished (the last range's keys read
+	// again) go out with the first batch whose progress lacks them.
+	recs, e.sweeps = append(recs, e.sweeps...), nil
 	for i := range b.Records {
 		r := &b.Records[i]
 		if r.Op == pipeline.OpRewrite {
@@ -94,7 +97,14 @@ func (e *Engine) scan(b pipeline.Batch) {
 			delete(e.windows, stem)
 			v := r.Version
 			v[3] = barrierIndex
-			w.table.barrier = &pipeline.Record{Op: pipeline.OpTruncate, Version: v, EventTime: r.EventTime, Snapshot: true, Pos: r.Pos}
+			if t := w.table; t.Barrier {
+				t.barrier = &pipeline.Record{Op: pipeline.OpTruncate, Version: v, EventTime: r.EventTime, Snapshot: true, Pos: r.Pos}
+			} else if t.Sweep && t.SweepAt == nil {
+				// Invariant 14: checkpointed with this batch, before
+				// any chunk of the run is emitted.
+				t.SweepAt = &v
+				e.progChanged = true
+			}
 			w.finish(outcome{})
 			continue
 		case lowSuffix:
@@ -110,6 +120,9 @@ func (e *Engine) scan(b pipeline.Batch) {
 			continue
 		}
 		rows, dead := e.reconcile(w, r)
+		// The sweep of a table this chunk finished: after its rows, in the
+		// batch whose progress no longer has the table.
+		rows, e.sweeps = append(rows, e.sweeps...), nil
 		if len(recs) == 0 {
 			// The usual case: H alone since the last cut. The chunk's rows
 			// are the batch as reconcile made them, not a copy of them.
@@ -259,6 +272,7 @@ func (e *Engine) reconcile(w *window, h *pipeline.Record) ([]pipeline.Record, []
 		}
 		shape = s
 	}
+	t.shape = shape // for its sweep (Invariant 14)
 	v := h.Version
 	v[3] = snapshotRow
 	now := time.Now().UTC()
@@ -387,6 +401,7 @@ func (e *Engine) finishTable(t *tableProgress) {
 	if t.Where == "" && !t.Repair {
 		e.prog.know(t.id().String())
 	}
+	e.sweep(t)
 	e.progChanged = true
 	// Done once a checkpoint covers the last rows (Ack).
 	e.finished = append(e.finished, finishedTable{run: t.Run, status: pipeline.TableStatus{Table: t.id().String(),
@@ -398,4 +413,29 @@ func (e *Engine) finishTable(t *tableProgress) {
 	e.log.Info("table snapshotted", zap.String("table", t.id().String()), zap.String("where", t.Where),
 		zap.String("run", t.Run), zap.Int64("rows", t.Rows), zap.Int64("chunks", t.Chunks),
 		zap.Duration("took", time.Since(t.Requested).Round(time.Millisecond)))
+}
+
+// sweep queues t's sweep, if it has one, for the batch that carries the
+// progress without t (Invariant 14): a truncate at SweepAt, which every
+// row the run emitted and every change since it began sorts above, so
+// the sinks drop only the rows the run did not find. e.mu is held.
+func (e *Engine) sweep(t *tableProgress) {
+	if !t.Sweep || t.SweepAt == nil {
+		return
+	}
+	shape := t.shape
+	if shape != nil && e.shapes[shape.ID] != nil {
+		shape = e.shapes[shape.ID] // the stream's newest
+	}
+	if shape == nil {
+		e.log.Warn("re-read table not swept: its shape is not known", zap.String("table", t.id().String()))
+		return
+	}
+	r := pipeline.Record{Op: pipeline.OpTruncate, Table: shape, Version: *t.SweepAt, EventTime: time.Now().UTC(),
+		Snapshot: true, Replaces: true}
+	r.Size = pipeline.EstimateSize(&r)
+	e.sweeps = append(e.sweeps, r)
+	e.stats.Sweeps++
+	e.log.Info("re-read table swept: the sinks drop its rows the read did not find", zap.String("table", t.id().String()),
+		zap.Stringer("below", *t.SweepAt))
 }

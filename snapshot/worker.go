@@ -94,8 +94,9 @@ func (e *Engine) plan(ctx context.Context, t *tableProgress) error {
 		e.mu.Unlock()
 		e.signal()
 	}()
-	if t.Barrier {
-		// The barrier's place in the log: before the max key is read.
+	if t.Barrier || t.Sweep && t.SweepAt == nil {
+		// The barrier's (or the sweep's) place in the log: before the
+		// max key is read.
 		stem := e.register(&window{table: t, barrierOnly: true, done: make(chan outcome, 1)})
 		if err := e.rd.Mark(ctx, stem+barrierSuffix, t.id(), nil); err != nil {
 			e.mu.Lock()

@@ -3,6 +3,7 @@ package kafka
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"testing"
 	"time"
 
@@ -135,3 +136,40 @@ var (
 	schemaMinMicros = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 	schemaMaxMicros = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC).UnixMicro()
 )
+
+// Sweeps is false: the sink does not write a re-read's sweep
+// (TestSweepIsNotWritten).
+func (h *conformance) Sweeps() bool { return false }
+
+// A re-read's sweep (a truncate marked Replaces, after the rows the read
+// emitted above it) is not written: a consumer applying it as a truncate
+// would drop the rows read again. The topic keeps every row, the one the
+// sweep would have removed included.
+func TestSweepIsNotWritten(t *testing.T) {
+	harness.SkipShort(t, "starts a Kafka broker")
+	reg, _ := registryFor(t)
+	h := &conformance{k: harness.KafkaT(t), reg: reg}
+	s := h.Open(t)
+	if err := s.Open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(t.Context())
+	row := func(op pipeline.Op, minor uint64, id int64) pipeline.Record {
+		return pipeline.Record{Op: op, Table: sinktest.Accounts, Version: pipeline.Version{0, 5000, 0, minor},
+			After: []any{id, fmt.Sprint("account ", id), pipeline.Decimal{Unscaled: big.NewInt(id), Scale: 2},
+				pipeline.Timestamp{Micros: 1.7e15}, true, nil, []any{"a"}}, Snapshot: op == pipeline.OpRead, Replaces: op == pipeline.OpRead}
+	}
+	sweep := pipeline.Record{Op: pipeline.OpTruncate, Table: sinktest.Accounts, Version: pipeline.Version{0, 5000, 0, 15},
+		Snapshot: true, Replaces: true}
+	for _, b := range [][]pipeline.Record{
+		{row(pipeline.OpInsert, 10, 1), row(pipeline.OpInsert, 10, 2)},
+		{row(pipeline.OpRead, 20, 1), sweep},
+	} {
+		if err := s.Write(t.Context(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.Read(t, sinktest.Accounts); len(got) != 2 {
+		t.Fatalf("after the sweep the topic holds %d rows, want both: %v", len(got), got)
+	}
+}

@@ -228,6 +228,31 @@ func TestAggregateTruncate(t *testing.T) {
 	check(t, out[2:], []any{"c", 1, 1, 1, "9.00", "9.00", "9.00", "9.00", 1})
 }
 
+// A re-read's sweep (Invariant 14) comes after the rows the read
+// emitted: it takes out only the rows below it, those the read did not
+// find (order 2, deleted while no change of it reached the pipeline), and
+// their groups are written as changed, not cleared.
+func TestAggregateSweepKeepsTheRowsAboveIt(t *testing.T) {
+	a := openRun(t, perCustomer, t.TempDir(), false)
+	defer a.Close()
+	results(t, a, ins(1, order(1, 1, cents(100), "a")), ins(2, order(2, 1, cents(300), "b")), ins(3, order(3, 2, cents(500), "c")))
+	read := func(v uint64, img []any) pipeline.Record {
+		return pipeline.Record{Op: pipeline.OpRead, Table: orders, Version: ver(v), After: img, Snapshot: true, Replaces: true}
+	}
+	// The re-read, its sweep placed at 10, below its rows at 11.
+	out := results(t, a, read(11, order(1, 1, cents(100), "a")), read(11, order(3, 2, cents(700), "c")))
+	check(t, out,
+		[]any{"u", 1, 2, 2, "4.00", "2.00", "1.00", "3.00", 2},
+		[]any{"u", 2, 1, 1, "7.00", "7.00", "7.00", "7.00", 1})
+	out = results(t, a, pipeline.Record{Op: pipeline.OpTruncate, Table: orders, Version: ver(10), Snapshot: true, Replaces: true})
+	check(t, out, []any{"u", 1, 1, 1, "1.00", "1.00", "1.00", "1.00", 1})
+	// A truncate above every row still clears the groups and the output.
+	out = results(t, a, pipeline.Record{Op: pipeline.OpTruncate, Table: orders, Version: ver(12)})
+	if len(out) != 1 || out[0].Op != pipeline.OpTruncate {
+		t.Fatalf("outputs of a truncate above every row: %v", out)
+	}
+}
+
 func TestAggregateRefusesWhatItCannotCompute(t *testing.T) {
 	o := perCustomer
 	o.Dir = t.TempDir()

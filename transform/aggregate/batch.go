@@ -164,6 +164,7 @@ func (b *batch) apply(r *pipeline.Record) error {
 	if err != nil {
 		return err
 	}
+	c.version = r.Version
 	if left != nil {
 		if err := b.retract(left, r); err != nil {
 			return fatal(err)
@@ -485,12 +486,16 @@ func (b *batch) put(g *group) error {
 	return b.s.groups.Put(g.key, v)
 }
 
-// truncate writes the groups the batch changed so far, empties the
-// rows, multisets and groups and appends a truncate of the output, at the
-// truncate's version raised above every group's last output so that the
-// sinks' barrier clears them all. Each group that had an output keeps a
-// tombstone at that version (A3) and is recorded (A2): were the truncate
-// lost in a crash, the resumed run deletes it.
+// truncate takes out every row whose change sorts below r (Invariant 4:
+// a truncate is a versioned barrier). When a row sorts above it (a
+// re-read's sweep, Invariant 14, follows the rows the read emitted), the
+// rows below are retracted one by one, and their groups are written with
+// the batch's others. Otherwise it writes the groups the batch changed so
+// far, empties the rows, multisets and groups and appends a truncate of
+// the output, at the truncate's version raised above every group's last
+// output so that the sinks' barrier clears them all. Each group that had
+// an output keeps a tombstone at that version (A3) and is recorded (A2):
+// were the truncate lost in a crash, the resumed run deletes it.
 func (b *batch) truncate(r *pipeline.Record, out []pipeline.Record) ([]pipeline.Record, error) {
 	if _, err := b.a.plans.Get(r.Table, b.a.plan); err != nil {
 		return out, err
@@ -498,6 +503,36 @@ func (b *batch) truncate(r *pipeline.Record, out []pipeline.Record) ([]pipeline.
 	out, err := b.emit(out)
 	if err != nil {
 		return out, err
+	}
+	var below [][]byte
+	kept := false
+	err = b.s.rows.Scan(nil, func(k, v []byte) error {
+		c, err := b.a.decodeContribution(v)
+		if err != nil {
+			return err
+		}
+		if c.version.Less(r.Version) {
+			below = append(below, append([]byte{}, k...))
+		} else {
+			kept = true
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fatal(err)
+	}
+	if kept {
+		for _, k := range below {
+			c, err := b.row(k)
+			if err != nil || c == nil {
+				return out, fatal(err)
+			}
+			if err := b.retract(c, r); err != nil {
+				return out, fatal(err)
+			}
+			b.setRow(k, nil)
+		}
+		return out, nil
 	}
 	clear(b.rows)
 	clear(b.vals)

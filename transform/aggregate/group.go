@@ -163,11 +163,14 @@ func (g *group) result(i int, f window.Func) any {
 }
 
 // contribution is what a source row adds to its group: its group key
-// and values, and per aggregate its argument (nil for count()).
+// and values, per aggregate its argument (nil for count()), and the
+// version of the change that made it (zero when stored before versions
+// were: below every truncate, as such a row's change is).
 type contribution struct {
-	gk     []byte
-	groups []any
-	args   []any
+	gk      []byte
+	groups  []any
+	args    []any
+	version pipeline.Version
 }
 
 func (c *contribution) encode() ([]byte, error) {
@@ -183,7 +186,7 @@ func (c *contribution) encode() ([]byte, error) {
 			return nil, err
 		}
 	}
-	return b, nil
+	return binform.AppendVersion(b, c.version), nil
 }
 
 func (a *Aggregate) decodeContribution(v []byte) (*contribution, error) {
@@ -194,6 +197,9 @@ func (a *Aggregate) decodeContribution(v []byte) (*contribution, error) {
 	}
 	for i := range c.args {
 		c.args[i] = r.Value()
+	}
+	if r.Err() == nil && r.Len() > 0 {
+		c.version = r.Version()
 	}
 	if r.Err() != nil {
 		return nil, fmt.Errorf("a row's contribution: %w", r.Err())

@@ -230,7 +230,7 @@ func (j *Join) truncate(st joinState, r *pipeline.Record, ro *roles, seen *emitt
 	}
 	if ro.isFrom && j.out != nil {
 		out = append(out, pipeline.Record{Op: pipeline.OpTruncate, Table: j.out, Version: r.Version, Origin: r.OrderVersion(),
-			EventTime: r.EventTime, TxID: r.TxID, Snapshot: r.Snapshot, Pos: r.Pos, Size: 64})
+			EventTime: r.EventTime, TxID: r.TxID, Snapshot: r.Snapshot, Replaces: r.Replaces, Pos: r.Pos, Size: 64})
 	}
 	if fresh && cleared == 0 {
 		// Nothing was cleared (a first load's barrier): no output changes.
