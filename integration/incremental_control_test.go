@@ -40,9 +40,10 @@ func waitSnapshotDone(t *testing.T, d *daemonProc, addr, table, where string) {
 }
 
 // A table added to a running pipeline's config is snapshotted on the next
-// start while the other table streams, and `sluice snapshot --table
-// --where` re-reads the rows a sink lost, both under concurrent writes
-// to both tables; sluice verify then finds the sink equal.
+// start while the other table streams, `sluice snapshot --table
+// --where` re-reads the rows a sink lost, and `sluice snapshot --table`
+// sweeps the rows only the sink holds, all under concurrent writes to both
+// tables; sluice verify then finds the sink equal.
 func TestTableAddedAndResnapshotWhileStreaming(t *testing.T) {
 	pg := harness.PostgresT(t)
 	ctx := context.Background()
@@ -134,6 +135,23 @@ http: {listen: "127.0.0.1:0"}
 		t.Fatalf("sluice snapshot: %v\n%s", err, out.String())
 	}
 	waitSnapshotDone(t, d, addr, "public.b", "id < 500")
+
+	// Rows only the sink holds (deleted where no change of theirs reached
+	// sluice): a full re-snapshot sweeps them after its last chunk
+	// (Invariant 14).
+	if err := pg.Exec(ctx, "ctl_target",
+		`INSERT INTO public_b (id, v, _sluice_version, _sluice_deleted) SELECT g, 'ghost', '\x00'::bytea, false FROM generate_series(90001, 90005) g`); err != nil {
+		t.Fatalf("%v\n%s", err, d.logs())
+	}
+	cmd = exec.Command(sluiceBinary(t), "snapshot", "-c", cfg, "--addr", addr, "--table", "public.b")
+	out.Reset()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "snapshot of public.b queued") {
+		t.Fatalf("sluice snapshot: %v\n%s", err, out.String())
+	}
+	waitUntil(t, d, 2*time.Minute, "the re-snapshot's sweep of the rows only the sink held", func() bool {
+		return countRows(ctx, pg.DSN("ctl_target"), "SELECT count(*) FROM public_b WHERE id > 90000 AND NOT _sluice_deleted") == 0
+	})
 
 	// The sink's copy of a is damaged behind sluice's back: stale values,
 	// lost rows and rows the source never had. `sluice verify --repair`
