@@ -423,7 +423,8 @@ func (s *Sink) prepare(ctx context.Context, r *pipeline.Record, mem *slab) ([]*k
 		// A re-read's sweep (Invariant 14) follows the rows it keeps; a
 		// consumer, which applies a truncate without comparing versions,
 		// would drop them too. Rows it would remove stay in the topic
-		// until their key's next change (README: Kafka and re-reads).
+		// until their key's next change or a repair (README: Incremental
+		// snapshots).
 		s.log.Debug("re-read sweep not written to Kafka", zap.String("table", r.Table.ID.String()))
 		return nil, nil
 	}
