@@ -223,9 +223,6 @@ func (e *Engine) Open(ctx context.Context, from pipeline.Position) error {
 	if err := e.src.Open(ctx, stream); err != nil {
 		return err
 	}
-	if from != nil {
-		e.readMissed()
-	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	for range e.opts.Parallel {
@@ -246,8 +243,10 @@ func (e *Engine) Request(table pipeline.TableID, where string) (string, error) {
 }
 
 // queue is Request with e.mu held; again queues a new run even when one
-// of the table with the same condition is under way (its chunks read so
-// far may predate what makes the table read again).
+// of the table with the same condition is under way, unless none of its
+// windows has begun (begun): its chunks read so far may predate what
+// makes the table read again, while a window that begins after it, its
+// low watermark later in the log, reads what it made.
 func (e *Engine) queue(table pipeline.TableID, where string, again bool) (string, error) {
 	i := slices.IndexFunc(e.opts.Tables, func(id pipeline.TableID) bool { return sameTable(id, table) })
 	if i < 0 {
@@ -257,7 +256,7 @@ func (e *Engine) queue(table pipeline.TableID, where string, again bool) (string
 	if e.prog == nil {
 		return "", errors.New("the pipeline is not open yet")
 	}
-	if t := e.prog.active(table, where); t != nil && !again {
+	if t := e.prog.active(table, where); t != nil && (!again || !e.begun(t)) {
 		return t.Run, nil
 	}
 	t := &tableProgress{Database: table.Database, Schema: table.Schema, Name: table.Table, Where: where,
@@ -387,6 +386,21 @@ func (p *progress) active(id pipeline.TableID, where string) *tableProgress {
 		}
 	}
 	return nil
+}
+
+// begun reports whether a chunk of t's run may have been read before the
+// point the stream has reached: one was emitted, or a window saw its low
+// watermark. e.mu is held.
+func (e *Engine) begun(t *tableProgress) bool {
+	if t.Chunks > 0 || t.Rows > 0 {
+		return true
+	}
+	for _, w := range e.windows {
+		if w.table == t && w.started {
+			return true
+		}
+	}
+	return false
 }
 
 // sameTable compares schema and table only: a Postgres source learns its

@@ -71,3 +71,32 @@ func TestRewrittenTableIsReadAgain(t *testing.T) {
 		}
 	}
 }
+
+// A rewrite of a table whose run has not begun (no window saw its low
+// watermark, nothing emitted) reuses that run: every chunk of it is read
+// after the rewrite. This is how a table new to the pipeline, which the
+// Postgres source puts in the publication at start with a rewrite
+// message, is read once, not twice.
+func TestRewriteReusesARunNotBegun(t *testing.T) {
+	db := newFakeDB(t)
+	fill(db, 100)
+	sink := newFakeSink()
+	e, _ := openEngine(t, db, Options{Parallel: 2, ChunkRows: 64}, nil)
+	drain(t, e, db, sink)
+	e.mu.Lock()
+	run, err := e.queue(db.table.ID, "", false)
+	if err != nil {
+		e.mu.Unlock()
+		t.Fatal(err)
+	}
+	e.rewritten(&pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: db.table.ID}})
+	var runs []string
+	for _, tp := range e.prog.Tables {
+		runs = append(runs, tp.Run)
+	}
+	e.mu.Unlock()
+	if len(runs) != 1 || runs[0] != run {
+		t.Fatalf("runs %v after a rewrite of a table whose run %s had not begun, want that run alone", runs, run)
+	}
+	finish(t, e, db, sink)
+}

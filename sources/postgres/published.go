@@ -20,11 +20,12 @@ import (
 // operation, so the decoder sees the moment a captured table stops being
 // published: it puts the publication back (Republish, the same step as at
 // start), and the table is read again from there (an OpRewrite, placed
-// before the heartbeat). What the read cannot bring back is a row deleted
-// while the table was left out: it stays in the sinks until `sluice verify
-// --repair` removes it, and the log says so. A table left out while sluice
-// was stopped (no heartbeat shows it) is put back at start
-// (ensurePublication), and the snapshot engine reads it again (Missed).
+// before the heartbeat); the read's sweep removes from the sinks the rows
+// deleted while the table was left out (snapshot/, Invariant 14). A table
+// left out while sluice was stopped (no heartbeat shows it) is put back at
+// start with a rewrite message in the same transaction (ensurePublication),
+// so the stream reads it again from there, even after a crash right after
+// the start.
 
 // WatchHooks count what the publication watch finds (Invariant 9); nil
 // hooks count nothing.
@@ -114,12 +115,12 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 	}
 	if len(left) > 0 {
 		d.log.Warn("captured tables are not published (the publication was altered): putting the publication back "+
-			"and reading the tables again; rows deleted in between stay in the sinks until `sluice verify --repair` removes them",
+			"and reading the tables again (the read sweeps from the sinks the rows deleted in between)",
 			zap.Stringers("tables", left), zap.Bool("every_operation_published", p.allOps), zap.Uint64("lsn", rec.Version[1]))
 	}
 	if len(back) > 0 {
-		d.log.Warn("captured tables that no longer existed are published again (renamed back, or created again): reading them again; "+
-			"rows deleted in between stay in the sinks until `sluice verify --repair` removes them", zap.Stringers("tables", back))
+		d.log.Warn("captured tables that no longer existed are published again (renamed back, or created again): reading them again "+
+			"(the read sweeps from the sinks the rows it does not find)", zap.Stringers("tables", back))
 	}
 	d.gone = slices.DeleteFunc(d.gone, func(id pipeline.TableID) bool { return slices.Contains(back, id) })
 	var put Republished

@@ -98,7 +98,9 @@ func newStreamer(s *Source) (*streamer, error) {
 	}
 	if !s.standby {
 		opts.Republish = func(ctx context.Context) (Republished, error) {
-			put, gone, err := s.ensurePublication(ctx)
+			// The decoder places the reads itself, before the heartbeat
+			// that showed the tables left out: no messages.
+			put, gone, err := s.ensurePublication(ctx, false)
 			if err != nil {
 				return Republished{}, err
 			}

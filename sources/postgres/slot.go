@@ -2,8 +2,10 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,8 +48,13 @@ func (s *Source) execWrite(ctx context.Context, stmt string) error {
 // operation when it is present. It returns the captured tables whose
 // changes the publication did not publish until then (every one when it
 // made the publication or enabled operations, else those it added), and
-// those it left out because they no longer exist.
-func (s *Source) ensurePublication(ctx context.Context) (put, gone []TableRef, err error) {
+// those it left out because they no longer exist. With mark (a resumed
+// pipeline, whose slot decodes what commits now), the changes to the
+// publication commit in one transaction with a rewrite message per table
+// put back: the stream reads each such table again from that point
+// (OpRewrite), and a crash right after loses no such read, as the slot
+// holds the message until a checkpoint past it.
+func (s *Source) ensurePublication(ctx context.Context, mark bool) (put, gone []TableRef, err error) {
 	pub := quoteIdent(s.opts.Publication)
 	var all, ins, upd, del, trunc bool
 	err = s.pool.QueryRow(ctx, `SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate
@@ -69,19 +76,6 @@ func (s *Source) ensurePublication(ctx context.Context) (put, gone []TableRef, e
 		return nil, nil, fmt.Errorf("postgres source: read publication %s: %w", s.opts.Publication, err)
 	}
 	opsOff := !(ins && upd && del && trunc)
-	if opsOff {
-		stmt := fmt.Sprintf("ALTER PUBLICATION %s SET (publish = '%s')", pub, publishAll)
-		if err := s.execWrite(ctx, stmt); err != nil {
-			return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: publication %s does not publish every operation and changing it failed: %w; run `%s;` as its owner",
-				s.opts.Publication, err, stmt))
-		}
-		s.log.Warn("publication did not publish every operation; enabled insert, update, delete and truncate",
-			zap.String("publication", s.opts.Publication))
-	}
-	// With an operation off, every captured table missed changes.
-	if opsOff {
-		put = s.tables
-	}
 	present := map[TableRef]bool{}
 	rows, err := s.pool.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1`, s.opts.Publication)
 	if err != nil {
@@ -123,28 +117,68 @@ func (s *Source) ensurePublication(ctx context.Context) (put, gone []TableRef, e
 			put = append(put, t)
 		}
 	}
-	if len(missing) == 0 {
+	var stmts []string
+	if opsOff {
+		// With an operation off, every captured table that exists missed
+		// changes.
+		stmts = append(stmts, fmt.Sprintf("ALTER PUBLICATION %s SET (publish = '%s')", pub, publishAll))
+		put = slices.DeleteFunc(slices.Clone(s.tables), func(t TableRef) bool { return slices.Contains(gone, t) })
+	}
+	if len(missing) > 0 {
+		stmts = append(stmts, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, strings.Join(missing, ", ")))
+	}
+	if len(stmts) == 0 {
 		return put, gone, nil
 	}
-	stmt := fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, strings.Join(missing, ", "))
-	if err := s.execWrite(ctx, stmt); err != nil {
-		return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: add tables to publication %s: %w; run `%s;` as the owner of the publication and the tables",
-			s.opts.Publication, err, stmt))
+	var marks []TableRef
+	if mark {
+		marks = put
+	}
+	if err := s.alterPublication(ctx, stmts, marks); err != nil {
+		return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: put publication %s back: %w; run `%s;` as the owner of the publication and the tables",
+			s.opts.Publication, err, strings.Join(stmts, "; ")))
 	}
 	// Changes made before the ALTER were not published. A table new to
 	// the pipeline is snapshotted by the engine; one it captured before
-	// and that was left out meanwhile is read again (published.go).
-	s.log.Warn("added captured tables to the publication; changes made while a table was left out of it were not published: "+
-		"the tables are read again, and rows deleted meanwhile stay in the sinks until sluice verify --repair removes them",
-		zap.String("publication", s.opts.Publication), zap.Strings("tables", missing))
+	// and that was left out meanwhile is read again and swept
+	// (published.go, snapshot/: Invariant 14).
+	if opsOff {
+		s.log.Warn("publication did not publish every operation; enabled insert, update, delete and truncate: the captured tables are read again",
+			zap.String("publication", s.opts.Publication))
+	}
+	if len(missing) > 0 {
+		s.log.Warn("added captured tables to the publication; changes made while a table was left out of it were not published: "+
+			"the tables are read again",
+			zap.String("publication", s.opts.Publication), zap.Strings("tables", missing))
+	}
 	return put, gone, nil
 }
 
-// Missed returns the captured tables Open put back in the publication on a
-// resume: left out of it, or out of some operations, while the pipeline
-// was stopped, so the slot holds none of their changes of that time. The
-// snapshot engine reads them again (snapshot.missedSource).
-func (s *Source) Missed() []pipeline.TableID { return s.missed }
+// alterPublication runs stmts and, for each table of marks, a rewrite
+// message naming it (RewritePrefix, as the event triggers write), in one
+// transaction; on a standby it fails with errStandby.
+func (s *Source) alterPublication(ctx context.Context, stmts []string, marks []TableRef) error {
+	if s.standby {
+		return errStandby
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, stmt := range stmts {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		for _, t := range marks {
+			name, err := json.Marshal([]string{t.Schema, t.Name})
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "SELECT pg_logical_emit_message(true, $1::text, $2::text)", RewritePrefix, string(name)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
 
 // slotRow is a row of pg_replication_slots.
 type slotRow struct {

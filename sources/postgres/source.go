@@ -177,8 +177,6 @@ type Source struct {
 	shapesSeen    map[TableRef]bool
 	// startShapes are the captured tables' shapes at Open (ddlevents.go).
 	startShapes map[pipeline.TableID]*pipeline.Table
-	// missed are the tables Open put back in the publication on a resume.
-	missed []pipeline.TableID
 }
 
 var (
@@ -373,18 +371,12 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 	if err := s.preflight(ctx); err != nil {
 		return err
 	}
-	put, _, err := s.ensurePublication(ctx)
-	if err != nil {
+	// Left out of the publication (or some operations) while a resumed
+	// pipeline was stopped: their changes until now were not published,
+	// and the tables are read again from the rewrite messages put back
+	// with them.
+	if _, _, err := s.ensurePublication(ctx, resume != nil); err != nil {
 		return err
-	}
-	s.missed = nil
-	if resume != nil {
-		// Left out of the publication (or some operations) while the
-		// pipeline was stopped: their changes until now were not
-		// published (Missed).
-		for _, t := range put {
-			s.missed = append(s.missed, pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name})
-		}
 	}
 	if err := s.ensureEventTriggers(ctx); err != nil {
 		return err
