@@ -55,9 +55,12 @@ type DecoderOptions struct {
 	// Tables are the captured tables: changes of others the publication
 	// sends are left out, and the heartbeats watch the publication for
 	// these (published.go). Republish puts the publication back as at
-	// start (every captured table, every operation); nil: not watched.
+	// start (every captured table, every operation) and commits with it a
+	// rewrite message for each table it put back and each of back (tables
+	// published again under their name), so the stream reads them again;
+	// nil: not watched.
 	Tables    []pipeline.TableID
-	Republish func(ctx context.Context) (Republished, error)
+	Republish func(ctx context.Context, back []pipeline.TableID) (Republished, error)
 	// StartShapes are the captured tables' shapes as the source read them
 	// at start: a dropped table's truncate takes its shape from there when
 	// the stream decoded none of it (ddlevents.go).
@@ -383,11 +386,10 @@ func (d *Decoder) logicalMessage(ctx context.Context, m *pglogrepl.LogicalDecodi
 	rec.Size = pipeline.EstimateSize(&rec)
 	// Invariant 11: shapes changed with no row change since go out with it.
 	recs := d.checkShapes(ctx, checks, m.LSN, rec)
-	rewrites, err := d.checkPublished(ctx, m.Content, rec)
-	if err != nil {
+	if err := d.checkPublished(ctx, m.Content, rec); err != nil {
 		return err
 	}
-	recs = append(append(recs, rewrites...), rec)
+	recs = append(recs, rec)
 	return emit(Chunk{Records: recs, Final: true, CommitLSN: m.LSN, EndLSN: m.LSN, CommitTime: rec.EventTime})
 }
 

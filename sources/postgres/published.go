@@ -19,8 +19,8 @@ import (
 // place in the WAL (heartbeatSQL) and whether it publishes every
 // operation, so the decoder sees the moment a captured table stops being
 // published: it puts the publication back (Republish, the same step as at
-// start), and the table is read again from there (an OpRewrite, placed
-// before the heartbeat); the read's sweep removes from the sinks the rows
+// start) with a rewrite message per table, and the table is read again
+// from there (an OpRewrite); the read's sweep removes from the sinks the rows
 // deleted while the table was left out (snapshot/, Invariant 14). A table
 // left out while sluice was stopped (no heartbeat shows it) is put back at
 // start with a rewrite message in the same transaction (ensurePublication),
@@ -71,30 +71,32 @@ func publishedOf(content []byte) (published, bool) {
 	return p, true
 }
 
-// checkPublished returns an OpRewrite, versioned at the heartbeat rec,
-// for each captured table the heartbeat shows left out of the
-// publication, and each Republish reports it put back, after putting the
-// publication back; not for a table that no longer exists (dropped, or
-// renamed away). Such a table is watched: while the heartbeats show it
-// left out, each puts the publication back again (Republish is quiet for
-// tables already gone), so a table created again under the name is added
-// and read from there; one the heartbeats show published again (renamed
-// back, or taken in by a publication FOR ALL TABLES) is read again, since
+// checkPublished puts the publication back when the heartbeat rec shows a
+// captured table left out of it, and has the tables it left out read
+// again: Republish commits, with the change that puts them back, a rewrite
+// message per table, which the stream reads as an OpRewrite from there
+// (and again after a crash, until a checkpoint passes it). Not a table
+// that no longer exists (dropped, or renamed away): such a table is
+// watched. While the heartbeats show it left out, each puts the
+// publication back again (Republish is quiet for tables already gone), so
+// a table created again under the name is added and read from there; one
+// the heartbeats show published again (renamed back, or taken in by a
+// publication FOR ALL TABLES) is read again too (Republish's back), since
 // its changes under the other name were left out (notCaptured).
 // Heartbeats written before this session's last Republish show what it
 // put back already and are not checked; after a restart, one replayed
-// from before puts back nothing but still reads its tables again, since
-// the earlier run's reads may not have been checkpointed. A publication
-// the role cannot put back stops the source: the tables' changes would be
-// lost for as long as it stays so; a failed read is retried (the stream
-// reconnects and meets the heartbeat again).
-func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeline.Record) ([]pipeline.Record, error) {
+// from before puts back nothing, and the messages the earlier run
+// committed with what it put back follow it. A publication the role
+// cannot put back stops the source: the tables' changes would be lost for
+// as long as it stays so; a failed read is retried (the stream reconnects
+// and meets the heartbeat again).
+func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeline.Record) error {
 	if d.opts.Republish == nil || len(d.streams) > 0 || rec.Version[1] < d.republishedAt {
-		return nil, nil
+		return nil
 	}
 	p, ok := publishedOf(content)
 	if !ok {
-		return nil, nil
+		return nil
 	}
 	var out, left, back []pipeline.TableID
 	for _, id := range d.opts.Tables {
@@ -111,7 +113,7 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 		}
 	}
 	if len(out) == 0 && len(back) == 0 {
-		return nil, nil
+		return nil
 	}
 	if len(left) > 0 {
 		d.log.Warn("captured tables are not published (the publication was altered): putting the publication back "+
@@ -123,42 +125,25 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 			"(the read sweeps from the sinks the rows it does not find)", zap.Stringers("tables", back))
 	}
 	d.gone = slices.DeleteFunc(d.gone, func(id pipeline.TableID) bool { return slices.Contains(back, id) })
-	var put Republished
-	if len(out) > 0 {
-		var err error
-		if put, err = d.opts.Republish(ctx); err != nil {
-			// Fatal stays fatal (a statement the role may not run); a failed
-			// read is retried: the stream reconnects and meets this heartbeat
-			// again.
-			return nil, fmt.Errorf("postgres source: captured tables %v are not published and the publication could not be put back: %w", out, err)
-		}
-		d.republishedAt = put.At
-		for _, id := range put.Gone {
-			if !slices.Contains(d.gone, id) {
-				d.log.Warn("a captured table no longer exists (dropped or renamed); it is read again if a table of the name appears",
-					zap.Stringer("table", id))
-			}
-		}
-		d.gone = put.Gone
+	put, err := d.opts.Republish(ctx, back)
+	if err != nil {
+		// Fatal stays fatal (a statement the role may not run); a failed
+		// read is retried: the stream reconnects and meets this heartbeat
+		// again.
+		return fmt.Errorf("postgres source: captured tables %v are not published and the publication could not be put back: %w", out, err)
 	}
+	d.republishedAt = put.At
+	for _, id := range put.Gone {
+		if !slices.Contains(d.gone, id) {
+			d.log.Warn("a captured table no longer exists (dropped or renamed); it is read again if a table of the name appears",
+				zap.Stringer("table", id))
+		}
+	}
+	d.gone = put.Gone
 	if d.opts.Watch.Gone != nil {
 		d.opts.Watch.Gone(len(d.gone))
 	}
-	for _, id := range append(put.Tables, back...) {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
-	recs := make([]pipeline.Record, 0, len(out))
-	for _, id := range out {
-		if slices.Contains(put.Gone, id) {
-			continue // dropped or renamed away: nothing to read
-		}
-		r := pipeline.Record{Op: pipeline.OpRewrite, Table: &pipeline.Table{ID: id}, Version: rec.Version, EventTime: rec.EventTime}
-		r.Size = pipeline.EstimateSize(&r)
-		recs = append(recs, r)
-	}
-	return recs, nil
+	return nil
 }
 
 // notCaptured reports whether t is a table the pipeline does not capture

@@ -97,10 +97,12 @@ func newStreamer(s *Source) (*streamer, error) {
 		opts.Tables = append(opts.Tables, pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name})
 	}
 	if !s.standby {
-		opts.Republish = func(ctx context.Context) (Republished, error) {
-			// The decoder places the reads itself, before the heartbeat
-			// that showed the tables left out: no messages.
-			put, gone, err := s.ensurePublication(ctx, false)
+		opts.Republish = func(ctx context.Context, back []pipeline.TableID) (Republished, error) {
+			also := make([]TableRef, len(back))
+			for i, id := range back {
+				also[i] = TableRef{Schema: id.Schema, Name: id.Table}
+			}
+			put, gone, err := s.ensurePublication(ctx, true, also)
 			if err != nil {
 				return Republished{}, err
 			}

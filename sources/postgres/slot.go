@@ -48,13 +48,14 @@ func (s *Source) execWrite(ctx context.Context, stmt string) error {
 // operation when it is present. It returns the captured tables whose
 // changes the publication did not publish until then (every one when it
 // made the publication or enabled operations, else those it added), and
-// those it left out because they no longer exist. With mark (a resumed
-// pipeline, whose slot decodes what commits now), the changes to the
-// publication commit in one transaction with a rewrite message per table
-// put back: the stream reads each such table again from that point
-// (OpRewrite), and a crash right after loses no such read, as the slot
-// holds the message until a checkpoint past it.
-func (s *Source) ensurePublication(ctx context.Context, mark bool) (put, gone []TableRef, err error) {
+// those it left out because they no longer exist. With mark (a pipeline
+// whose slot decodes what commits now: resumed, or streaming), the changes
+// to the publication commit in one transaction with a rewrite message per
+// table put back and per table of also (tables published again under their
+// name, published.go): the stream reads each such table again from that
+// point (OpRewrite), and a crash right after loses no such read, as the
+// slot holds the message until a checkpoint past it.
+func (s *Source) ensurePublication(ctx context.Context, mark bool, also []TableRef) (put, gone []TableRef, err error) {
 	pub := quoteIdent(s.opts.Publication)
 	var all, ins, upd, del, trunc bool
 	err = s.pool.QueryRow(ctx, `SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate
@@ -127,12 +128,17 @@ func (s *Source) ensurePublication(ctx context.Context, mark bool) (put, gone []
 	if len(missing) > 0 {
 		stmts = append(stmts, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, strings.Join(missing, ", ")))
 	}
-	if len(stmts) == 0 {
-		return put, gone, nil
-	}
 	var marks []TableRef
 	if mark {
 		marks = put
+		for _, t := range also {
+			if !slices.Contains(marks, t) && !slices.Contains(gone, t) {
+				marks = append(marks, t)
+			}
+		}
+	}
+	if len(stmts) == 0 && len(marks) == 0 {
+		return put, gone, nil
 	}
 	if err := s.alterPublication(ctx, stmts, marks); err != nil {
 		return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: put publication %s back: %w; run `%s;` as the owner of the publication and the tables",
