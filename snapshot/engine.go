@@ -243,10 +243,11 @@ func (e *Engine) Request(table pipeline.TableID, where string) (string, error) {
 }
 
 // queue is Request with e.mu held; again queues a new run even when one
-// of the table with the same condition is under way, unless none of its
-// windows has begun (begun): its chunks read so far may predate what
-// makes the table read again, while a window that begins after it, its
-// low watermark later in the log, reads what it made.
+// of the table with the same condition is under way, unless that run has
+// not begun (begun): its chunks read so far, or its plan's max key, may
+// predate what makes the table read again (a row inserted above that max
+// key before it would never be read), while a run whose plan comes after
+// it reads all it made.
 func (e *Engine) queue(table pipeline.TableID, where string, again bool) (string, error) {
 	i := slices.IndexFunc(e.opts.Tables, func(id pipeline.TableID) bool { return sameTable(id, table) })
 	if i < 0 {
@@ -388,19 +389,23 @@ func (p *progress) active(id pipeline.TableID, where string) *tableProgress {
 	return nil
 }
 
-// begun reports whether a chunk of t's run may have been read before the
-// point the stream has reached: one was emitted, or a window saw its low
-// watermark. e.mu is held.
+// begun reports whether t's run may have read the table before the point
+// the stream has reached: it emitted a chunk, or its plan may have read
+// the max key before then. A run's plan reads the max key after its
+// barrier's watermark (a fresh table's barrier, a re-read's sweep
+// version) commits, so while the stream has not shown that watermark yet,
+// the plan and every chunk come after this point. A run without one (a
+// progress of an earlier version) counts as begun. e.mu is held.
 func (e *Engine) begun(t *tableProgress) bool {
-	if t.Chunks > 0 || t.Rows > 0 {
+	switch {
+	case t.Chunks > 0 || t.Rows > 0:
 		return true
+	case t.Barrier:
+		return t.barrier != nil
+	case t.Sweep:
+		return t.SweepAt != nil
 	}
-	for _, w := range e.windows {
-		if w.table == t && w.started {
-			return true
-		}
-	}
-	return false
+	return true
 }
 
 // sameTable compares schema and table only: a Postgres source learns its
