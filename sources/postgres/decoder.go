@@ -56,11 +56,10 @@ type DecoderOptions struct {
 	// sends are left out, and the heartbeats watch the publication for
 	// these (published.go). Republish puts the publication back as at
 	// start (every captured table, every operation) and commits with it a
-	// rewrite message for each table it put back and each of back (tables
-	// published again under their name), so the stream reads them again;
-	// nil: not watched.
+	// rewrite message for each table it put back and each table of read
+	// that exists, so the stream reads them again; nil: not watched.
 	Tables    []pipeline.TableID
-	Republish func(ctx context.Context, back []pipeline.TableID) (Republished, error)
+	Republish func(ctx context.Context, read []pipeline.TableID) (Republished, error)
 	// StartShapes are the captured tables' shapes as the source read them
 	// at start: a dropped table's truncate takes its shape from there when
 	// the stream decoded none of it (ddlevents.go).

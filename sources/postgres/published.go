@@ -81,8 +81,11 @@ func publishedOf(content []byte) (published, bool) {
 // publication back again (Republish is quiet for tables already gone), so
 // a table created again under the name is added and read from there; one
 // the heartbeats show published again (renamed back, or taken in by a
-// publication FOR ALL TABLES) is read again too (Republish's back), since
-// its changes under the other name were left out (notCaptured).
+// publication FOR ALL TABLES) is read again too, since its changes under
+// the other name were left out (notCaptured). Republish writes a message
+// for every table the heartbeat showed left out or back that exists when
+// it runs: also for one back before the heartbeat was decoded, which no
+// later heartbeat would show as back.
 // Heartbeats written before this session's last Republish show what it
 // put back already and are not checked; after a restart, one replayed
 // from before puts back nothing, and the messages the earlier run
@@ -125,7 +128,11 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 			"(the read sweeps from the sinks the rows it does not find)", zap.Stringers("tables", back))
 	}
 	d.gone = slices.DeleteFunc(d.gone, func(id pipeline.TableID) bool { return slices.Contains(back, id) })
-	put, err := d.opts.Republish(ctx, back)
+	// Every table the heartbeat shows left out, or back, that exists now
+	// is read again: one the publication holds already by now (put back
+	// by hand, or by a run before a restart) missed changes too, and one
+	// that was gone may have come back before this heartbeat was decoded.
+	put, err := d.opts.Republish(ctx, append(slices.Clone(out), back...))
 	if err != nil {
 		// Fatal stays fatal (a statement the role may not run); a failed
 		// read is retried: the stream reconnects and meets this heartbeat

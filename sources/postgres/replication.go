@@ -97,9 +97,9 @@ func newStreamer(s *Source) (*streamer, error) {
 		opts.Tables = append(opts.Tables, pipeline.TableID{Database: s.database, Schema: t.Schema, Table: t.Name})
 	}
 	if !s.standby {
-		opts.Republish = func(ctx context.Context, back []pipeline.TableID) (Republished, error) {
-			also := make([]TableRef, len(back))
-			for i, id := range back {
+		opts.Republish = func(ctx context.Context, read []pipeline.TableID) (Republished, error) {
+			also := make([]TableRef, len(read))
+			for i, id := range read {
 				also[i] = TableRef{Schema: id.Schema, Name: id.Table}
 			}
 			put, gone, err := s.ensurePublication(ctx, true, also)
