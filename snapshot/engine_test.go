@@ -145,25 +145,7 @@ func TestChunksReconcileWithConcurrentChanges(t *testing.T) {
 			// The changes commit between reads of the stream (a few per
 			// batch read), while the workers read chunks concurrently.
 			pump(t, e, sink, func(pipeline.Batch) bool {
-				for range 3 {
-					if len(db.log) > 20 {
-						break // let the stream catch up with the watermarks
-					}
-					n++
-					k := int64(rng.IntN(4000))
-					switch x := rng.IntN(100); {
-					case x < 30:
-						db.commit(true, op{kind: pipeline.OpInsert, key: k, value: fmt.Sprint("i", n)})
-					case x < 70:
-						db.commit(true, op{kind: pipeline.OpUpdate, key: k, old: k, value: fmt.Sprint("u", n)})
-					case x < 85:
-						db.commit(true, op{kind: pipeline.OpDelete, key: k})
-					case x < 99:
-						db.commit(true, op{kind: pipeline.OpUpdate, key: k + 4000, old: k, value: fmt.Sprint("k", n)})
-					case n%7 == 0:
-						db.commit(true, op{kind: pipeline.OpTruncate})
-					}
-				}
+				commitRandomly(db, rng, &n, 4000, true)
 				return len(e.Snapshotting()) == 0
 			})
 			drain(t, e, db, sink)
@@ -182,6 +164,33 @@ func TestChunksReconcileWithConcurrentChanges(t *testing.T) {
 	// trials.
 	if trials > 1 && cut == 0 {
 		t.Errorf("no chunk was cut at its byte bound in %d trials", trials/2)
+	}
+}
+
+// commitRandomly commits up to three random changes of keys below keys,
+// each in its own transaction, between reads of the stream: inserts,
+// updates, deletes, key updates (to the key plus keys) and, with
+// truncates, now and then a truncate. It commits none while the log
+// holds over 20 batches, so the stream catches up with the watermarks.
+func commitRandomly(db *fakeDB, rng *rand.Rand, n *int, keys int, truncates bool) {
+	for range 3 {
+		if len(db.log) > 20 {
+			return
+		}
+		*n++
+		k := int64(rng.IntN(keys))
+		switch x := rng.IntN(100); {
+		case x < 30:
+			db.commit(true, op{kind: pipeline.OpInsert, key: k, value: fmt.Sprint("i", *n)})
+		case x < 70:
+			db.commit(true, op{kind: pipeline.OpUpdate, key: k, old: k, value: fmt.Sprint("u", *n)})
+		case x < 85:
+			db.commit(true, op{kind: pipeline.OpDelete, key: k})
+		case x < 99 || !truncates:
+			db.commit(true, op{kind: pipeline.OpUpdate, key: k + int64(keys), old: k, value: fmt.Sprint("k", *n)})
+		case *n%7 == 0:
+			db.commit(true, op{kind: pipeline.OpTruncate})
+		}
 	}
 }
 
@@ -803,23 +812,7 @@ func TestReSnapshotSweepsRowsTheReadDidNotFind(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(trial), 14))
 			n := 0
 			pump(t, e, sink, func(pipeline.Batch) bool {
-				for range 3 {
-					if len(db.log) > 20 {
-						break
-					}
-					n++
-					k := int64(rng.IntN(2500))
-					switch x := rng.IntN(100); {
-					case x < 30:
-						db.commit(true, op{kind: pipeline.OpInsert, key: k, value: fmt.Sprint("i", n)})
-					case x < 70:
-						db.commit(true, op{kind: pipeline.OpUpdate, key: k, old: k, value: fmt.Sprint("u", n)})
-					case x < 85:
-						db.commit(true, op{kind: pipeline.OpDelete, key: k})
-					default:
-						db.commit(true, op{kind: pipeline.OpUpdate, key: k + 2500, old: k, value: fmt.Sprint("k", n)})
-					}
-				}
+				commitRandomly(db, rng, &n, 2500, false)
 				return len(e.Snapshotting()) == 0
 			})
 			drain(t, e, db, sink)
