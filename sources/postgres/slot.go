@@ -141,6 +141,11 @@ func (s *Source) ensurePublication(ctx context.Context, mark bool, also []TableR
 		return put, gone, nil
 	}
 	if err := s.alterPublication(ctx, stmts, marks); err != nil {
+		if len(stmts) == 0 {
+			// Only the messages: retried (the stream meets the heartbeat
+			// again, or the source opens again).
+			return nil, nil, fmt.Errorf("postgres source: announce the tables to read again: %w", err)
+		}
 		return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: put publication %s back: %w; run `%s;` as the owner of the publication and the tables",
 			s.opts.Publication, err, strings.Join(stmts, "; ")))
 	}
