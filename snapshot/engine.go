@@ -123,7 +123,7 @@ type Engine struct {
 	// Read's goroutine only.
 	pending []pipeline.Batch
 	shapes  map[pipeline.TableID]*pipeline.Table // newest shape the stream showed
-	sweeps  []pipeline.Record                    // sweeps of finished tables, for the next batch out (Invariant 14)
+	sweeps  []pipeline.Record                    // the sweep of the table the last reconcile finished (Invariant 14)
 	commits commitRing
 
 	// opened and loadRun name the snapshots that finish an interrupted

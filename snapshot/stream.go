@@ -55,7 +55,7 @@ func (e *Engine) scan(b pipeline.Batch) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.refetch(b.Records)
-	active := len(e.prog.Tables) > 0 || len(e.windows) > 0 || len(e.sweeps) > 0
+	active := len(e.prog.Tables) > 0 || len(e.windows) > 0
 	if !active && !hasControl(b.Records) {
 		e.track(b.Records)
 		e.pending = append(e.pending, e.positioned(b))
@@ -63,9 +63,6 @@ func (e *Engine) scan(b pipeline.Batch) {
 	}
 	out := pipeline.Batch{Dead: b.Dead}
 	recs := make([]pipeline.Record, 0, len(b.Records))
-	// Sweeps of tables a worker finished (the last range's keys read
-	// again) go out with the first batch whose progress lacks them.
-	recs, e.sweeps = append(recs, e.sweeps...), nil
 	for i := range b.Records {
 		r := &b.Records[i]
 		if r.Op == pipeline.OpRewrite {
