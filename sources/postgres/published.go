@@ -40,9 +40,8 @@ type WatchHooks struct {
 
 // Republished is what putting the publication back did.
 type Republished struct {
-	// Tables are the captured tables the publication did not publish
-	// every change of until then; Gone those that no longer exist.
-	Tables, Gone []pipeline.TableID
+	// Gone are the captured tables that no longer exist.
+	Gone []pipeline.TableID
 	// At is the WAL position after it.
 	At uint64
 }
@@ -83,9 +82,9 @@ func publishedOf(content []byte) (published, bool) {
 // the heartbeats show published again (renamed back, or taken in by a
 // publication FOR ALL TABLES) is read again too, since its changes under
 // the other name were left out (notCaptured). Republish writes a message
-// for every table the heartbeat showed left out or back that exists when
-// it runs: also for one back before the heartbeat was decoded, which no
-// later heartbeat would show as back.
+// for every table it puts back, and for every table that was gone and
+// exists when it runs: also one back before the heartbeat was decoded,
+// which no later heartbeat would show as back.
 // Heartbeats written before this session's last Republish show what it
 // put back already and are not checked; after a restart, one replayed
 // from before puts back nothing, and the messages the earlier run
@@ -101,7 +100,9 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 	if !ok {
 		return nil
 	}
-	var out, left, back []pipeline.TableID
+	// read: the tables that were gone, to read again if they exist now
+	// (Republish skips those still gone).
+	var out, left, back, read []pipeline.TableID
 	for _, id := range d.opts.Tables {
 		published := p.allOps && p.tables[[2]string{id.Schema, id.Table}]
 		gone := slices.Contains(d.gone, id)
@@ -113,6 +114,9 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 			if !gone {
 				left = append(left, id)
 			}
+		}
+		if gone {
+			read = append(read, id)
 		}
 	}
 	if len(out) == 0 && len(back) == 0 {
@@ -128,11 +132,13 @@ func (d *Decoder) checkPublished(ctx context.Context, content []byte, rec pipeli
 			"(the read sweeps from the sinks the rows it does not find)", zap.Stringers("tables", back))
 	}
 	d.gone = slices.DeleteFunc(d.gone, func(id pipeline.TableID) bool { return slices.Contains(back, id) })
-	// Every table the heartbeat shows left out, or back, that exists now
-	// is read again: one the publication holds already by now (put back
-	// by hand, or by a run before a restart) missed changes too, and one
-	// that was gone may have come back before this heartbeat was decoded.
-	put, err := d.opts.Republish(ctx, append(slices.Clone(out), back...))
+	// A table that was gone and exists now is read again, also one that
+	// came back before this heartbeat was decoded, which no later one
+	// shows as back. One left out that the publication holds again by now
+	// is not: put back by a run before a restart, that run's message
+	// follows in the log (a table new to the pipeline shows as left out
+	// in the heartbeats before it, and is read once).
+	put, err := d.opts.Republish(ctx, read)
 	if err != nil {
 		// Fatal stays fatal (a statement the role may not run); a failed
 		// read is retried: the stream reconnects and meets this heartbeat

@@ -102,7 +102,7 @@ func newStreamer(s *Source) (*streamer, error) {
 			for i, id := range read {
 				also[i] = TableRef{Schema: id.Schema, Name: id.Table}
 			}
-			put, gone, err := s.ensurePublication(ctx, true, also)
+			gone, err := s.ensurePublication(ctx, true, also)
 			if err != nil {
 				return Republished{}, err
 			}
@@ -118,7 +118,7 @@ func newStreamer(s *Source) (*streamer, error) {
 				}
 				return out
 			}
-			r.Tables, r.Gone, r.At = ids(put), ids(gone), uint64(at)
+			r.Gone, r.At = ids(gone), uint64(at)
 			return r, nil
 		}
 	}

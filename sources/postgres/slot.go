@@ -45,18 +45,20 @@ func (s *Source) execWrite(ctx context.Context, stmt string) error {
 
 // ensurePublication creates the publication FOR TABLE the captured tables
 // when it is absent, or adds the tables it lacks and enables every published
-// operation when it is present. It returns the captured tables whose
-// changes the publication did not publish until then (every one when it
-// made the publication or enabled operations, else those it added), and
-// those it left out because they no longer exist. With mark (a pipeline
-// whose slot decodes what commits now: resumed, or streaming), the changes
-// to the publication commit in one transaction with a rewrite message per
-// table put back and per table of also (tables published again under their
-// name, published.go): the stream reads each such table again from that
-// point (OpRewrite), and a crash right after loses no such read, as the
-// slot holds the message until a checkpoint past it.
-func (s *Source) ensurePublication(ctx context.Context, mark bool, also []TableRef) (put, gone []TableRef, err error) {
+// operation when it is present. It returns the captured tables it left out
+// because they no longer exist. With mark (a pipeline whose slot decodes
+// what commits now: resumed, or streaming), the changes to the publication
+// commit in one transaction with a rewrite message per table whose
+// changes it did not publish until then (every captured table when it
+// made the publication, every one that exists when it enabled operations,
+// else those it added) and per table of also that
+// exists (tables a heartbeat showed left out or back, published.go): the
+// stream reads each such table again from that point (OpRewrite), and a
+// crash right after loses no such read, as the slot holds the message
+// until a checkpoint past it.
+func (s *Source) ensurePublication(ctx context.Context, mark bool, also []TableRef) (gone []TableRef, err error) {
 	pub := quoteIdent(s.opts.Publication)
+	var put []TableRef // the tables whose changes it did not publish until now
 	var all, ins, upd, del, trunc bool
 	err = s.pool.QueryRow(ctx, `SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate
 		FROM pg_publication WHERE pubname = $1`, s.opts.Publication).Scan(&all, &ins, &upd, &del, &trunc)
@@ -66,33 +68,37 @@ func (s *Source) ensurePublication(ctx context.Context, mark bool, also []TableR
 			names[i] = t.quoted()
 		}
 		stmt := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = '%s')", pub, strings.Join(names, ", "), publishAll)
-		if err := s.execWrite(ctx, stmt); err != nil {
-			return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: create publication %s: %w; create it as a role that owns the tables "+
+		var marks []TableRef
+		if mark {
+			marks = s.tables // none of their changes was published (a publication dropped)
+		}
+		if err := s.alterPublication(ctx, []string{stmt}, marks); err != nil {
+			return nil, pipeline.Fatal(fmt.Errorf("postgres source: create publication %s: %w; create it as a role that owns the tables "+
 				"(and has CREATE on the database): `%s;`", s.opts.Publication, err, stmt))
 		}
 		s.log.Info("created publication", zap.String("publication", s.opts.Publication), zap.Int("tables", len(names)))
-		return s.tables, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("postgres source: read publication %s: %w", s.opts.Publication, err)
+		return nil, fmt.Errorf("postgres source: read publication %s: %w", s.opts.Publication, err)
 	}
 	opsOff := !(ins && upd && del && trunc)
 	present := map[TableRef]bool{}
 	rows, err := s.pool.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1`, s.opts.Publication)
 	if err != nil {
-		return nil, nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
+		return nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
 	}
 	for rows.Next() {
 		var t TableRef
 		if err := rows.Scan(&t.Schema, &t.Name); err != nil {
 			rows.Close()
-			return nil, nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
+			return nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
 		}
 		present[t] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
+		return nil, fmt.Errorf("postgres source: read publication %s tables: %w", s.opts.Publication, err)
 	}
 	var missing []string
 	for _, t := range s.tables {
@@ -101,7 +107,7 @@ func (s *Source) ensurePublication(ctx context.Context, mark bool, also []TableR
 		}
 		var exists bool
 		if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.quoted()).Scan(&exists); err != nil {
-			return nil, nil, fmt.Errorf("postgres source: look up table %s: %w", tableName(t), err)
+			return nil, fmt.Errorf("postgres source: look up table %s: %w", tableName(t), err)
 		}
 		if !exists {
 			// Dropped or renamed while the stream ran (preflight refuses a
@@ -138,15 +144,15 @@ func (s *Source) ensurePublication(ctx context.Context, mark bool, also []TableR
 		}
 	}
 	if len(stmts) == 0 && len(marks) == 0 {
-		return put, gone, nil
+		return gone, nil
 	}
 	if err := s.alterPublication(ctx, stmts, marks); err != nil {
 		if len(stmts) == 0 {
 			// Only the messages: retried (the stream meets the heartbeat
 			// again, or the source opens again).
-			return nil, nil, fmt.Errorf("postgres source: announce the tables to read again: %w", err)
+			return nil, fmt.Errorf("postgres source: announce the tables to read again: %w", err)
 		}
-		return nil, nil, pipeline.Fatal(fmt.Errorf("postgres source: put publication %s back: %w; run `%s;` as the owner of the publication and the tables",
+		return nil, pipeline.Fatal(fmt.Errorf("postgres source: put publication %s back: %w; run `%s;` as the owner of the publication and the tables",
 			s.opts.Publication, err, strings.Join(stmts, "; ")))
 	}
 	// Changes made before the ALTER were not published. A table new to
@@ -162,7 +168,7 @@ func (s *Source) ensurePublication(ctx context.Context, mark bool, also []TableR
 			"the tables are read again",
 			zap.String("publication", s.opts.Publication), zap.Strings("tables", missing))
 	}
-	return put, gone, nil
+	return gone, nil
 }
 
 // alterPublication runs stmts and, for each table of marks, a rewrite

@@ -375,7 +375,7 @@ func (s *Source) Open(ctx context.Context, from pipeline.Position) (err error) {
 	// pipeline was stopped: their changes until now were not published,
 	// and the tables are read again from the rewrite messages put back
 	// with them.
-	if _, _, err := s.ensurePublication(ctx, resume != nil, nil); err != nil {
+	if _, err := s.ensurePublication(ctx, resume != nil, nil); err != nil {
 		return err
 	}
 	if err := s.ensureEventTriggers(ctx); err != nil {
