@@ -216,20 +216,34 @@ func TestEnumLabelRenamedIsReadAgain(t *testing.T) {
 	}
 }
 
+// openPipeline starts a source capturing the tables of schema public and
+// an incremental engine over it, opened at from (nil: a fresh pipeline,
+// which snapshots them). The caller closes the engine.
+func openPipeline(t *testing.T, ctx context.Context, pg *harness.Postgres, from pipeline.Position, tables ...string) (*Source, *snapshot.Engine) {
+	t.Helper()
+	var names []string
+	var ids []pipeline.TableID
+	for _, table := range tables {
+		names = append(names, "public."+table)
+		ids = append(ids, pipeline.TableID{Schema: "public", Table: table})
+	}
+	src, err := New(testOptions(pg, names...), testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: ids, Fresh: true, Parallel: 2, ChunkRows: 64, Log: testLogger(t)})
+	if err := eng.Open(ctx, from); err != nil {
+		t.Fatal(err)
+	}
+	return src, eng
+}
+
 // snapshotOne starts a source capturing public.table and an engine over
 // it, and reads until the table's first snapshot is in the sink and the
 // stream caught up.
 func snapshotOne(t *testing.T, ctx context.Context, pg *harness.Postgres, table string) (*Source, *snapshot.Engine, *memSink) {
 	t.Helper()
-	src, err := New(testOptions(pg, "public."+table), testLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: []pipeline.TableID{{Schema: "public", Table: table}},
-		Fresh: true, Parallel: 2, ChunkRows: 64, Log: testLogger(t)})
-	if err := eng.Open(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	src, eng := openPipeline(t, ctx, pg, nil, table)
 	t.Cleanup(func() { _ = eng.Close(context.Background()) })
 	sink := newMemSink()
 	pumpEngine(t, ctx, eng, sink, func(pipeline.Batch) bool { return len(eng.Snapshotting()) == 0 })
