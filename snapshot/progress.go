@@ -70,7 +70,7 @@ type tableProgress struct {
 
 	planning bool             // a worker is planning it (not persisted)
 	again    string           // why a chunk keeps being read again (status; not persisted)
-	shape    *pipeline.Table  // from the plan, for the barrier (not persisted)
+	shape    *pipeline.Table  // from the plan, then the last chunk's: for the barrier and the sweep (not persisted)
 	barrier  *pipeline.Record // the barrier once its watermark was read, until handed over
 }
 
