@@ -234,14 +234,13 @@ func (s *Sink) Start(ctx context.Context, records []pipeline.Record) (pipeline.P
 	// still being encoded. A transient failure after that (a cancelled
 	// context) returns with earlier records already sent: the retry only
 	// duplicates them.
-	b := &batch{s: s, f: newFlight(), work: make([]pending, 0, len(records))}
-	var mem slab
+	b := &batch{s: s, f: newFlight(), work: make([]pending, 0, len(records)), mem: &slab{}}
 	for i := range records {
 		r := &records[i]
 		if !r.Op.IsData() {
 			continue // heartbeats and shapes carry no row; the runtime checkpoints them
 		}
-		recs, err := s.prepare(ctx, r, &mem)
+		recs, err := s.prepare(ctx, r, b.mem)
 		if err != nil {
 			// Declared here, not for every record: errors.As moves its
 			// target to the heap.
@@ -286,9 +285,12 @@ type batch struct {
 	f    *flight
 	work []pending
 	bad  []pipeline.RecordError // permanent failures found while encoding
+	mem  *slab                  // the records' memory, released by Err
 
 	done    chan struct{}
 	expired error // ctx's error when it ended before every promise fired
+	judged  sync.Once
+	err     error // the verdict, once judged
 }
 
 // settle closes done once every promise fired or ctx ended, whichever
@@ -316,13 +318,33 @@ func (b *batch) settle(ctx context.Context) {
 
 func (b *batch) Done() <-chan struct{} { return b.done }
 
+// release returns the records' memory once every promise fired and
+// judge read the outcome: nothing refers to the records any more (the
+// errors kept are the promises', not the records).
+func (b *batch) release() {
+	for i := range b.work {
+		b.work[i].recs = nil
+	}
+	if b.mem != nil {
+		b.mem.release()
+		b.mem = nil
+	}
+}
+
 // Err classifies the promises' errors (judge) once Done is closed, or is
 // ctx's error when the write was abandoned.
 func (b *batch) Err() error {
 	if b.expired != nil {
-		return b.expired
+		return b.expired // records may still be buffered: their memory is not released
 	}
+	b.judged.Do(func() { b.err = b.judge() })
+	return b.err
+}
+
+// judge is Err's verdict, once: the records' memory is released after it.
+func (b *batch) judge() error {
 	refused, err := b.s.judge(b.work, b.f.result())
+	b.release()
 	if err != nil {
 		return err
 	}

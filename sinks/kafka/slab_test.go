@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Values handed out by a slab never change afterwards, whatever is
@@ -46,6 +48,37 @@ func TestSlabValuesStayPut(t *testing.T) {
 		seen[r], seen[&h[0]] = true, true
 		if l := s.list(r); len(l) != 1 || l[0] != r || cap(l) != 1 {
 			t.Fatalf("list %d: %v", i, fmt.Sprint(l))
+		}
+	}
+}
+
+// A released slab's blocks come back cleared: a later batch's records and
+// headers start zeroed whether or not they reuse the blocks, and the
+// released slab holds nothing.
+func TestSlabReleaseHandsBackClearedBlocks(t *testing.T) {
+	for round := range 5 {
+		var s slab
+		for i := range 3 * slabRecords {
+			r := s.record()
+			if r.Topic != "" || r.Key != nil || r.Value != nil || len(r.Headers) != 0 {
+				t.Fatalf("round %d: record %d handed out dirty: %+v", round, i, r)
+			}
+			h := s.headers(2)
+			if h[0].Key != "" || h[1].Value != nil {
+				t.Fatalf("round %d: headers %d handed out dirty: %+v", round, i, h)
+			}
+			b := s.buf()
+			from := len(b)
+			b = append(b, fmt.Sprintf("value %d", i)...)
+			r.Topic, r.Value, r.Headers = "t", s.done(b, from), h
+			h[0], h[1].Value = kgo.RecordHeader{Key: "k", Value: []byte("v")}, []byte("w")
+			if l := s.list(r); l[0] != r {
+				t.Fatalf("round %d: list %d", round, i)
+			}
+		}
+		s.release()
+		if s.bytes != nil || s.recs != nil || s.hdrs != nil || s.ptrs != nil || s.byteBlocks != nil || s.recBlocks != nil {
+			t.Fatalf("round %d: a released slab still holds blocks", round)
 		}
 	}
 }

@@ -364,6 +364,7 @@ func (s *Sink) writeTxn(ctx context.Context, records []pipeline.Record) error {
 	}
 	for {
 		if len(work) == 0 {
+			mem.release() // every promise produced so far fired
 			if len(bad) > 0 {
 				return &pipeline.BatchError{Failed: bad}
 			}
@@ -371,9 +372,10 @@ func (s *Sink) writeTxn(ctx context.Context, records []pipeline.Record) error {
 		}
 		refused, err := s.commitTxn(ctx, records, work, bad)
 		if err != nil {
-			return err
+			return err // records may still be buffered: their memory is not released
 		}
 		if len(refused) == 0 {
+			mem.release() // every promise fired; nothing refers to the records
 			if len(bad) > 0 {
 				return &pipeline.BatchError{Failed: bad}
 			}

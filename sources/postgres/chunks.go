@@ -215,7 +215,10 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	}
 	formats := chunkFormats(shape)
 	res := c.Conn().PgConn().ExecParams(ctx, sql, args, nil, nil, formats)
-	var lastKey []string
+	// The last row's key columns, raw: copied into the same buffers each
+	// row, made strings once for the chunk's cursor.
+	lastKey := make([][]byte, len(shape.Table.KeyIdx))
+	seen := false
 	// The rows' values come from blocks of rowBlock rows, not one
 	// allocation a row; the chunk's rows are released together.
 	const rowBlock = 256
@@ -247,10 +250,10 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 			}
 			row[i] = v
 		}
-		lastKey = lastKey[:0]
-		for _, k := range shape.Table.KeyIdx {
-			lastKey = append(lastKey, string(vals[k]))
+		for j, k := range shape.Table.KeyIdx {
+			lastKey[j] = append(lastKey[j][:0], vals[k]...)
 		}
+		seen = true
 		if bad != nil {
 			// Invariant 7: the row goes to the dead-letter queue with its
 			// raw text; the chunk goes on.
@@ -266,8 +269,12 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	if _, err := res.Close(); err != nil {
 		return ch, fmt.Errorf("read %s: %w", t.Table, err)
 	}
-	if lastKey != nil {
-		ch.Last, _ = json.Marshal(lastKey)
+	if seen && len(lastKey) > 0 {
+		key := make([]string, len(lastKey))
+		for j, b := range lastKey {
+			key[j] = string(b)
+		}
+		ch.Last, _ = json.Marshal(key)
 	}
 	return ch, tx.Commit(ctx)
 }
