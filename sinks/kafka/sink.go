@@ -343,7 +343,7 @@ func (b *batch) Err() error {
 
 // judge is Err's verdict, once: the records' memory is released after it.
 func (b *batch) judge() error {
-	refused, err := b.s.judge(b.work, b.f.result())
+	refused, err := b.s.judge(b.work, b.f.result(b.work))
 	b.release()
 	if err != nil {
 		return err
@@ -371,7 +371,7 @@ func (s *Sink) produce(ctx context.Context, work []pending) (map[int]error, erro
 	f.seal()
 	select {
 	case <-f.done:
-		return f.result(), nil
+		return f.result(work), nil
 	case <-ctx.Done():
 		// Records still buffered fail with ctx's error; those already sent
 		// may land, which a retry after restart only duplicates.
@@ -381,31 +381,39 @@ func (s *Sink) produce(ctx context.Context, work []pending) (map[int]error, erro
 
 // flight collects the produce promises of one batch: per record index,
 // the first error any of its Kafka records met. After seal, done is
-// closed once every promise fired.
+// closed once every promise fired. Every record shares one promise (one
+// closure a batch, not one a record): a failed record is kept by
+// pointer, and result finds its index.
 type flight struct {
-	mu   sync.Mutex
-	wg   sync.WaitGroup
-	errs map[int]error
-	done chan struct{}
+	mu      sync.Mutex
+	wg      sync.WaitGroup
+	failed  map[*kgo.Record]error
+	done    chan struct{}
+	promise func(*kgo.Record, error)
 }
 
-func newFlight() *flight { return &flight{errs: map[int]error{}, done: make(chan struct{})} }
+func newFlight() *flight {
+	f := &flight{done: make(chan struct{})}
+	f.promise = func(r *kgo.Record, err error) {
+		if err != nil {
+			f.mu.Lock()
+			if f.failed == nil {
+				f.failed = map[*kgo.Record]error{}
+			}
+			f.failed[r] = err
+			f.mu.Unlock()
+		}
+		f.wg.Done()
+	}
+	return f
+}
 
 // produce hands p's records to the client (blocking only while the
 // client's buffer is full).
 func (f *flight) produce(ctx context.Context, c *kgo.Client, p pending) {
 	for _, rec := range p.recs {
 		f.wg.Add(1)
-		c.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-			if err != nil {
-				f.mu.Lock()
-				if f.errs[p.idx] == nil {
-					f.errs[p.idx] = err
-				}
-				f.mu.Unlock()
-			}
-			f.wg.Done()
-		})
+		c.Produce(ctx, rec, f.promise)
 	}
 }
 
@@ -415,11 +423,25 @@ func (f *flight) seal() {
 	go func() { f.wg.Wait(); close(f.done) }()
 }
 
-// result returns the errors by record index; call it after done closed.
-func (f *flight) result() map[int]error {
+// result returns the errors by the index of work's record, the first
+// of its Kafka records' errors; call it after done closed.
+func (f *flight) result(work []pending) map[int]error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.errs
+	errs := map[int]error{}
+	if len(f.failed) == 0 {
+		return errs
+	}
+	for _, p := range work {
+		for _, rec := range p.recs {
+			if err, ok := f.failed[rec]; ok {
+				if _, had := errs[p.idx]; !had {
+					errs[p.idx] = err
+				}
+			}
+		}
+	}
+	return errs
 }
 
 // topicsOf lists the topic templates record r goes to ("" is the sink's

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/zap"
@@ -154,11 +155,34 @@ var ErrValue = errors.New("postgres value")
 // (point, ranges, money, bit strings, composites …) come back as their text.
 // Array lower bounds other than 1 are not kept.
 func DecodeText(info ColumnInfo, text []byte) (any, error) {
-	v, err := decodeTextAs(&info.Type, string(text), 0)
+	var s string
+	if parsedAway(&info.Type) && len(text) > 0 {
+		// A view of text, not a copy: the value parsed from it does not
+		// keep it, and errors quote copies (strconv clones what it keeps).
+		s = unsafe.String(unsafe.SliceData(text), len(text))
+	} else {
+		s = string(text)
+	}
+	v, err := decodeTextAs(&info.Type, s, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: column %q (%s): %w", ErrValue, info.Name, info.Type.Name, err)
 	}
 	return v, nil
+}
+
+// parsedAway reports whether decodeTextAs turns a value of t into a
+// number or a bool, which holds nothing of its text.
+func parsedAway(t *TypeInfo) bool {
+	d := t.decodeTarget()
+	if d.Elem != nil {
+		return false
+	}
+	switch typ, _ := d.PipelineType(); typ {
+	case pipeline.TypeInt16, pipeline.TypeInt32, pipeline.TypeInt64, pipeline.TypeDecimal,
+		pipeline.TypeFloat32, pipeline.TypeFloat64, pipeline.TypeBool:
+		return true
+	}
+	return false
 }
 
 // maxArrayDims bounds array nesting (Postgres allows 6 dimensions).

@@ -355,6 +355,41 @@ func TestDecodeTextDirect(t *testing.T) {
 	}
 }
 
+// DecodeText's values and errors keep nothing of the buffer they were
+// decoded from (numbers and bools are parsed from a view of it): the
+// buffer is overwritten after each decode, as a COPY line or a chunk's
+// row buffer is.
+func TestDecodeTextKeepsNothingOfItsBuffer(t *testing.T) {
+	for _, c := range []struct {
+		oid  uint32
+		text string
+	}{
+		{pgtype.Int8OID, "9007199254740993"}, {pgtype.NumericOID, "123456789012345678901234.5678"},
+		{pgtype.NumericOID, "-12.50"}, {pgtype.Float8OID, "1.5e300"}, {pgtype.BoolOID, "f"},
+		{pgtype.TextOID, "a label"}, {pgtype.JSONBOID, `{"a": 1}`}, {pgtype.Int8OID, "12x"},
+		{pgtype.NumericOID, "12a"}, {pgtype.TextArrayOID, `{a,b}`},
+	} {
+		col := builtinCol(t, c.oid)
+		want, wantErr := DecodeText(col, []byte(c.text))
+		wantText := fmtValue(want)
+		if wantErr != nil {
+			wantText = wantErr.Error()
+		}
+		buf := []byte(c.text)
+		got, err := DecodeText(col, buf)
+		for i := range buf {
+			buf[i] = '#'
+		}
+		gotText := fmtValue(got)
+		if err != nil {
+			gotText = err.Error()
+		}
+		if gotText != wantText {
+			t.Errorf("%d %q: after its buffer was overwritten the value reads %s, want %s", c.oid, c.text, gotText, wantText)
+		}
+	}
+}
+
 // FuzzDecodeText feeds arbitrary text to every decoder, arrays included:
 // errors are fine, panics are not.
 func FuzzDecodeText(f *testing.F) {
