@@ -40,8 +40,11 @@ func (d *Dest) String() string {
 // delete of its key when sink is in Away. recs itself is returned when no
 // record has a Dest.
 func ForSink(sink string, recs []Record) []Record {
-	i := slices.IndexFunc(recs, func(r Record) bool { return r.Dest != nil })
-	if i < 0 {
+	i := 0 // by index: a Record is too large to copy for a look at Dest
+	for i < len(recs) && recs[i].Dest == nil {
+		i++
+	}
+	if i == len(recs) {
 		return recs
 	}
 	out := make([]Record, i, len(recs))

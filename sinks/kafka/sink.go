@@ -35,6 +35,7 @@ type Sink struct {
 	// describe changes), registered (subject, schema) ids, subjects whose
 	// level was set, topics prepared.
 	shapes     map[shapeKey]*shape
+	last       lastShape // the shape shapeOf returned last
 	prev       map[pipeline.TableID]*pipeline.Table
 	registered map[[2]string]int
 	levelSet   map[string]bool
@@ -101,7 +102,7 @@ func (s *Sink) Open(ctx context.Context) error {
 		return err
 	}
 	s.client, s.admin = cl, kadm.NewClient(cl)
-	s.shapes = map[shapeKey]*shape{}
+	s.shapes, s.last = map[shapeKey]*shape{}, lastShape{}
 	s.prev = map[pipeline.TableID]*pipeline.Table{}
 	s.registered = map[[2]string]int{}
 	s.levelSet = map[string]bool{}

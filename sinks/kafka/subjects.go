@@ -22,6 +22,12 @@ type shapeKey struct {
 	topic string
 }
 
+// lastShape is a one-entry cache in front of Sink.shapes.
+type lastShape struct {
+	key shapeKey
+	sh  *shape
+}
+
 type shape struct {
 	codec   *schema.Codec
 	topic   string
@@ -69,7 +75,11 @@ func (s *Sink) subject(topic string, isKey bool, sch avro.Schema) string {
 // (retried).
 func (s *Sink) shapeOf(ctx context.Context, t *pipeline.Table, template string) (*shape, error) {
 	key := shapeKey{t, template}
+	if s.last.sh != nil && s.last.key == key {
+		return s.last.sh, nil // a batch's records mostly share their table
+	}
 	if sh, ok := s.shapes[key]; ok {
+		s.last.key, s.last.sh = key, sh
 		return sh, nil
 	}
 	codec, err := s.cache.Codec(t)

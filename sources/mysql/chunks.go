@@ -421,8 +421,7 @@ func (r *ChunkReader) readAs(ctx context.Context, t snapshot.Target, known []col
 	}
 	defer stmt.Close()
 	rr := rowReader{conv: converter{zeroNull: r.s.opts.ZeroDates == ZeroDatesNull, charsets: r.s.cs}, descs: descs}
-	last := make([]any, len(table.KeyIdx))
-	seen := false
+	var last heldKey
 	bytes := 0
 	ch.Rows = make([][]any, 0, min(limit, 1<<16))
 	ch.Sizes = make([]int, 0, cap(ch.Rows))
@@ -435,10 +434,7 @@ func (r *ChunkReader) readAs(ctx context.Context, t snapshot.Target, known []col
 			ch.Cut = true
 			return nil
 		}
-		for i, k := range table.KeyIdx {
-			last[i] = fieldValue(row[k])
-		}
-		seen = true
+		last.hold(row, table.KeyIdx)
 		out, bad, err := rr.row(row)
 		if err != nil {
 			// Invariant 7: the row goes to the dead-letter queue, the
@@ -466,9 +462,10 @@ func (r *ChunkReader) readAs(ctx context.Context, t snapshot.Target, known []col
 		r.forget(t.Table)
 		return ch, fmt.Errorf("read %s: the table's columns changed during the read", t.Table)
 	}
-	if seen {
-		b := make([]any, len(last))
-		for i, v := range last {
+	if last.seen {
+		held := last.values()
+		b := make([]any, len(held))
+		for i, v := range held {
 			if b[i], err = boundOf(ks.descs[i], v); err != nil {
 				return ch, err
 			}

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"math"
 	"strings"
 	"unsafe"
 
@@ -130,3 +131,60 @@ func viewOf(v any) string {
 
 // view is b as a string for parsing only (viewOf).
 func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// heldKey holds the key columns of the last row a read returned. The
+// row's values are views of the connection's buffer, which the next row
+// reuses: hold copies them into the same buffers each row (no allocation
+// a row), values boxes them once, for the read's cursor.
+type heldKey struct {
+	cols []heldValue
+	seen bool // a row was held since the last values
+}
+
+type heldValue struct {
+	typ gomysql.FieldValueType
+	n   uint64 // a signed or unsigned integer, or a float's bits
+	b   []byte // a string's bytes
+}
+
+// hold keeps row's columns keyIdx.
+func (h *heldKey) hold(row []gomysql.FieldValue, keyIdx []int) {
+	if len(h.cols) != len(keyIdx) {
+		h.cols = make([]heldValue, len(keyIdx))
+	}
+	for i, k := range keyIdx {
+		fv, c := row[k], &h.cols[i]
+		c.typ = fv.Type
+		switch fv.Type {
+		case gomysql.FieldValueTypeUnsigned:
+			c.n = fv.AsUint64()
+		case gomysql.FieldValueTypeSigned:
+			c.n = uint64(fv.AsInt64())
+		case gomysql.FieldValueTypeFloat:
+			c.n = math.Float64bits(fv.AsFloat64())
+		case gomysql.FieldValueTypeString:
+			c.b = append(c.b[:0], fv.AsString()...)
+		}
+	}
+	h.seen = true
+}
+
+// values returns the held key as fieldValue returns each column, and
+// clears seen.
+func (h *heldKey) values() []any {
+	out := make([]any, len(h.cols))
+	for i, c := range h.cols {
+		switch c.typ {
+		case gomysql.FieldValueTypeUnsigned:
+			out[i] = c.n
+		case gomysql.FieldValueTypeSigned:
+			out[i] = int64(c.n)
+		case gomysql.FieldValueTypeFloat:
+			out[i] = math.Float64frombits(c.n)
+		case gomysql.FieldValueTypeString:
+			out[i] = append([]byte(nil), c.b...)
+		}
+	}
+	h.seen = false
+	return out
+}

@@ -210,8 +210,7 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 	v := l.version(r.pos, r.file, snapshotRow)
 	batch := make([]pipeline.Record, 0, snapshotBatch)
 	var dead []pipeline.DeadLetter
-	last := make([]any, len(t.table.KeyIdx))
-	seen := false
+	var last heldKey
 	// flush queues the rows so far; final ends the range (queued even
 	// without rows, so that it is handed over as complete).
 	flush := func(final bool) error {
@@ -219,9 +218,10 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 			return nil
 		}
 		it := loadItem{b: pipeline.Batch{Records: batch, Dead: dead}, t: t, rng: job.rng, final: final}
-		if seen {
-			b := make([]any, len(last))
-			for i, v := range last {
+		if last.seen {
+			held := last.values()
+			b := make([]any, len(held))
+			for i, v := range held {
 				var err error
 				if b[i], err = boundOf(t.keys.descs[i], v); err != nil {
 					return err
@@ -231,7 +231,6 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 			if it.last, err = encodeCursor(b); err != nil {
 				return err
 			}
-			seen = false
 		}
 		select {
 		case l.out <- it:
@@ -248,10 +247,7 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 		if err := ctx.Err(); err != nil {
 			return err // Close waits for the readers to stop before it closes their connections
 		}
-		for i, k := range t.table.KeyIdx {
-			last[i] = fieldValue(row[k])
-		}
-		seen = true
+		last.hold(row, t.table.KeyIdx)
 		rec := pipeline.Record{Op: pipeline.OpRead, Table: t.table, Snapshot: true, EventTime: l.startAt.UTC(), Version: v}
 		after, bad, err := rr.row(row)
 		if err != nil {
