@@ -221,7 +221,6 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	seen := false
 	// The rows' values come from blocks of rowBlock rows, not one
 	// allocation a row; the chunk's rows are released together.
-	const rowBlock = 256
 	width := len(shape.Columns)
 	var cells []any
 	ch.Rows = make([][]any, 0, min(limit, 1<<16))

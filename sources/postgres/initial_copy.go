@@ -31,7 +31,13 @@ type copyWriter struct {
 	// last row, whose key becomes the range's cursor.
 	rng  *snapshot.RangeProgress
 	last []byte
+	// cells is the rest of a block the rows' values are cut from, one
+	// allocation a rowBlock rows instead of one a row.
+	cells []any
 }
+
+// rowBlock is how many rows' values one allocation of cells holds.
+const rowBlock = 256
 
 func (w *copyWriter) Write(p []byte) (int, error) {
 	data := p
@@ -56,7 +62,15 @@ func (w *copyWriter) Write(p []byte) (int, error) {
 
 func (w *copyWriter) row(line []byte) error {
 	shape := w.t.shape
-	vals := make([]any, len(shape.Columns))
+	width := len(shape.Columns)
+	if len(w.cells) < width {
+		w.cells = make([]any, width*rowBlock)
+	}
+	vals := w.cells[:width:width]
+	w.cells = w.cells[width:]
+	if w.batch == nil {
+		w.batch = make([]pipeline.Record, 0, loadBatchRows) // not grown a row at a time
+	}
 	n := 0
 	for field := range bytes.SplitSeq(line, []byte{'\t'}) {
 		if n >= len(vals) {
