@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -125,10 +125,8 @@ func fill(db *fakeDB, n int) {
 // every other trial with chunks cut at a byte bound before their row
 // limit), a version-guarded sink ends equal to the table.
 func TestChunksReconcileWithConcurrentChanges(t *testing.T) {
-	trials := 20
-	if v, err := strconv.Atoi(os.Getenv("SLUICE_TRIALS")); err == nil && v > 0 {
-		trials = v // a longer hunt
-	}
+	// SLUICE_TRIALS for a longer hunt.
+	trials := harness.Trials(20)
 	cut := 0 // trials with a chunk cut at its byte bound
 	for trial := range trials {
 		t.Run(fmt.Sprint(trial), func(t *testing.T) {

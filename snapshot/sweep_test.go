@@ -5,10 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
 
+	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
 )
 
@@ -18,10 +17,7 @@ import (
 // the chunks are read; every other trial crashes part way and resumes from
 // the last position, whose progress carries the sweep's version.
 func TestReSnapshotSweepsRowsTheReadDidNotFind(t *testing.T) {
-	trials := 8
-	if v, err := strconv.Atoi(os.Getenv("SLUICE_TRIALS")); err == nil && v > 0 {
-		trials = v
-	}
+	trials := harness.Trials(8)
 	for trial := range trials {
 		t.Run(fmt.Sprint(trial), func(t *testing.T) {
 			db := newFakeDB(t)
