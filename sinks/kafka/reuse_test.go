@@ -1,8 +1,15 @@
 package kafka
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -86,5 +93,106 @@ func TestReleasedRecordMemoryIsReusedOnlyAfterItsBatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A batch abandoned while its acknowledgements are pending (the runtime's
+// write timeout) keeps its record memory: the client still holds its
+// records, and sends or finishes them later. Later batches, to another
+// topic so the held acknowledgements do not stall them, run while the
+// abandoned batch's records are still in the client; then the broker
+// answers. Every record the topics hold must read as its batch encoded
+// it.
+func TestAbandonedBatchKeepsItsRecordMemory(t *testing.T) {
+	c := fakeCluster(t)
+	var slow atomic.Bool
+	release := make(chan struct{})
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if slow.Load() && isProduceTo(req, fakeTopic) {
+			c.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	s := fakeSink(t, c, nil)
+	other := &pipeline.Table{ID: pipeline.TableID{Database: "d", Schema: "public", Table: "others"},
+		Columns: fakeTable.Columns, KeyIdx: fakeTable.KeyIdx, Generation: 1}
+	label := func(n int) string { return fmt.Sprintf("value %07d", n) }
+	batch := func(tbl *pipeline.Table, from, n int) []pipeline.Record {
+		out := make([]pipeline.Record, n)
+		for i := range out {
+			k := from + i
+			out[i] = pipeline.Record{Op: pipeline.OpUpdate, Table: tbl, After: []any{int64(k), label(k)},
+				Version: pipeline.Version{0, 0, 0, uint64(k + 1)}, EventTime: time.Now()}
+		}
+		return out
+	}
+	settle := func(ctx context.Context, recs []pipeline.Record) error {
+		p, err := s.Start(ctx, recs)
+		if err != nil {
+			return err
+		}
+		<-p.Done()
+		return p.Err()
+	}
+	for _, tbl := range []*pipeline.Table{fakeTable, other} { // topics and schemas ready
+		if err := settle(t.Context(), batch(tbl, 0, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow.Store(true)
+	const abandoned = 4_000
+	ctx, cancel := context.WithCancel(t.Context())
+	p, err := s.Start(ctx, batch(fakeTable, 1, abandoned))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-p.Done()
+	if err := p.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned batch: %v, want context.Canceled", err)
+	}
+	// Encoded while the abandoned records are still in the client: the
+	// memory a batch takes at Start is what a release would hand over.
+	const later = 4_000
+	var started []pipeline.Pending
+	for from := 1; from <= later; from += 1_000 {
+		p, err := s.Start(t.Context(), batch(other, from, 1_000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		started = append(started, p)
+	}
+	slow.Store(false)
+	close(release)
+	for _, p := range started {
+		<-p.Done()
+		if err := p.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for topic, n := range map[string]int{fakeTopic: 0, "srv.public.others": later} {
+		got, err := readRecords(t.Context(), c.ListenAddrs(), topic, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for _, m := range got {
+			v, _ := header(m, headerVersion)
+			ver, err := pipeline.ParseVersion(v)
+			if err != nil {
+				t.Fatalf("%s offset %d: version header %q: %v", topic, m.Offset, v, err)
+			}
+			k := int(ver[3]) - 1
+			if !bytes.Contains(m.Value, []byte(label(k))) {
+				t.Fatalf("%s offset %d: record %d does not hold %q", topic, m.Offset, k, label(k))
+			}
+			if k >= 1 {
+				seen++
+			}
+		}
+		if seen < n {
+			t.Fatalf("%s: %d records of the later batches, want %d", topic, seen, n)
+		}
 	}
 }

@@ -132,8 +132,11 @@ func (s *slab) release() {
 	*s = slab{}
 }
 
-// The released blocks, per kind. A sync.Pool lets the garbage collector
-// take them back when no batch needs them.
+// The released blocks, per kind. They add nothing to what Invariant 6
+// bounds: a block is kept only after its batch was judged, in place of
+// memory the batches in flight (capped by the runtime) held anyway, and a
+// sync.Pool lets the garbage collector take it back when no batch needs
+// it.
 var freeBytes, freeHdrs, freeRecs, freePtrs sync.Pool
 
 // take returns a released block of pool, or a new one.
