@@ -154,30 +154,31 @@ var ErrValue = errors.New("postgres value")
 // of types (oid maps to int64 as well). Types without a dedicated mapping
 // (point, ranges, money, bit strings, composites …) come back as their text.
 // Array lower bounds other than 1 are not kept.
-func DecodeText(info ColumnInfo, text []byte) (any, error) {
-	var s string
-	if parsedAway(&info.Type) && len(text) > 0 {
-		// A view of text, not a copy: the value parsed from it does not
-		// keep it, and errors quote copies (strconv clones what it keeps).
-		s = unsafe.String(unsafe.SliceData(text), len(text))
+func DecodeText(info ColumnInfo, text []byte) (v any, err error) {
+	d := info.Type.decodeTarget()
+	if d.Elem != nil {
+		v, err = decodeTextAs(d, string(text), 0)
 	} else {
-		s = string(text)
+		typ, _ := d.PipelineType()
+		s := string(text)
+		if parsedAway(typ) {
+			// A view of text, not a copy: the value parsed from it does
+			// not keep it, and errors quote copies (strconv clones what
+			// it keeps).
+			s = unsafe.String(unsafe.SliceData(text), len(text))
+		}
+		v, err = decodeScalarText(d, typ, s)
 	}
-	v, err := decodeTextAs(&info.Type, s, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: column %q (%s): %w", ErrValue, info.Name, info.Type.Name, err)
 	}
 	return v, nil
 }
 
-// parsedAway reports whether decodeTextAs turns a value of t into a
+// parsedAway reports whether decodeScalarText turns a value of typ into a
 // number or a bool, which holds nothing of its text.
-func parsedAway(t *TypeInfo) bool {
-	d := t.decodeTarget()
-	if d.Elem != nil {
-		return false
-	}
-	switch typ, _ := d.PipelineType(); typ {
+func parsedAway(typ pipeline.Type) bool {
+	switch typ {
 	case pipeline.TypeInt16, pipeline.TypeInt32, pipeline.TypeInt64, pipeline.TypeDecimal,
 		pipeline.TypeFloat32, pipeline.TypeFloat64, pipeline.TypeBool:
 		return true
@@ -202,6 +203,12 @@ func decodeTextAs(t *TypeInfo, s string, depth int) (any, error) {
 		return parseArrayText(s, delim, func(e string) (any, error) { return decodeTextAs(elem, e, depth+1) })
 	}
 	typ, _ := d.PipelineType()
+	return decodeScalarText(d, typ, s)
+}
+
+// decodeScalarText decodes s, the text of a value of the non-array type
+// d (decodeTarget resolved) whose record-model type is typ.
+func decodeScalarText(d *TypeInfo, typ pipeline.Type, s string) (any, error) {
 	switch typ {
 	case pipeline.TypeInt16, pipeline.TypeInt32, pipeline.TypeInt64:
 		return strconv.ParseInt(s, 10, 64)
