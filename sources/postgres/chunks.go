@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -213,16 +212,8 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	if err != nil {
 		return ch, err
 	}
-	formats := chunkFormats(shape)
-	res := c.Conn().PgConn().ExecParams(ctx, sql, args, nil, nil, formats)
-	// The last row's key columns, raw: copied into the same buffers each
-	// row, made strings once for the chunk's cursor.
-	lastKey := make([][]byte, len(shape.Table.KeyIdx))
-	seen := false
-	// The rows' values come from blocks of rowBlock rows, not one
-	// allocation a row; the chunk's rows are released together.
-	width := len(shape.Columns)
-	var cells []any
+	sc := newRowScanner(shape)
+	res := c.Conn().PgConn().ExecParams(ctx, sql, args, nil, nil, sc.formats)
 	ch.Rows = make([][]any, 0, min(limit, 1<<16))
 	ch.Sizes = make([]int, 0, cap(ch.Rows))
 	bytes := 0
@@ -232,33 +223,11 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 			break
 		}
 		vals := res.Values()
-		if len(cells) < width {
-			cells = make([]any, width*rowBlock)
-		}
-		row := cells[:width:width]
-		cells = cells[width:]
-		var bad error
-		for i, raw := range vals {
-			if raw == nil {
-				continue
-			}
-			v, err := decodeChunkValue(shape.Columns[i], formats[i], raw)
-			if err != nil {
-				bad = fmt.Errorf("column %q: %w", shape.Columns[i].Name, err)
-				break
-			}
-			row[i] = v
-		}
-		for j, k := range shape.Table.KeyIdx {
-			lastKey[j] = append(lastKey[j][:0], vals[k]...)
-		}
-		seen = true
+		row, bad := sc.scan(vals)
 		if bad != nil {
 			// Invariant 7: the row goes to the dead-letter queue with its
-			// raw text; the chunk goes on.
-			raw, _ := json.Marshal(textRow(vals, formats))
-			ch.Dead = append(ch.Dead, pipeline.DeadLetter{Time: time.Now().UTC(), Stage: "source", Table: t.Table.String(),
-				Op: pipeline.OpRead.String(), Error: fmt.Sprintf("snapshot of %s: %v", t.Table, bad), Raw: raw})
+			// raw values; the chunk goes on.
+			ch.Dead = append(ch.Dead, sc.deadLetter(t.Table.String(), vals, bad))
 			continue
 		}
 		ch.Rows = append(ch.Rows, row)
@@ -268,30 +237,8 @@ func (r *ChunkReader) read(ctx context.Context, t snapshot.Target, limit, maxByt
 	if _, err := res.Close(); err != nil {
 		return ch, fmt.Errorf("read %s: %w", t.Table, err)
 	}
-	if seen && len(lastKey) > 0 {
-		key := make([]string, len(lastKey))
-		for j, b := range lastKey {
-			key[j] = string(b)
-		}
-		ch.Last, _ = json.Marshal(key)
-	}
+	ch.Last = sc.cursor()
 	return ch, tx.Commit(ctx)
-}
-
-// textRow is a dead-lettered row's raw values: the text of text-format
-// columns, binary ones as \x and hex (the text form of bytea).
-func textRow(vals [][]byte, formats []int16) []*string {
-	out := make([]*string, len(vals))
-	for i, v := range vals {
-		if v != nil {
-			s := string(v)
-			if formats != nil && formats[i] == pgx.BinaryFormatCode {
-				s = `\x` + hex.EncodeToString(v)
-			}
-			out[i] = &s
-		}
-	}
-	return out
 }
 
 // inProgress reads pg_current_snapshot()'s text "xmin:xmax:xip,…" into

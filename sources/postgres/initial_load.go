@@ -41,8 +41,10 @@ var snapshotNamePattern = regexp.MustCompile(`^[0-9A-Fa-f-]{1,64}$`)
 // readers keep it afterwards through their own transactions. Each table is
 // split into primary-key ranges whose boundaries the database supplies (an
 // index walk with LIMIT 1 OFFSET n, compared as rows, so composite keys and
-// collations follow the index), and each range is COPYed in text form and
-// decoded with DecodeText, so snapshot values equal stream values.
+// collations follow the index), and each range is read in key order in the
+// result formats of the chunk reads (rowScanner), so snapshot values equal
+// stream values. Ranges are queued as the walk finds their upper
+// boundaries, so the other readers read while the first one plans.
 //
 // Rows get version {0, consistent point, 0, 1} and each table's rows are
 // preceded by a truncate barrier at {0, consistent point, 0, 0}, so a fresh
@@ -79,8 +81,6 @@ type snapshotLoad struct {
 	done     atomic.Bool
 
 	handedMu sync.Mutex
-	// planned: every table's shape and ranges are registered.
-	planned atomic.Bool
 }
 
 type loadTable struct {
@@ -230,7 +230,7 @@ func (l *snapshotLoad) run(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if err := l.copyRange(ctx, conn, job); err != nil {
+			if err := l.readRange(ctx, conn, job); err != nil {
 				errs <- err
 				cancel()
 				return
@@ -249,7 +249,6 @@ func (l *snapshotLoad) run(ctx context.Context) {
 			cancel()
 			return
 		}
-		l.planned.Store(true)
 		q.close()
 		work(conns[0])
 	}()
@@ -316,10 +315,12 @@ func (l *snapshotLoad) next(ctx context.Context) (b pipeline.Batch, ok bool, err
 }
 
 // state is the load's snapshot.LoadState as of the batches next
-// returned; ok false until every table is planned, and when a table has
-// no key to order chunks by.
+// returned; ok false once the load is done, and when a started table has
+// no key to order chunks by. A table's ranges cover it whole from before
+// its barrier is queued (planAll's tail), so a state taken while the key
+// index is walked is complete.
 func (l *snapshotLoad) state() (st snapshot.LoadState, ok bool) {
-	if !l.planned.Load() || l.done.Load() {
+	if l.done.Load() {
 		return st, false
 	}
 	st.Stream = l.s.position(l.cp)
@@ -364,8 +365,13 @@ func (l *snapshotLoad) progress() []pipeline.TableStatus {
 	return out
 }
 
-// planAll reads each table's shape and key ranges in the snapshot, queues
-// its truncate barrier and then its ranges.
+// planAll reads each table's shape, queues its truncate barrier and then
+// its ranges, each as soon as the walk of the key index finds its upper
+// boundary: the other readers read the first ranges while this one walks.
+// The part of the table above the last boundary found is one range whose
+// lower end follows the walk (the tail), read last, so the table's ranges
+// cover it whole at every moment and a checkpoint taken mid-walk resumes
+// right.
 func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue) error {
 	for _, ref := range l.s.tables {
 		shape, err := LoadTableShape(ctx, conn, l.s.database, ref)
@@ -382,12 +388,11 @@ func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue)
 			l.s.log.Warn("the initial load cannot resume after a crash: a table has no key to order it by, and a restart loads again",
 				zap.String("table", tableName(ref)))
 		}
-		bounds, cursors, err := l.boundaries(ctx, conn, t)
-		if err != nil {
-			return fmt.Errorf("split %s into key ranges: %w", tableName(ref), err)
-		}
-		t.total.Store(max(est, int64(len(bounds))*int64(l.s.opts.Snapshot.ChunkRows)))
-		t.rowsTotal.Set(float64(t.total.Load()))
+		t.total.Store(est)
+		t.rowsTotal.Set(float64(est))
+		tail := &snapshot.RangeProgress{}
+		t.ranges = []*snapshot.RangeProgress{tail} // before the barrier: see state
+		t.remaining.Store(1)                       // the tail, queued last
 		l.tablesMu.Lock()
 		l.tables = append(l.tables, t)
 		l.tablesMu.Unlock()
@@ -395,22 +400,42 @@ func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue)
 		barrier := pipeline.Record{Op: pipeline.OpTruncate, Table: shape.Table, EventTime: l.start,
 			Version: snapshotVersion(l.s.gen, l.cp, barrierIndex), Snapshot: true}
 		barrier.Size = pipeline.EstimateSize(&barrier)
-		jobs := rangeJobs(t, keyList(shape), bounds, cursors)
-		l.handedMu.Lock()
-		for _, j := range jobs {
-			t.ranges = append(t.ranges, j.rng)
-		}
-		l.handedMu.Unlock()
 		select {
 		case l.out <- loadItem{b: pipeline.Batch{Records: []pipeline.Record{barrier}}, t: t, barrier: true}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 
-		t.remaining.Store(int64(len(jobs)))
-		for _, j := range jobs {
-			q.push(j)
+		// Ranges (-∞, b1], (b1, b2], …, (bn, +∞): each row falls in
+		// exactly one.
+		keys := keyList(shape)
+		prev, bounds := "", 0
+		var prevCur snapshot.Cursor
+		err = l.boundaries(ctx, conn, t, func(lit string, cur snapshot.Cursor) {
+			where := "(" + keys + ") <= " + lit
+			if prev != "" {
+				where = "(" + keys + ") > " + prev + " AND " + where
+			}
+			rng := &snapshot.RangeProgress{After: prevCur, UpTo: cur}
+			l.handedMu.Lock()
+			t.ranges = append(t.ranges, rng)
+			tail.After = cur
+			l.handedMu.Unlock()
+			t.remaining.Add(1)
+			q.push(loadJob{t: t, where: where, rng: rng})
+			prev, prevCur = lit, cur
+			bounds++
+		})
+		if err != nil {
+			return fmt.Errorf("split %s into key ranges: %w", tableName(ref), err)
 		}
+		where := ""
+		if prev != "" {
+			where = "(" + keys + ") > " + prev
+		}
+		t.total.Store(max(est, int64(bounds)*int64(l.s.opts.Snapshot.ChunkRows)))
+		t.rowsTotal.Set(float64(t.total.Load()))
+		q.push(loadJob{t: t, where: where, rng: tail})
 	}
 	return nil
 }
@@ -423,22 +448,19 @@ func keyList(shape *TableShape) string {
 	return strings.Join(names, ", ")
 }
 
-// boundaries walks the key index: each boundary is the key of every
-// ChunkRows-th row, as SQL row literals and as ChunkReader cursors. The
-// values are the database's own (their text form, compared back with the
-// column types), never computed.
-func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTable) ([]string, []snapshot.Cursor, error) {
+// boundaries walks the key index and calls found with the key of every
+// ChunkRows-th row, as an SQL row literal and as a ChunkReader cursor, in
+// key order. The values are the database's own (their text form, compared
+// back with the column types), never computed.
+func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTable, found func(lit string, cur snapshot.Cursor)) error {
 	shape := t.shape
 	if len(shape.Table.KeyIdx) == 0 {
-		return nil, nil, nil
+		return nil
 	}
+	// The keys themselves are selected (printed in the text result
+	// format): ORDER BY names an output column first, and a key cast to
+	// text in the select list would order the walk by its text.
 	keys := keyList(shape)
-	texts := make([]string, len(shape.Table.KeyIdx))
-	for i, k := range shape.Table.KeyIdx {
-		texts[i] = quoteIdent(shape.Table.Columns[k].Name) + "::text"
-	}
-	var out []string
-	var cursors []snapshot.Cursor
 	prev := ""
 	for {
 		where := ""
@@ -446,99 +468,33 @@ func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTa
 			where = " WHERE (" + keys + ") > " + prev
 		}
 		sql := fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT 1 OFFSET %d",
-			strings.Join(texts, ", "), t.ref.quoted(), where, keys, l.s.opts.Snapshot.ChunkRows-1)
-		vals := make([]string, len(texts))
-		ptrs := make([]any, len(texts))
-		for i := range vals {
-			ptrs[i] = &vals[i]
+			keys, t.ref.quoted(), where, keys, l.s.opts.Snapshot.ChunkRows-1)
+		res := conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+		if res.Err != nil {
+			return res.Err
 		}
-		err := conn.QueryRow(ctx, sql).Scan(ptrs...)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return out, cursors, nil
+		if len(res.Rows) == 0 {
+			return nil
 		}
-		if err != nil {
-			return nil, nil, err
+		vals := make([]string, len(res.Rows[0]))
+		for i, v := range res.Rows[0] {
+			vals[i] = string(v)
 		}
 		cur, err := json.Marshal(vals)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		cursors = append(cursors, cur)
 		lits := make([]string, len(vals))
 		for i, v := range vals {
 			esc, err := conn.PgConn().EscapeString(v)
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
 			lits[i] = "'" + esc + "'"
 		}
 		prev = "(" + strings.Join(lits, ", ") + ")"
-		out = append(out, prev)
+		found(prev, cur)
 	}
-}
-
-// rangeJobs turns boundaries b1 < b2 < … (with their cursors) into ranges
-// (-∞, b1], (b1, b2], …, (bn, +∞): each row falls in exactly one.
-func rangeJobs(t *loadTable, keys string, bounds []string, cursors []snapshot.Cursor) []loadJob {
-	if len(bounds) == 0 {
-		return []loadJob{{t: t, rng: &snapshot.RangeProgress{}}}
-	}
-	jobs := make([]loadJob, 0, len(bounds)+1)
-	for i := 0; i <= len(bounds); i++ {
-		var conds []string
-		if i > 0 {
-			conds = append(conds, "("+keys+") > "+bounds[i-1])
-		}
-		if i < len(bounds) {
-			conds = append(conds, "("+keys+") <= "+bounds[i])
-		}
-		rng := &snapshot.RangeProgress{}
-		if i > 0 {
-			rng.After = cursors[i-1]
-		}
-		if i < len(bounds) {
-			rng.UpTo = cursors[i]
-		}
-		jobs = append(jobs, loadJob{t: t, where: strings.Join(conds, " AND "), rng: rng})
-	}
-	return jobs
-}
-
-// copyRange COPYs one range in text form and queues its rows.
-func (l *snapshotLoad) copyRange(ctx context.Context, conn *pgx.Conn, job loadJob) error {
-	t := job.t
-	cols := make([]string, len(t.shape.Table.Columns))
-	for i, c := range t.shape.Table.Columns {
-		cols[i] = quoteIdent(c.Name)
-	}
-	sql := "COPY (SELECT " + strings.Join(cols, ", ") + " FROM " + t.ref.quoted()
-	if job.where != "" {
-		sql += " WHERE " + job.where
-	}
-	if len(t.shape.Table.KeyIdx) > 0 {
-		sql += " ORDER BY " + keyList(t.shape)
-	}
-	sql += ") TO STDOUT"
-	w := &copyWriter{ctx: ctx, l: l, t: t, rng: job.rng}
-	if _, err := conn.PgConn().CopyTo(ctx, w, sql); err != nil {
-		if w.err != nil {
-			return w.err
-		}
-		return fmt.Errorf("copy %s: %w", tableName(t.ref), err)
-	}
-	if len(w.buf) > 0 {
-		return fmt.Errorf("copy %s: output ends inside a row", tableName(t.ref))
-	}
-	if err := w.flush(true); err != nil {
-		return err
-	}
-	if t.remaining.Add(-1) == 0 {
-		t.finished.Store(true)
-		t.total.Store(t.rows.Load())
-		t.rowsTotal.Set(float64(t.rows.Load()))
-		l.s.log.Info("table loaded", zap.String("table", tableName(t.ref)), zap.Int64("rows", t.rows.Load()))
-	}
-	return nil
 }
 
 // jobQueue is an unbounded FIFO of ranges: the planner never blocks on the

@@ -2,8 +2,10 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,4 +188,100 @@ func TestInitialLoadSingleReader(t *testing.T) {
 			t.Errorf("row %d: snapshot %s\nstream %s", id, snap, stream)
 		}
 	}
+}
+
+// TestInitialLoadStateCoversTheTableWhileWalking: the load queues each key
+// range as soon as the walk of the key index finds its upper boundary, and
+// the rest of the table is one range (the tail) whose lower end follows
+// the walk. After every batch, the load state a checkpoint would record
+// — the ranges a restart reads — plus the rows handed over so far are the
+// whole table, each row exactly once, also while the walk is under way
+// (asserted to have been seen); every range ends at a ChunkRows-th row in
+// key order.
+func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
+	pg, ctx := testDB(t)
+	const rows, chunk = 60000, 100
+	exec(t, ctx, pg, "shop",
+		"CREATE TABLE w (id int PRIMARY KEY, v text)",
+		fmt.Sprintf("INSERT INTO w SELECT g, 'row ' || g FROM generate_series(1, %d) g", rows))
+	opts := testOptions(pg, "public.w")
+	opts.Snapshot = SnapshotOptions{Mode: SnapshotInitial, Parallel: 2, ChunkRows: chunk}
+	src := openSource(t, ctx, opts, nil)
+	r := newReader(t, src, false)
+	handed := make([]bool, rows+1)
+	cursorID := func(c []byte) int {
+		if c == nil {
+			return -1
+		}
+		var key []string
+		if err := json.Unmarshal(c, &key); err != nil || len(key) != 1 {
+			t.Fatalf("cursor %s: %v", c, err)
+		}
+		id, err := strconv.Atoi(key[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	states, walking := 0, 0
+	for r.lastPos == nil {
+		r.step(ctx, "the end of the load")
+		for _, rec := range r.batches[len(r.batches)-1].Records {
+			if rec.Op == pipeline.OpRead {
+				id := int(rec.After[0].(int64))
+				if handed[id] {
+					t.Fatalf("row %d handed over twice", id)
+				}
+				handed[id] = true
+			}
+		}
+		st, ok := src.LoadState()
+		if !ok || len(st.Tables) == 0 || !st.Tables[0].Started {
+			continue
+		}
+		states++
+		covered := make([]int, rows+1)
+		for _, rg := range st.Tables[0].Ranges {
+			lo, hi := cursorID(rg.After), cursorID(rg.UpTo)
+			if hi >= 0 && hi%chunk != 0 {
+				// Each upper boundary is the key of a ChunkRows-th row in
+				// key order (the walk once ordered an integer key by its
+				// text: its first range held 10,087 rows).
+				t.Fatalf("a range ends at key %d, not at every %d-th row's", hi, chunk)
+			}
+			if hi < 0 {
+				hi = rows
+				// The tail, its lower end a boundary the walk has not
+				// gone beyond yet: the load is still planning.
+				if lo < rows-chunk && lo%chunk == 0 {
+					walking++
+				}
+			}
+			for id := max(lo+1, 1); id <= hi; id++ {
+				covered[id]++
+			}
+		}
+		for id := 1; id <= rows; id++ {
+			if n := covered[id] + btoi(handed[id]); n != 1 {
+				t.Fatalf("after batch %d: row %d is handed over (%v) and in %d ranges to read: %+v",
+					len(r.batches), id, handed[id], covered[id], st.Tables[0].Ranges)
+			}
+		}
+	}
+	for id := 1; id <= rows; id++ {
+		if !handed[id] {
+			t.Fatalf("row %d not loaded", id)
+		}
+	}
+	if walking == 0 {
+		t.Fatalf("none of %d states was taken while the key index was walked", states)
+	}
+	t.Logf("%d states checked, %d of them while the walk went on", states, walking)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

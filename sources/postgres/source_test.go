@@ -60,31 +60,6 @@ func FuzzParsePosition(f *testing.F) {
 	})
 }
 
-func TestUnescapeCopy(t *testing.T) {
-	cases := map[string]string{
-		`plain`:        "plain",
-		`a\tb\nc\rd`:   "a\tb\nc\rd",
-		`\\back`:       `\back`,
-		`\b\f\v`:       "\b\f\v",
-		`\101\0601`:    "A01",
-		`\x41\x4g\xz`:  "A\x04gxz",
-		`\q`:           "q",
-		`caf\303\251`:  "café",
-		`snow ☃ \x2a`:  "snow ☃ *",
-		`\7\77\777\1x`: "\x07\x3f\xff\x01x",
-		`emoji 😀 done`: "emoji 😀 done",
-	}
-	for in, want := range cases {
-		got, err := unescapeCopy(nil, []byte(in))
-		if err != nil || string(got) != want {
-			t.Errorf("unescapeCopy(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	if _, err := unescapeCopy(nil, []byte(`trailing\`)); err == nil {
-		t.Error("lone trailing backslash accepted")
-	}
-}
-
 func TestOptionsValidation(t *testing.T) {
 	base := Options{Pipeline: "Shop-1", DSN: "postgres://x@127.0.0.1/db", Tables: []string{"public.t"}}
 	s, err := New(base, nil, nil)
