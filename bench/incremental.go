@@ -150,8 +150,8 @@ func (r incrementalRun) run(ctx context.Context, o RunOptions, br *broker, name 
 		return nil, err
 	}
 	ref := (r.ref1 + ref2) / 2
-	o.log("%s: %s %s and %s, initial load %s, incremental idle %s, under 2,000 updates/s %s; into DuckDB idle %s, under load %s (stream lag up to %s)",
-		name, r.ref, r.ref1, ref2, fast.wall, idle.wall, loaded.wall, duckIdle.wall, duckLoaded.wall, lag)
+	o.log("%s: %s %s and %s, initial load %s (first batch durable after %s), incremental idle %s (after %s), under 2,000 updates/s %s; into DuckDB idle %s, under load %s (stream lag up to %s)",
+		name, r.ref, r.ref1, ref2, fast.wall, fast.first, idle.wall, idle.first, loaded.wall, duckIdle.wall, duckLoaded.wall, lag)
 	n := float64(rows)
 	rate := func(d time.Duration) float64 { return n / d.Seconds() }
 	return []Figure{
