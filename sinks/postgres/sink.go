@@ -482,9 +482,11 @@ func (s *Sink) rowsWhere(ctx context.Context, table *pipeline.Table, keys [][]an
 		}
 		exprs[i] = quote(c.Name) + "::text"
 	}
+	// The key columns are qualified: ORDER BY names an output column
+	// first, and the select list holds each column cast to text.
 	order := make([]string, 0, len(table.KeyIdx))
 	for _, k := range table.KeyIdx {
-		order = append(order, quote(table.Columns[k].Name))
+		order = append(order, s.qualified(target)+"."+quote(table.Columns[k].Name))
 	}
 	where := "NOT " + quote(colDeleted)
 	var args []any

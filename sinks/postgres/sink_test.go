@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"strings"
@@ -441,4 +442,27 @@ func TestMissingPrivilegeSaysWhatToRun(t *testing.T) {
 	}
 	s = openSink(t, Options{DSN: dsn, Schema: "granted"})
 	mustWrite(t, s, change(pipeline.OpInsert, 1, int64(1), "a", nil))
+}
+
+// Rows come back in key order, compared as the key's type: 2 before 10
+// (the select list casts every column to text, and an ORDER BY that named
+// the output column sorted "10" before "2").
+func TestRowsComeInKeyOrder(t *testing.T) {
+	s := openSink(t, Options{})
+	var recs []pipeline.Record
+	for _, id := range []int64{10, 2, 12, 1, 11, 3} {
+		recs = append(recs, change(pipeline.OpInsert, 1, id, fmt.Sprint("p", id), nil))
+	}
+	mustWrite(t, s, recs...)
+	got, err := s.Rows(ctx, people)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, r := range got {
+		ids = append(ids, r[0].(int64))
+	}
+	if want := []int64{1, 2, 3, 10, 11, 12}; fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("rows in order %v, want %v", ids, want)
+	}
 }
