@@ -248,13 +248,14 @@ func chaosWorkload(ctx context.Context, dsn string, maxID int64, c *chaosCounts,
 // concurrent write workload that also adds columns with DEFAULTs and
 // truncates (chaosWorkload); the DuckDB copy then equals PostgreSQL row by
 // row, and sluice verify finds both sinks (DuckDB and Postgres) equal to
-// it.
+// it. Ranges of 3,000 rows make the load's key walk (which queues ranges
+// as it finds them) run beside the reads, so kills land mid-walk too.
 func TestKill9DuringLoadAndStreamPostgres(t *testing.T) {
 	// Paced like the incremental test: a load killed part way resumes in
 	// chunks, which wait for their high watermarks to come through the
 	// stream, and an unpaced workload on a shared machine can outrun the
 	// sinks for good.
-	runPostgresChaos(t, postgresChaos{name: "chaos", items: 150000, events: 30000, snapshot: "{parallel: 2}", perSecond: 400,
+	runPostgresChaos(t, postgresChaos{name: "chaos", items: 150000, events: 30000, snapshot: "{parallel: 2, chunk_rows: 3000}", perSecond: 400,
 		loaded: loadedAll})
 }
 
