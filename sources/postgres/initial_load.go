@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/snapshot"
+	"github.com/sluice-cdc/sluice/sources/internal/rangequeue"
 )
 
 const (
@@ -219,14 +220,14 @@ func (l *snapshotLoad) run(ctx context.Context) {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	q := newJobQueue()
-	stop := context.AfterFunc(ctx, q.close)
+	q := rangequeue.New[loadJob]()
+	stop := context.AfterFunc(ctx, q.Close)
 	defer stop()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(conns))
 	work := func(conn *pgx.Conn) {
 		for {
-			job, ok := q.pop()
+			job, ok := q.Pop()
 			if !ok {
 				return
 			}
@@ -249,7 +250,7 @@ func (l *snapshotLoad) run(ctx context.Context) {
 			cancel()
 			return
 		}
-		q.close()
+		q.Close()
 		work(conns[0])
 	}()
 	wg.Wait()
@@ -372,7 +373,7 @@ func (l *snapshotLoad) progress() []pipeline.TableStatus {
 // lower end follows the walk (the tail), read last, so the table's ranges
 // cover it whole at every moment and a checkpoint taken mid-walk resumes
 // right.
-func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue) error {
+func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *rangequeue.Queue[loadJob]) error {
 	for _, ref := range l.s.tables {
 		shape, err := LoadTableShape(ctx, conn, l.s.database, ref)
 		if err != nil {
@@ -422,7 +423,7 @@ func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue)
 			tail.After = cur
 			l.handedMu.Unlock()
 			t.remaining.Add(1)
-			q.push(loadJob{t: t, where: where, rng: rng})
+			q.Push(loadJob{t: t, where: where, rng: rng})
 			prev, prevCur = lit, cur
 			bounds++
 		})
@@ -435,7 +436,7 @@ func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *jobQueue)
 		}
 		t.total.Store(max(est, int64(bounds)*int64(l.s.opts.Snapshot.ChunkRows)))
 		t.rowsTotal.Set(float64(t.total.Load()))
-		q.push(loadJob{t: t, where: where, rng: tail})
+		q.Push(loadJob{t: t, where: where, rng: tail})
 	}
 	return nil
 }
@@ -495,48 +496,4 @@ func (l *snapshotLoad) boundaries(ctx context.Context, conn *pgx.Conn, t *loadTa
 		prev = "(" + strings.Join(lits, ", ") + ")"
 		found(prev, cur)
 	}
-}
-
-// jobQueue is an unbounded FIFO of ranges: the planner never blocks on the
-// workers, so a single reader can plan and then copy.
-type jobQueue struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	items  []loadJob
-	closed bool
-}
-
-func newJobQueue() *jobQueue {
-	q := &jobQueue{}
-	q.cond = sync.NewCond(&q.mu)
-	return q
-}
-
-func (q *jobQueue) push(j loadJob) {
-	q.mu.Lock()
-	q.items = append(q.items, j)
-	q.mu.Unlock()
-	q.cond.Signal()
-}
-
-// close lets pop return false once the queue is drained.
-func (q *jobQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.cond.Broadcast()
-}
-
-func (q *jobQueue) pop() (loadJob, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.items) == 0 && !q.closed {
-		q.cond.Wait()
-	}
-	if len(q.items) == 0 {
-		return loadJob{}, false
-	}
-	j := q.items[0]
-	q.items = q.items[1:]
-	return j, true
 }
