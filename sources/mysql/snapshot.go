@@ -50,9 +50,6 @@ type snapshotLoad struct {
 	tables  []*loadTable
 	startAt time.Time
 
-	mu   sync.Mutex
-	jobs []loadJob
-
 	out       chan loadItem
 	errMu     sync.Mutex
 	err       error
@@ -83,6 +80,7 @@ type loadTable struct {
 
 	started bool // its barrier was handed over
 	ranges  []*snapshot.RangeProgress
+	tail    *snapshot.RangeProgress // the range above the walk's last boundary
 	handed  int64
 }
 
@@ -109,7 +107,7 @@ func newSnapshotLoad(s *Source, server string) *snapshotLoad {
 }
 
 // begin opens the reader transactions, fixes the stream's start position
-// and plans the key ranges.
+// and describes the tables (plan); run walks their keys.
 func (l *snapshotLoad) begin(ctx context.Context) (err error) {
 	s := l.s
 	defer func() {

@@ -11,14 +11,16 @@ import (
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/snapshot"
+	"github.com/sluice-cdc/sluice/sources/internal/rangequeue"
 )
 
 // snapshotBatch is the records per batch the load hands over.
 const snapshotBatch = 2048
 
-// plan describes the tables and splits each into primary-key ranges whose
-// boundaries are rows the database returned (its collation, its order),
-// walking the key index ChunkRows rows at a time.
+// plan describes the tables: their shapes, keys and estimated rows. Each
+// table's ranges start as one range over all of it (its tail), which the
+// walk (walk) splits as it finds boundaries, so the ranges cover every
+// table whole from before the barriers are handed over.
 func (l *snapshotLoad) plan(ctx context.Context) error {
 	s := l.s
 	for _, name := range s.tables {
@@ -42,40 +44,57 @@ func (l *snapshotLoad) plan(ctx context.Context) error {
 		t.gDone, t.gTotal = s.m.snapshotDone.WithLabelValues(label), s.m.snapshotTotal.WithLabelValues(label)
 		t.gDone.Set(0)
 		t.gTotal.Set(float64(t.total))
-		bounds, err := l.boundaries(ctx, t)
-		if err != nil {
-			return err
-		}
-		var lo []any
-		for _, hi := range append(bounds, nil) {
-			rng := &snapshot.RangeProgress{}
-			if rng.After, err = cursorOf(lo); err != nil {
-				return err
-			}
-			if rng.UpTo, err = cursorOf(hi); err != nil {
-				return err
-			}
-			t.ranges = append(t.ranges, rng)
-			l.jobs = append(l.jobs, loadJob{t: t, lo: lo, hi: hi, rng: rng})
-			lo = hi
-		}
+		t.tail = &snapshot.RangeProgress{}
+		t.ranges = []*snapshot.RangeProgress{t.tail}
 		l.tables = append(l.tables, t)
 	}
 	return nil
 }
 
-// boundaries returns the key of every ChunkRows-th row.
-func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable) ([][]any, error) {
+// walk splits each table into primary-key ranges whose boundaries are
+// rows the database returned (its collation, its order), walking the key
+// index ChunkRows rows at a time on the control connection, and queues
+// each range as soon as its upper boundary is found; the rest of the
+// table above it stays the tail, whose lower end follows the walk, and
+// is queued last.
+func (l *snapshotLoad) walk(ctx context.Context, q *rangequeue.Queue[loadJob]) error {
+	for _, t := range l.tables {
+		var lo []any
+		var loCur snapshot.Cursor
+		err := l.boundaries(ctx, t, func(hi []any) error {
+			hiCur, err := cursorOf(hi)
+			if err != nil {
+				return err
+			}
+			rng := &snapshot.RangeProgress{After: loCur, UpTo: hiCur}
+			l.handedMu.Lock()
+			t.ranges = append(t.ranges, rng)
+			t.tail.After = hiCur
+			l.handedMu.Unlock()
+			q.Push(loadJob{t: t, lo: lo, hi: hi, rng: rng})
+			lo, loCur = hi, hiCur
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		q.Push(loadJob{t: t, lo: lo, rng: t.tail})
+	}
+	return nil
+}
+
+// boundaries calls found with the key of every ChunkRows-th row, in key
+// order.
+func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable, found func([]any) error) error {
 	keys := t.keys.list()
 	from := quoteIdent(t.name.db) + "." + quoteIdent(t.name.table)
 	first := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s LIMIT 1 OFFSET %d", keys, from, keys, l.s.opts.Snapshot.ChunkRows-1)
 	cond := t.keys.after()
 	next := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1 OFFSET %d", keys, from, cond, keys, l.s.opts.Snapshot.ChunkRows-1)
-	var out [][]any
 	var prev []any
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		var r *gomysql.Result
 		var err error
@@ -85,19 +104,20 @@ func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable) ([][]any, e
 			r, err = l.control.Execute(next, afterArgs(prev)...)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, err)
+			return fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, err)
 		}
 		if len(r.Values) == 0 {
 			r.Close()
-			return out, nil
+			return nil
 		}
 		row, err := t.keys.bound(r.Values[0])
-		if err != nil {
-			r.Close()
-			return nil, fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, err)
-		}
 		r.Close()
-		out = append(out, row)
+		if err != nil {
+			return fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, err)
+		}
+		if err := found(row); err != nil {
+			return err
+		}
 		prev = row
 	}
 }
@@ -130,7 +150,9 @@ func fieldValue(fv gomysql.FieldValue) any {
 	return v
 }
 
-// run reads the planned ranges on every reader until none is left.
+// run hands over every table's truncate barrier, then reads the ranges
+// on every reader while the control connection walks the keys and queues
+// them (walk), until none is left.
 func (l *snapshotLoad) run(ctx context.Context) {
 	defer close(l.out)
 	barriers := loadItem{barriers: true}
@@ -143,23 +165,31 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
+	q := rangequeue.New[loadJob]()
+	stop := context.AfterFunc(ctx, q.Close)
+	defer stop()
 	var wg sync.WaitGroup
 	for _, r := range l.readers {
 		wg.Add(1)
 		go func(r *snapReader) {
 			defer wg.Done()
 			for {
-				job, ok := l.pop()
-				if !ok {
+				job, ok := q.Pop()
+				if !ok || l.failed() {
 					return
 				}
 				if err := l.read(ctx, r, job); err != nil {
 					l.fail(err)
+					q.Close()
 					return
 				}
 			}
 		}(r)
 	}
+	if err := l.walk(ctx, q); err != nil {
+		l.fail(err)
+	}
+	q.Close()
 	wg.Wait()
 }
 
@@ -170,17 +200,6 @@ func (l *snapshotLoad) startFile() uint64 {
 
 func (l *snapshotLoad) version(pos uint32, file uint64, index uint64) pipeline.Version {
 	return pipeline.Version{l.start.Epoch, file, uint64(pos), index}
-}
-
-func (l *snapshotLoad) pop() (loadJob, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.jobs) == 0 || l.failed() {
-		return loadJob{}, false
-	}
-	j := l.jobs[0]
-	l.jobs = l.jobs[1:]
-	return j, true
 }
 
 // read copies one key range in the reader's snapshot transaction.

@@ -227,3 +227,88 @@ func TestSnapshotWithConcurrentWrites(t *testing.T) {
 	t.Logf("%d writes ran during and after the load", writes)
 	sameRows(t, rep.live(), selectAll(t, s, c, "cw", "t"))
 }
+
+// The load queues each key range as soon as the walk of the key finds its
+// upper boundary, the rest of a table one range (its tail) whose lower end
+// follows the walk. After every batch, the load state a checkpoint would
+// record — the ranges a restart reads — plus the rows handed over so far
+// are the whole table, each row exactly once, also while the walk is under
+// way (asserted to have been seen); every range ends at a ChunkRows-th row.
+func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	const rows, chunk = 30000, 50
+	mustExec(t, c, "DROP DATABASE IF EXISTS walk", "CREATE DATABASE walk", "CREATE TABLE walk.t (id int PRIMARY KEY, v varchar(20))",
+		fmt.Sprintf("INSERT INTO walk.t SELECT seq, CONCAT('row ', seq) FROM walk.seq_1_to_%d", rows))
+	s := testSource(t, m, nil, func(o *Options) { o.Tables = []string{"walk.t"}; o.Snapshot.ChunkRows = chunk; o.Snapshot.Parallel = 2 })
+	handed := make([]bool, rows+1)
+	keyOf := func(cur []byte) int {
+		if cur == nil {
+			return -1
+		}
+		k, err := decodeCursor(cur, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(k[0].(int64))
+	}
+	states, walking := 0, 0
+	for {
+		b, err := s.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Pos != nil {
+			break // the load is over: the stream starts
+		}
+		for _, rec := range b.Records {
+			if rec.Op != pipeline.OpRead {
+				continue
+			}
+			id := int(rec.After[0].(int64))
+			if handed[id] {
+				t.Fatalf("row %d handed over twice", id)
+			}
+			handed[id] = true
+		}
+		st, ok := s.LoadState()
+		if !ok || len(st.Tables) == 0 || !st.Tables[0].Started {
+			continue
+		}
+		states++
+		covered := make([]int, rows+1)
+		for _, rg := range st.Tables[0].Ranges {
+			lo, hi := keyOf(rg.After), keyOf(rg.UpTo)
+			if hi >= 0 && hi%chunk != 0 {
+				t.Fatalf("a range ends at key %d, not at every %d-th row's", hi, chunk)
+			}
+			if hi < 0 {
+				hi = rows
+				if lo < rows-chunk && lo%chunk == 0 {
+					walking++ // the tail, its lower end a boundary short of the end
+				}
+			}
+			for id := max(lo+1, 1); id <= hi; id++ {
+				covered[id]++
+			}
+		}
+		for id := 1; id <= rows; id++ {
+			n := covered[id]
+			if handed[id] {
+				n++
+			}
+			if n != 1 {
+				t.Fatalf("after %d states: row %d is handed over (%v) and in %d ranges to read", states, id, handed[id], covered[id])
+			}
+		}
+	}
+	for id := 1; id <= rows; id++ {
+		if !handed[id] {
+			t.Fatalf("row %d not loaded", id)
+		}
+	}
+	if walking == 0 {
+		t.Fatalf("none of %d states was taken while the key was walked", states)
+	}
+	t.Logf("%d states checked, %d of them while the walk went on", states, walking)
+}
