@@ -10,6 +10,7 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/snapshot/snaptest"
 )
 
 // replica folds records the way an idempotent sink does (Invariant 4):
@@ -241,8 +242,7 @@ func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 	mustExec(t, c, "DROP DATABASE IF EXISTS walk", "CREATE DATABASE walk", "CREATE TABLE walk.t (id int PRIMARY KEY, v varchar(20))",
 		fmt.Sprintf("INSERT INTO walk.t SELECT seq, CONCAT('row ', seq) FROM walk.seq_1_to_%d", rows))
 	s := testSource(t, m, nil, func(o *Options) { o.Tables = []string{"walk.t"}; o.Snapshot.ChunkRows = chunk; o.Snapshot.Parallel = 2 })
-	handed := make([]bool, rows+1)
-	keyOf := func(cur []byte) int {
+	w := snaptest.NewLoadWatch(rows, chunk, func(cur []byte) int {
 		if cur == nil {
 			return -1
 		}
@@ -251,8 +251,7 @@ func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 			t.Fatal(err)
 		}
 		return int(k[0].(int64))
-	}
-	states, walking := 0, 0
+	})
 	for {
 		b, err := s.Read(ctx)
 		if err != nil {
@@ -261,54 +260,8 @@ func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 		if b.Pos != nil {
 			break // the load is over: the stream starts
 		}
-		for _, rec := range b.Records {
-			if rec.Op != pipeline.OpRead {
-				continue
-			}
-			id := int(rec.After[0].(int64))
-			if handed[id] {
-				t.Fatalf("row %d handed over twice", id)
-			}
-			handed[id] = true
-		}
 		st, ok := s.LoadState()
-		if !ok || len(st.Tables) == 0 || !st.Tables[0].Started {
-			continue
-		}
-		states++
-		covered := make([]int, rows+1)
-		for _, rg := range st.Tables[0].Ranges {
-			lo, hi := keyOf(rg.After), keyOf(rg.UpTo)
-			if hi >= 0 && hi%chunk != 0 {
-				t.Fatalf("a range ends at key %d, not at every %d-th row's", hi, chunk)
-			}
-			if hi < 0 {
-				hi = rows
-				if lo < rows-chunk && lo%chunk == 0 {
-					walking++ // the tail, its lower end a boundary short of the end
-				}
-			}
-			for id := max(lo+1, 1); id <= hi; id++ {
-				covered[id]++
-			}
-		}
-		for id := 1; id <= rows; id++ {
-			n := covered[id]
-			if handed[id] {
-				n++
-			}
-			if n != 1 {
-				t.Fatalf("after %d states: row %d is handed over (%v) and in %d ranges to read", states, id, handed[id], covered[id])
-			}
-		}
+		w.After(t, b.Records, st, ok)
 	}
-	for id := 1; id <= rows; id++ {
-		if !handed[id] {
-			t.Fatalf("row %d not loaded", id)
-		}
-	}
-	if walking == 0 {
-		t.Fatalf("none of %d states was taken while the key was walked", states)
-	}
-	t.Logf("%d states checked, %d of them while the walk went on", states, walking)
+	w.Done(t)
 }

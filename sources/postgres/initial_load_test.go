@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/snapshot/snaptest"
 )
 
 // TestInitialLoadWithConcurrentWrites loads 10k rows (and a composite-key
@@ -200,7 +201,7 @@ func TestInitialLoadSingleReader(t *testing.T) {
 // key order.
 func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 	pg, ctx := testDB(t)
-	const rows, chunk = 60000, 100
+	const rows, chunk = 24000, 20
 	exec(t, ctx, pg, "shop",
 		"CREATE TABLE w (id int PRIMARY KEY, v text)",
 		fmt.Sprintf("INSERT INTO w SELECT g, 'row ' || g FROM generate_series(1, %d) g", rows))
@@ -208,8 +209,7 @@ func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 	opts.Snapshot = SnapshotOptions{Mode: SnapshotInitial, Parallel: 2, ChunkRows: chunk}
 	src := openSource(t, ctx, opts, nil)
 	r := newReader(t, src, false)
-	handed := make([]bool, rows+1)
-	cursorID := func(c []byte) int {
+	w := snaptest.NewLoadWatch(rows, chunk, func(c []byte) int {
 		if c == nil {
 			return -1
 		}
@@ -222,66 +222,11 @@ func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 			t.Fatal(err)
 		}
 		return id
-	}
-	states, walking := 0, 0
+	})
 	for r.lastPos == nil {
 		r.step(ctx, "the end of the load")
-		for _, rec := range r.batches[len(r.batches)-1].Records {
-			if rec.Op == pipeline.OpRead {
-				id := int(rec.After[0].(int64))
-				if handed[id] {
-					t.Fatalf("row %d handed over twice", id)
-				}
-				handed[id] = true
-			}
-		}
 		st, ok := src.LoadState()
-		if !ok || len(st.Tables) == 0 || !st.Tables[0].Started {
-			continue
-		}
-		states++
-		covered := make([]int, rows+1)
-		for _, rg := range st.Tables[0].Ranges {
-			lo, hi := cursorID(rg.After), cursorID(rg.UpTo)
-			if hi >= 0 && hi%chunk != 0 {
-				// Each upper boundary is the key of a ChunkRows-th row in
-				// key order (the walk once ordered an integer key by its
-				// text: its first range held 10,087 rows).
-				t.Fatalf("a range ends at key %d, not at every %d-th row's", hi, chunk)
-			}
-			if hi < 0 {
-				hi = rows
-				// The tail, its lower end a boundary the walk has not
-				// gone beyond yet: the load is still planning.
-				if lo < rows-chunk && lo%chunk == 0 {
-					walking++
-				}
-			}
-			for id := max(lo+1, 1); id <= hi; id++ {
-				covered[id]++
-			}
-		}
-		for id := 1; id <= rows; id++ {
-			if n := covered[id] + btoi(handed[id]); n != 1 {
-				t.Fatalf("after batch %d: row %d is handed over (%v) and in %d ranges to read: %+v",
-					len(r.batches), id, handed[id], covered[id], st.Tables[0].Ranges)
-			}
-		}
+		w.After(t, r.batches[len(r.batches)-1].Records, st, ok)
 	}
-	for id := 1; id <= rows; id++ {
-		if !handed[id] {
-			t.Fatalf("row %d not loaded", id)
-		}
-	}
-	if walking == 0 {
-		t.Fatalf("none of %d states was taken while the key index was walked", states)
-	}
-	t.Logf("%d states checked, %d of them while the walk went on", states, walking)
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+	w.Done(t)
 }
