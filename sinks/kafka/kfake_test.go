@@ -316,10 +316,9 @@ func TestKfakePermanentProduceError(t *testing.T) {
 	}
 }
 
-// A slow acknowledgement holds Write until the broker answers; cancelling
-// the context returns ctx.Err() (never nil) without waiting.
-func TestKfakeSlowAck(t *testing.T) {
-	c := fakeCluster(t)
+// holdAcks makes the fake cluster hold its answers to produce requests to
+// fakeTopic from hold on, until answer: a broker slow to acknowledge.
+func holdAcks(c *kfake.Cluster) (hold, answer func()) {
 	var slow atomic.Bool
 	release := make(chan struct{})
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -329,11 +328,19 @@ func TestKfakeSlowAck(t *testing.T) {
 		}
 		return nil, nil, false
 	})
+	return func() { slow.Store(true) }, func() { slow.Store(false); close(release) }
+}
+
+// A slow acknowledgement holds Write until the broker answers; cancelling
+// the context returns ctx.Err() (never nil) without waiting.
+func TestKfakeSlowAck(t *testing.T) {
+	c := fakeCluster(t)
+	hold, answer := holdAcks(c)
 	s := fakeSink(t, c, nil)
 	if err := s.Write(t.Context(), fakeBatch(0, 1, 100)); err != nil { // topic and schemas ready
 		t.Fatal(err)
 	}
-	slow.Store(true)
+	hold()
 
 	// Cancelled while the ack is pending: ctx.Err(), promptly.
 	ctx, cancel := context.WithCancel(t.Context())
@@ -383,8 +390,7 @@ func TestKfakeSlowAck(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 	released.Store(true)
-	slow.Store(false)
-	close(release)
+	answer()
 	select {
 	case err := <-done:
 		if err != nil {

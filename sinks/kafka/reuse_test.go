@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -105,15 +102,7 @@ func TestReleasedRecordMemoryIsReusedOnlyAfterItsBatch(t *testing.T) {
 // it.
 func TestAbandonedBatchKeepsItsRecordMemory(t *testing.T) {
 	c := fakeCluster(t)
-	var slow atomic.Bool
-	release := make(chan struct{})
-	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if slow.Load() && isProduceTo(req, fakeTopic) {
-			c.SleepControl(func() { <-release })
-		}
-		return nil, nil, false
-	})
+	hold, answer := holdAcks(c)
 	s := fakeSink(t, c, nil)
 	other := &pipeline.Table{ID: pipeline.TableID{Database: "d", Schema: "public", Table: "others"},
 		Columns: fakeTable.Columns, KeyIdx: fakeTable.KeyIdx, Generation: 1}
@@ -140,7 +129,7 @@ func TestAbandonedBatchKeepsItsRecordMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	slow.Store(true)
+	hold()
 	const abandoned = 4_000
 	ctx, cancel := context.WithCancel(t.Context())
 	p, err := s.Start(ctx, batch(fakeTable, 1, abandoned))
@@ -163,8 +152,7 @@ func TestAbandonedBatchKeepsItsRecordMemory(t *testing.T) {
 		}
 		started = append(started, p)
 	}
-	slow.Store(false)
-	close(release)
+	answer()
 	for _, p := range started {
 		<-p.Done()
 		if err := p.Err(); err != nil {
