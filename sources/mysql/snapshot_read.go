@@ -56,7 +56,8 @@ func (l *snapshotLoad) plan(ctx context.Context) error {
 // index ChunkRows rows at a time on the control connection, and queues
 // each range as soon as its upper boundary is found; the rest of the
 // table above it stays the tail, whose lower end follows the walk, and
-// is queued last.
+// is queued last, so a checkpoint taken mid-walk never counts as read a
+// row no range still holds (Invariant 1).
 func (l *snapshotLoad) walk(ctx context.Context, q *rangequeue.Queue[loadJob]) error {
 	for _, t := range l.tables {
 		var lo []any

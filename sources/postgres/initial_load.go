@@ -371,8 +371,8 @@ func (l *snapshotLoad) progress() []pipeline.TableStatus {
 // boundary: the other readers read the first ranges while this one walks.
 // The part of the table above the last boundary found is one range whose
 // lower end follows the walk (the tail), read last, so the table's ranges
-// cover it whole at every moment and a checkpoint taken mid-walk resumes
-// right.
+// cover it whole at every moment: a checkpoint taken mid-walk never counts
+// as read a row no range still holds (Invariant 1).
 func (l *snapshotLoad) planAll(ctx context.Context, conn *pgx.Conn, q *rangequeue.Queue[loadJob]) error {
 	for _, ref := range l.s.tables {
 		shape, err := LoadTableShape(ctx, conn, l.s.database, ref)
