@@ -58,6 +58,7 @@ bench-transforms:
 	$(GO) test -run '^$$' -bench Operator -benchtime 1000x ./transform/chainbench/
 	$(GO) test -run '^$$' -bench Pipeline -benchtime 1x -count 3 ./transform/chainbench/ -args -sink duckdb
 	$(GO) test -run '^$$' -bench Pipeline -benchtime 1x -count 3 ./transform/chainbench/ -args -sink discard
+	$(GO) test -run '^$$' -bench Pipeline -benchtime 1x -count 3 ./transform/chainbench/ -args -sink kafka
 	$(GO) test -run '^$$' -bench Window -benchtime 1x -count 3 ./transform/chainbench/ -args -sink duckdb
 	$(GO) test -run '^$$' -bench Window -benchtime 1x -count 3 ./transform/chainbench/ -args -sink discard
 	$(GO) test -run '^$$' -bench Nest -benchtime 1x -count 2 ./transform/chainbench/ -args -sink opensearch

@@ -153,7 +153,7 @@ func BenchmarkPipeline(b *testing.B) {
 
 var (
 	total    = flag.Int("records", 1_000_000, "records per pipeline run")
-	sinkKind = flag.String("sink", "duckdb", "the pipeline's sink: duckdb (a file in a temp dir), opensearch (a node the benchmark starts) or discard (writes nothing)")
+	sinkKind = flag.String("sink", "duckdb", "the pipeline's sink: duckdb (a file in a temp dir), opensearch (a node the benchmark starts), kafka (a broker and a registry the benchmark starts) or discard (writes nothing)")
 )
 
 // discard is a sink that writes nothing: the pipeline's own cost.

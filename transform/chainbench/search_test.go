@@ -42,5 +42,6 @@ func TestMain(m *testing.M) {
 	if node.n != nil {
 		_ = node.n.Stop()
 	}
+	stopKafka()
 	os.Exit(code)
 }

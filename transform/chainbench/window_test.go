@@ -177,6 +177,8 @@ func runFeed(b *testing.B, dir string, source pipeline.Source, n int, ops []pipe
 		sink = duckdb.New(duckdb.Options{Name: "duckdb", Path: filepath.Join(dir, "bench.duckdb")}, zap.NewNop())
 	case "opensearch":
 		sink = searchSink(b)
+	case "kafka":
+		sink = kafkaSink(b)
 	}
 	if wrap != nil {
 		sink = wrap(sink)
