@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"os"
 	"runtime/debug"
 	"sync"
 
@@ -37,13 +38,18 @@ var daemonMemoryLimit = sync.OnceValues(func() (int64, error) {
 	return sluicedaemon.MemoryLimit(cfg), nil
 })
 
-// underDaemonLimit runs f with the daemon's memory limit set, restoring
-// the process's own afterwards.
+// underDaemonLimit runs f with the daemon's memory limit set, and the
+// collector's GOGC the daemon sets under it (sluicedaemon.GCPercent)
+// unless GOGC is in the environment, restoring the process's own
+// afterwards.
 func underDaemonLimit(f func() error) error {
 	limit, err := daemonMemoryLimit()
 	if err != nil {
 		return err
 	}
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(sluicedaemon.GCPercent))
+	}
 	return f()
 }
