@@ -166,6 +166,10 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
+	// A reader's failure ends the load: it cancels the walk and the other
+	// readers (the queue closes with ctx), and its error is the load's.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	q := rangequeue.New[loadJob]()
 	stop := context.AfterFunc(ctx, q.Close)
 	defer stop()
@@ -181,7 +185,7 @@ func (l *snapshotLoad) run(ctx context.Context) {
 				}
 				if err := l.read(ctx, r, job); err != nil {
 					l.fail(err)
-					q.Close()
+					cancel()
 					return
 				}
 			}

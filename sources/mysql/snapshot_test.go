@@ -265,3 +265,42 @@ func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 	}
 	w.Done(t)
 }
+
+// A reader that fails stops the load's walk of the key: the error reaches
+// Read while most of the table is still to be walked, not once the walk
+// has split the whole table on a load that can no longer finish.
+func TestInitialLoadReaderFailureStopsTheWalk(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	const rows, chunk = 60000, 4
+	mustExec(t, c, "DROP DATABASE IF EXISTS walkfail", "CREATE DATABASE walkfail", "CREATE TABLE walkfail.t (id int PRIMARY KEY, v varchar(20))",
+		fmt.Sprintf("INSERT INTO walkfail.t SELECT seq, CONCAT('row ', seq) FROM walkfail.seq_1_to_%d", rows))
+	s := testSource(t, m, nil, func(o *Options) {
+		o.Tables = []string{"walkfail.t"}
+		o.Snapshot.ChunkRows = chunk
+		o.Snapshot.Parallel = 2
+	})
+	for read := false; !read; {
+		b, err := s.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range b.Records {
+			read = read || r.Op == pipeline.OpRead
+		}
+	}
+	for _, r := range s.load.readers {
+		mustExec(t, c, fmt.Sprintf("KILL %d", r.c.GetConnectionID()))
+	}
+	var err error
+	for err == nil {
+		_, err = s.Read(ctx)
+	}
+	s.load.handedMu.Lock()
+	ranges := len(s.load.tables[0].ranges)
+	s.load.handedMu.Unlock()
+	if ranges > rows/chunk/2 {
+		t.Fatalf("the walk split the table into %d of its %d ranges after its readers failed (%v)", ranges, rows/chunk, err)
+	}
+	t.Logf("the load failed after %d of %d ranges were walked: %v", ranges, rows/chunk, err)
+}
