@@ -22,7 +22,7 @@ vet:
 # without -race: its build is the one the integration tests' daemon binary
 # reuses.)
 test: vet
-	$(GO) test -race -count=1 -timeout 45m ./integration/ $(PKGS)
+	GO=$(GO) bash scripts/test.sh -race -count=1 -timeout 45m ./integration/ $(PKGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config/
