@@ -51,10 +51,14 @@ type ChunkReader struct {
 	catalogReads atomic.Int64
 }
 
-// lockWaitSeconds bounds how long a chunk or a watermark waits for a
-// table's metadata lock (behind a schema change) or the watermark row
-// before it fails and is retried.
+// lockWaitSeconds bounds how long a chunk, a watermark or the initial
+// load waits for a table's metadata lock (behind a schema change) or the
+// watermark row before it fails and is retried.
 const lockWaitSeconds = 10
+
+// lockWait sets a session's waits for metadata and row locks to
+// lockWaitSeconds.
+var lockWait = "SET SESSION lock_wait_timeout = " + strconv.Itoa(lockWaitSeconds) + ", innodb_lock_wait_timeout = " + strconv.Itoa(lockWaitSeconds)
 
 // ChunkReader returns a reader over the source's server with up to conns
 // connections, opened on first use (after Open). It needs
@@ -101,7 +105,7 @@ func (r *ChunkReader) open(ctx context.Context, checked bool) (*client.Conn, err
 	}
 	for _, q := range []string{
 		"SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-		"SET SESSION lock_wait_timeout = " + strconv.Itoa(lockWaitSeconds) + ", innodb_lock_wait_timeout = " + strconv.Itoa(lockWaitSeconds),
+		lockWait,
 	} {
 		if _, err := c.Execute(q); err != nil {
 			c.Close()

@@ -41,6 +41,15 @@ import (
 // A schema change that fails a reader (ER_TABLE_DEF_CHANGED) is then
 // survived too: the restart reads the rest in chunks, which a schema
 // change only makes read again.
+//
+// The readers' transactions hold a metadata lock on every table they read
+// until the load ends, so a schema change of such a table waits for them,
+// and every statement on the table queues behind it. Should the walk or a
+// reader then need the table (a later range, a table not read yet), it
+// would wait for the schema change, which waits for the readers: the
+// load's connections wait lockWaitSeconds for a metadata lock, and a load
+// that fails closes its connections at once, so the schema change goes on
+// and the restart reads the rest in chunks.
 type snapshotLoad struct {
 	s       *Source
 	server  string
@@ -166,6 +175,12 @@ func (l *snapshotLoad) begin(ctx context.Context) (err error) {
 		l.start = Position{Flavor: FlavorMariaDB, GTID: gtid, File: file, Pos: first.pos}
 	}
 	l.start.Server, l.start.Epoch = l.server, l.s.epochFresh()
+	// After FLUSH TABLES WITH READ LOCK, which may wait as long as the
+	// server lets it: the walk waits for a table's lock as briefly as the
+	// readers.
+	if _, err := l.control.Execute(lockWait); err != nil {
+		return fmt.Errorf("mysql source: snapshot control connection: %s: %w", lockWait, err)
+	}
 	if err := l.start.Validate(); err != nil {
 		return fmt.Errorf("mysql source: snapshot position: %w", err)
 	}
@@ -178,7 +193,7 @@ func (l *snapshotLoad) openReader(ctx context.Context) (*snapReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, q := range []string{"SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+	for _, q := range []string{"SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ", lockWait,
 		"START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"} {
 		if _, err := c.Execute(q); err != nil {
 			c.Close()

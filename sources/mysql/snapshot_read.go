@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -105,7 +106,7 @@ func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable, found func(
 			r, err = l.control.Execute(next, afterArgs(prev)...)
 		}
 		if err != nil {
-			return fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, err)
+			return fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, lockWaited(err))
 		}
 		if len(r.Values) == 0 {
 			r.Close()
@@ -164,6 +165,7 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	select {
 	case l.out <- barriers:
 	case <-ctx.Done():
+		l.fail(ctx.Err()) // a load cut short is never complete
 		return
 	}
 	// A reader's failure ends the load: it cancels the walk and the other
@@ -196,6 +198,12 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	}
 	q.Close()
 	wg.Wait()
+	if l.failed() {
+		// End the readers' transactions now, not when the source closes:
+		// a schema change may be waiting for their metadata locks, and
+		// every statement on its table behind it.
+		l.close()
+	}
 }
 
 func (l *snapshotLoad) startFile() uint64 {
@@ -227,7 +235,7 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 	q += " ORDER BY " + t.keys.list()
 	stmt, err := r.c.Prepare(q)
 	if err != nil {
-		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, err)
+		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, lockWaited(err))
 	}
 	defer stmt.Close()
 	rr := rowReader{conv: converter{zeroNull: l.s.opts.ZeroDates == ZeroDatesNull, charsets: l.s.cs}, descs: t.descs}
@@ -291,9 +299,19 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, err)
+		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, lockWaited(err))
 	}
 	return flush(true)
+}
+
+// lockWaited explains a lock wait the server gave up (lockWaitSeconds).
+func lockWaited(err error) error {
+	var me *gomysql.MyError
+	if errors.As(err, &me) && me.Code == gomysql.ER_LOCK_WAIT_TIMEOUT {
+		return fmt.Errorf("%w (a schema change or LOCK TABLES waits for the table and for the load's transactions, which end with this error; "+
+			"started again, the pipeline resumes the load from its checkpoint and reads the rest in chunks)", err)
+	}
+	return err
 }
 
 func (l *snapshotLoad) fail(err error) {
