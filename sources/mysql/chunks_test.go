@@ -244,6 +244,7 @@ func TestIncrementalSnapshotMariaDBUnderConcurrentWrites(t *testing.T) {
 					errs <- writeRandomly(m, db, uint64(trial*10+w), &stop, &txns)
 				}()
 			}
+			t.Cleanup(func() { stop.Store(true) }) // a failed trial leaves no writer behind
 			var wrap func(snapshot.Reader) snapshot.Reader
 			if !readOnly {
 				// Chunks cut at 2,000 bytes (about 30 of these rows),
@@ -443,6 +444,7 @@ func TestInitialLoadResumesIncrementallyAfterACrashMariaDB(t *testing.T) {
 	var txns atomic.Int64
 	done := make(chan error, 1)
 	go func() { done <- writeRandomly(m, "resume", 42, &stop, &txns) }()
+	t.Cleanup(func() { stop.Store(true) }) // a failed test leaves no writer behind
 	ids := []pipeline.TableID{{Database: "resume", Schema: "resume", Table: "items"}, {Database: "resume", Schema: "resume", Table: "pairs"}}
 	var src *Source
 	open := func(from pipeline.Position) *snapshot.Engine {
@@ -462,6 +464,12 @@ func TestInitialLoadResumesIncrementallyAfterACrashMariaDB(t *testing.T) {
 	}
 	sink := snaptest.NewMemSink()
 	first := open(nil)
+	crashed := false
+	t.Cleanup(func() {
+		if !crashed {
+			_ = first.Close(context.Background())
+		}
+	})
 	var loaded int
 	var checkpoint pipeline.Position
 	pump(t, first, sink, func(b pipeline.Batch) bool {
@@ -472,6 +480,7 @@ func TestInitialLoadResumesIncrementallyAfterACrashMariaDB(t *testing.T) {
 		return loaded >= 3000 && b.Pos != nil
 	})
 	_ = first.Close(context.Background()) // the crash: nothing after the checkpoint is kept
+	crashed = true
 	var pos struct {
 		Snapshot struct{ Tables []json.RawMessage } `json:"snapshot"`
 	}

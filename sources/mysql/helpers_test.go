@@ -40,6 +40,14 @@ func testSource(t *testing.T, m *harness.MariaDB, from pipeline.Position, tweak 
 	return s
 }
 
+// readCtx bounds a test's reads: a read that waits longer fails the test
+// instead of hanging the package.
+func readCtx(t *testing.T) context.Context {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancel)
+	return rctx
+}
+
 // readRecords reads until n data records arrived (or the deadline), and
 // returns them with the position of the last batch that had one.
 func readRecords(t *testing.T, s *Source, n int) ([]pipeline.Record, pipeline.Position) {

@@ -3,6 +3,7 @@ package mysql
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -161,6 +162,7 @@ func TestSnapshotUnsignedKeysAboveInt64(t *testing.T) {
 // Writes that run while the initial load reads all arrive: the sink
 // state equals the table at the end.
 func TestSnapshotWithConcurrentWrites(t *testing.T) {
+	rctx := readCtx(t)
 	m := server(t)
 	c := rootConn(t, m, "")
 	mustExec(t, c, "CREATE DATABASE cw", "CREATE TABLE cw.t (id int PRIMARY KEY, v varchar(40))")
@@ -199,7 +201,7 @@ func TestSnapshotWithConcurrentWrites(t *testing.T) {
 	s := testSource(t, m, nil, func(o *Options) { o.Tables = []string{"cw.t"}; o.Snapshot.ChunkRows = 1000; o.Snapshot.Parallel = 2 })
 	var rep replica
 	for s.Status().Phase == "snapshot" {
-		b, err := s.Read(ctx)
+		b, err := s.Read(rctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,17 +212,21 @@ func TestSnapshotWithConcurrentWrites(t *testing.T) {
 	if writes == 0 {
 		t.Fatal("no write ran during the load")
 	}
-	end := gtidNow(t, c)
-	// Read until the stream reaches the last write.
+	end := seqOf(t, gtidNow(t, c))
+	// Read until the stream passes the last write (a batch may merge it
+	// with later transactions: its position is then past end).
 	for {
-		b, err := s.Read(ctx)
+		b, err := s.Read(rctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rep.apply(b.Records)
 		if b.Pos != nil {
-			p, _ := ParsePosition(b.Pos)
-			if p.GTID == end {
+			p, err := ParsePosition(b.Pos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seqOf(t, p.GTID) >= end {
 				break
 			}
 		}
@@ -236,6 +242,7 @@ func TestSnapshotWithConcurrentWrites(t *testing.T) {
 // are the whole table, each row exactly once, also while the walk is under
 // way (asserted to have been seen); every range ends at a ChunkRows-th row.
 func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
+	rctx := readCtx(t)
 	m := server(t)
 	c := rootConn(t, m, "")
 	const rows, chunk = 30000, 50
@@ -253,7 +260,7 @@ func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 		return int(k[0].(int64))
 	})
 	for {
-		b, err := s.Read(ctx)
+		b, err := s.Read(rctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,6 +277,7 @@ func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 // Read while most of the table is still to be walked, not once the walk
 // has split the whole table on a load that can no longer finish.
 func TestInitialLoadReaderFailureStopsTheWalk(t *testing.T) {
+	rctx := readCtx(t)
 	m := server(t)
 	c := rootConn(t, m, "")
 	const rows, chunk = 60000, 4
@@ -281,7 +289,7 @@ func TestInitialLoadReaderFailureStopsTheWalk(t *testing.T) {
 		o.Snapshot.Parallel = 2
 	})
 	for read := false; !read; {
-		b, err := s.Read(ctx)
+		b, err := s.Read(rctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +302,7 @@ func TestInitialLoadReaderFailureStopsTheWalk(t *testing.T) {
 	}
 	var err error
 	for err == nil {
-		_, err = s.Read(ctx)
+		_, err = s.Read(rctx)
 	}
 	s.load.handedMu.Lock()
 	ranges := len(s.load.tables[0].ranges)
@@ -303,4 +311,66 @@ func TestInitialLoadReaderFailureStopsTheWalk(t *testing.T) {
 		t.Fatalf("the walk split the table into %d of its %d ranges after its readers failed (%v)", ranges, rows/chunk, err)
 	}
 	t.Logf("the load failed after %d of %d ranges were walked: %v", ranges, rows/chunk, err)
+}
+
+// A schema change issued while the initial load walks the key waits for
+// the readers' metadata locks, and the walk's next statement waits behind
+// it. Neither waits for good: the walk gives up after lockWaitSeconds,
+// the load fails naming the lock wait, and its transactions end at once,
+// so the ALTER completes while the source is still open.
+func TestInitialLoadGivesWayToASchemaChange(t *testing.T) {
+	rctx := readCtx(t)
+	m := server(t)
+	c := rootConn(t, m, "")
+	const rows = 60000
+	mustExec(t, c, "DROP DATABASE IF EXISTS giveway", "CREATE DATABASE giveway", "CREATE TABLE giveway.t (id int PRIMARY KEY, v varchar(20))",
+		fmt.Sprintf("INSERT INTO giveway.t SELECT seq, CONCAT('row ', seq) FROM giveway.seq_1_to_%d", rows))
+	s := testSource(t, m, nil, func(o *Options) {
+		o.Tables = []string{"giveway.t"}
+		o.Snapshot.ChunkRows = 4
+		o.Snapshot.Parallel = 2
+	})
+	for read := false; !read; {
+		b, err := s.Read(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range b.Records {
+			read = read || r.Op == pipeline.OpRead
+		}
+	}
+	altered := make(chan error, 1)
+	w := rootConn(t, m, "")
+	go func() {
+		_, err := w.Execute("ALTER TABLE giveway.t ADD COLUMN n int")
+		altered <- err
+	}()
+	done := false
+	t.Cleanup(func() { // before w closes: the ALTER's connection is its own
+		if !done {
+			_, _ = c.Execute(fmt.Sprintf("KILL %d", w.GetConnectionID()))
+			<-altered
+		}
+	})
+	// Read on as the runtime does, until the load fails.
+	var err error
+	for err == nil {
+		_, err = s.Read(rctx)
+	}
+	if rctx.Err() != nil {
+		t.Fatalf("the load neither finished nor failed while an ALTER waited: %v", err)
+	}
+	if !strings.Contains(err.Error(), "Lock wait timeout") || !strings.Contains(err.Error(), "resumes the load") {
+		t.Fatalf("the load failed with %v, want the lock wait and the way on", err)
+	}
+	select {
+	case aerr := <-altered:
+		done = true
+		if aerr != nil {
+			t.Fatalf("ALTER: %v", aerr)
+		}
+	case <-rctx.Done():
+		t.Fatal("the ALTER still waits after the load failed: its transactions hold the table until the source closes")
+	}
+	t.Logf("the load gave way: %v", err)
 }
