@@ -38,6 +38,11 @@ type positionMarks struct {
 	wake   context.CancelFunc
 	parent context.Context
 	wctx   context.Context
+	// added is set by add and cleared by waitContext: a mark added after
+	// the stream looked for due marks but before it took its next wait
+	// context (whose wake add could not call yet) makes that wait end at
+	// once, not at the next event.
+	added bool
 }
 
 type positionMark struct {
@@ -53,6 +58,7 @@ func (m *positionMarks) add(token string, at gomysql.GTIDSet) <-chan string {
 	fired := make(chan string, 1)
 	m.mu.Lock()
 	m.list = append(m.list, positionMark{token: token, at: at, fired: fired})
+	m.added = true
 	wake := m.wake
 	m.mu.Unlock()
 	if wake != nil {
@@ -89,13 +95,17 @@ func (m *positionMarks) due(reached gomysql.GTIDSet) []positionMark {
 
 // waitContext returns a context under parent that add cancels: the stream
 // waits for its next event with it. One context serves every wait until
-// a mark is added.
+// a mark is added; after one was added it is returned cancelled once.
 func (m *positionMarks) waitContext(parent context.Context) context.Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.wctx == nil || m.wctx.Err() != nil || m.parent != parent {
+	if m.added || m.wctx == nil || m.wctx.Err() != nil || m.parent != parent {
 		m.wctx, m.wake = context.WithCancel(parent)
 		m.parent = parent
+		if m.added {
+			m.wake()
+		}
+		m.added = false
 	}
 	return m.wctx
 }

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"context"
 	"testing"
 
 	"github.com/sluice-cdc/sluice/pipeline"
@@ -28,5 +29,32 @@ func TestReadOnlyWatermarkWaitsForTheNewServersFirstCommit(t *testing.T) {
 	want := pipeline.Version{1, 1, 400, snapshotRow}
 	if v := got[0].records[0].Version; v != want {
 		t.Fatalf("version %v, want %v", v, want)
+	}
+}
+
+// A mark added after the stream looked for due marks but before it took
+// its next wait context ends that wait at once: add could only call the
+// wake of the wait before, already over, and the stream would otherwise
+// hand the mark over at the next event (a heartbeat on an idle server).
+func TestMarkAddedBetweenWaitsEndsTheNextWait(t *testing.T) {
+	var m positionMarks
+	parent := context.Background()
+	first := m.waitContext(parent)
+	m.add("a", nil)
+	if first.Err() == nil {
+		t.Fatal("add did not end the wait under way")
+	}
+	if got := m.due(nil); len(got) != 1 {
+		t.Fatalf("%d marks due, want 1", len(got))
+	}
+	m.add("b", nil) // the stream is between its look at the marks and its next wait
+	if next := m.waitContext(parent); next.Err() == nil {
+		t.Fatal("the wait after a mark was added between waits does not end at once")
+	}
+	if got := m.due(nil); len(got) != 1 {
+		t.Fatalf("%d marks due, want 1", len(got))
+	}
+	if quiet := m.waitContext(parent); quiet.Err() != nil {
+		t.Fatal("a wait with no mark added since the last one ended at once")
 	}
 }
