@@ -580,3 +580,93 @@ func TestChunkReaderFollowsColumnsBetweenChunks(t *testing.T) {
 		t.Fatalf("the retyped column reads %#v, want int64 7", v)
 	}
 }
+
+// The initial load gives way to a schema change (snapshot_read.go) and
+// the restart finishes it: an ALTER issued mid-walk fails the load with
+// the lock wait, the ALTER completes, and a restart from the last
+// checkpoint reads the rest in chunks; the sink then equals the table.
+func TestInitialLoadGivesWayAndResumesMariaDB(t *testing.T) {
+	m := server(t)
+	c := rootConn(t, m, "")
+	const rows = 40000
+	mustExec(t, c, "CREATE DATABASE gwres", "CREATE TABLE gwres.t (id int PRIMARY KEY, v varchar(20))",
+		fmt.Sprintf("INSERT INTO gwres.t SELECT seq, CONCAT('row ', seq) FROM gwres.seq_1_to_%d", rows))
+	ids := []pipeline.TableID{{Database: "gwres", Schema: "gwres", Table: "t"}}
+	open := func(from pipeline.Position) (*Source, *snapshot.Engine) {
+		o := Options{Pipeline: "p_gwres", DSN: fmt.Sprintf("mysql://root@%s:%d", m.Host, m.Port), Tables: []string{"gwres.t"},
+			HeartbeatInterval: time.Second, ReconnectInitial: 50 * time.Millisecond, ReconnectMax: time.Second, WatermarkTable: DefaultWatermarkTable,
+			Snapshot: SnapshotOptions{Mode: SnapshotInitial, Parallel: 2, ChunkRows: 4}}
+		src, err := New(o, zaptest.NewLogger(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: ids, Parallel: 2, ChunkRows: 64,
+			MaxChunkRows: 256, ChunkTime: 20 * time.Millisecond, Log: zaptest.NewLogger(t)})
+		if err := eng.Open(ctx, from); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = eng.Close(context.Background()) })
+		return src, eng
+	}
+	sink := snaptest.NewMemSink()
+	_, first := open(nil)
+	rctx := readCtx(t)
+	var checkpoint pipeline.Position
+	read := func() error {
+		b, err := first.Read(rctx)
+		if err != nil {
+			return err
+		}
+		sink.Apply(b.Records)
+		if b.Pos != nil {
+			checkpoint = b.Pos
+			return first.Ack(ctx, b.Pos)
+		}
+		return nil
+	}
+	for checkpoint == nil {
+		if err := read(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	altered := make(chan error, 1)
+	w := rootConn(t, m, "")
+	go func() {
+		_, err := w.Execute("ALTER TABLE gwres.t COMMENT = 'given way'")
+		altered <- err
+	}()
+	var err error
+	for err == nil {
+		err = read()
+	}
+	if !strings.Contains(err.Error(), "Lock wait timeout") {
+		t.Fatalf("the load failed with %v, want the lock wait", err)
+	}
+	select {
+	case err := <-altered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-rctx.Done():
+		t.Fatal("the ALTER still waits after the load failed")
+	}
+	_ = first.Close(context.Background()) // the process exits; it is started again
+	handed := len(sink.Table("gwres.t"))
+
+	src, second := open(checkpoint)
+	reads := 0
+	pump(t, second, sink, func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpRead {
+				reads++
+			}
+		}
+		return len(second.Snapshotting()) == 0
+	})
+	catchUp(t, c, second, sink)
+	snaptest.EqualRows(t, "t", sink.Table("gwres.t"), tableRows(t, src, "gwres", "t"))
+	t.Logf("the first run handed over %d of %d rows before it gave way; the restart read %d in chunks", handed, rows, reads)
+	if reads == 0 || reads >= rows {
+		t.Fatalf("the restart read %d rows: want the rest of the load, not none and not all %d", reads, rows)
+	}
+}
