@@ -83,6 +83,22 @@ func pump(t *testing.T, eng *snapshot.Engine, sink *snaptest.MemSink, done func(
 	}
 }
 
+// pumpSnapshot reads until the engine snapshots no table, and returns
+// the snapshot rows it read.
+func pumpSnapshot(t *testing.T, eng *snapshot.Engine, sink *snaptest.MemSink) int {
+	t.Helper()
+	reads := 0
+	pump(t, eng, sink, func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpRead {
+				reads++
+			}
+		}
+		return len(eng.Snapshotting()) == 0
+	})
+	return reads
+}
+
 // seqOf is the sequence number of a single-domain MariaDB GTID position.
 func seqOf(t testing.TB, gtid string) uint64 {
 	t.Helper()
@@ -493,15 +509,7 @@ func TestInitialLoadResumesIncrementallyAfterACrashMariaDB(t *testing.T) {
 
 	second := open(checkpoint)
 	t.Cleanup(func() { _ = second.Close(context.Background()) })
-	reads := 0
-	pump(t, second, sink, func(b pipeline.Batch) bool {
-		for _, r := range b.Records {
-			if r.Op == pipeline.OpRead {
-				reads++
-			}
-		}
-		return len(second.Snapshotting()) == 0
-	})
+	reads := pumpSnapshot(t, second, sink)
 	stop.Store(true)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -660,15 +668,7 @@ func TestInitialLoadGivesWayAndResumesMariaDB(t *testing.T) {
 	handed := len(sink.Table("gwres.t"))
 
 	src, second := open(checkpoint)
-	reads := 0
-	pump(t, second, sink, func(b pipeline.Batch) bool {
-		for _, r := range b.Records {
-			if r.Op == pipeline.OpRead {
-				reads++
-			}
-		}
-		return len(second.Snapshotting()) == 0
-	})
+	reads := pumpSnapshot(t, second, sink)
 	catchUp(t, c, second, sink)
 	snaptest.EqualRows(t, "t", sink.Table("gwres.t"), tableRows(t, src, "gwres", "t"))
 	t.Logf("the first run handed over %d of %d rows before it gave way; the restart read %d in chunks", handed, rows, reads)

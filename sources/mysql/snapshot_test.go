@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -289,15 +290,7 @@ func TestInitialLoadReaderFailureStopsTheWalk(t *testing.T) {
 		o.Snapshot.ChunkRows = chunk
 		o.Snapshot.Parallel = 2
 	})
-	for read := false; !read; {
-		b, err := s.Read(rctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range b.Records {
-			read = read || r.Op == pipeline.OpRead
-		}
-	}
+	readUntilRows(t, rctx, s)
 	for _, r := range s.load.readers {
 		// The first reader's failure may already have ended the others.
 		if _, err := c.Execute(fmt.Sprintf("KILL %d", r.c.GetConnectionID())); err != nil && !isNoSuchThread(err) {
@@ -334,15 +327,7 @@ func TestInitialLoadGivesWayToASchemaChange(t *testing.T) {
 		o.Snapshot.ChunkRows = 4
 		o.Snapshot.Parallel = 2
 	})
-	for read := false; !read; {
-		b, err := s.Read(rctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range b.Records {
-			read = read || r.Op == pipeline.OpRead
-		}
-	}
+	readUntilRows(t, rctx, s)
 	altered := make(chan error, 1)
 	w := rootConn(t, m, "")
 	go func() {
@@ -382,4 +367,19 @@ func TestInitialLoadGivesWayToASchemaChange(t *testing.T) {
 func isNoSuchThread(err error) bool {
 	var me *gomysql.MyError
 	return errors.As(err, &me) && me.Code == gomysql.ER_NO_SUCH_THREAD
+}
+
+// readUntilRows reads until a batch hands over snapshot rows: a reader
+// then holds the table's metadata lock.
+func readUntilRows(t *testing.T, rctx context.Context, s *Source) {
+	t.Helper()
+	for read := false; !read; {
+		b, err := s.Read(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range b.Records {
+			read = read || r.Op == pipeline.OpRead
+		}
+	}
 }
