@@ -83,6 +83,33 @@ func pump(t *testing.T, eng *snapshot.Engine, sink *snaptest.MemSink, done func(
 	}
 }
 
+// loadEngine opens, from a checkpoint (nil: fresh), the snapshot engine
+// over a source whose initial load reads db's tables with two readers,
+// splitting them loadChunk rows at a time; the engine closes with the
+// test.
+func loadEngine(t *testing.T, m *harness.MariaDB, db string, loadChunk int, from pipeline.Position, tables ...string) (*Source, *snapshot.Engine) {
+	t.Helper()
+	o := Options{Pipeline: "p_" + db, DSN: fmt.Sprintf("mysql://root@%s:%d", m.Host, m.Port),
+		HeartbeatInterval: time.Second, ReconnectInitial: 50 * time.Millisecond, ReconnectMax: time.Second, WatermarkTable: DefaultWatermarkTable,
+		Snapshot: SnapshotOptions{Mode: SnapshotInitial, Parallel: 2, ChunkRows: loadChunk}}
+	ids := make([]pipeline.TableID, len(tables))
+	for i, tb := range tables {
+		o.Tables = append(o.Tables, db+"."+tb)
+		ids[i] = pipeline.TableID{Database: db, Schema: db, Table: tb}
+	}
+	src, err := New(o, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: ids, Parallel: 2, ChunkRows: 64,
+		MaxChunkRows: 256, ChunkTime: 20 * time.Millisecond, Log: zaptest.NewLogger(t)})
+	if err := eng.Open(ctx, from); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	return src, eng
+}
+
 // pumpSnapshot reads until the engine snapshots no table, and returns
 // the snapshot rows it read.
 func pumpSnapshot(t *testing.T, eng *snapshot.Engine, sink *snaptest.MemSink) int {
@@ -461,31 +488,14 @@ func TestInitialLoadResumesIncrementallyAfterACrashMariaDB(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- writeRandomly(m, "resume", 42, &stop, &txns) }()
 	t.Cleanup(func() { stop.Store(true) }) // a failed test leaves no writer behind
-	ids := []pipeline.TableID{{Database: "resume", Schema: "resume", Table: "items"}, {Database: "resume", Schema: "resume", Table: "pairs"}}
 	var src *Source
 	open := func(from pipeline.Position) *snapshot.Engine {
-		o := Options{Pipeline: "p_resume", DSN: fmt.Sprintf("mysql://root@%s:%d", m.Host, m.Port), Tables: []string{"resume.items", "resume.pairs"},
-			HeartbeatInterval: time.Second, ReconnectInitial: 50 * time.Millisecond, ReconnectMax: time.Second, WatermarkTable: DefaultWatermarkTable,
-			Snapshot: SnapshotOptions{Mode: SnapshotInitial, Parallel: 2, ChunkRows: 500}}
-		var err error
-		if src, err = New(o, zaptest.NewLogger(t), nil); err != nil {
-			t.Fatal(err)
-		}
-		eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: ids, Parallel: 2, ChunkRows: 64,
-			MaxChunkRows: 256, ChunkTime: 20 * time.Millisecond, Log: zaptest.NewLogger(t)})
-		if err := eng.Open(ctx, from); err != nil {
-			t.Fatal(err)
-		}
+		var eng *snapshot.Engine
+		src, eng = loadEngine(t, m, "resume", 500, from, "items", "pairs")
 		return eng
 	}
 	sink := snaptest.NewMemSink()
 	first := open(nil)
-	crashed := false
-	t.Cleanup(func() {
-		if !crashed {
-			_ = first.Close(context.Background())
-		}
-	})
 	var loaded int
 	var checkpoint pipeline.Position
 	pump(t, first, sink, func(b pipeline.Batch) bool {
@@ -496,7 +506,6 @@ func TestInitialLoadResumesIncrementallyAfterACrashMariaDB(t *testing.T) {
 		return loaded >= 3000 && b.Pos != nil
 	})
 	_ = first.Close(context.Background()) // the crash: nothing after the checkpoint is kept
-	crashed = true
 	var pos struct {
 		Snapshot struct{ Tables []json.RawMessage } `json:"snapshot"`
 	}
@@ -508,7 +517,6 @@ func TestInitialLoadResumesIncrementallyAfterACrashMariaDB(t *testing.T) {
 	}
 
 	second := open(checkpoint)
-	t.Cleanup(func() { _ = second.Close(context.Background()) })
 	reads := pumpSnapshot(t, second, sink)
 	stop.Store(true)
 	if err := <-done; err != nil {
@@ -597,24 +605,9 @@ func TestInitialLoadGivesWayAndResumesMariaDB(t *testing.T) {
 	m := server(t)
 	c := rootConn(t, m, "")
 	const rows = 40000
-	mustExec(t, c, "CREATE DATABASE gwres", "CREATE TABLE gwres.t (id int PRIMARY KEY, v varchar(20))",
-		fmt.Sprintf("INSERT INTO gwres.t SELECT seq, CONCAT('row ', seq) FROM gwres.seq_1_to_%d", rows))
-	ids := []pipeline.TableID{{Database: "gwres", Schema: "gwres", Table: "t"}}
+	numberedRows(t, c, "gwres", rows)
 	open := func(from pipeline.Position) (*Source, *snapshot.Engine) {
-		o := Options{Pipeline: "p_gwres", DSN: fmt.Sprintf("mysql://root@%s:%d", m.Host, m.Port), Tables: []string{"gwres.t"},
-			HeartbeatInterval: time.Second, ReconnectInitial: 50 * time.Millisecond, ReconnectMax: time.Second, WatermarkTable: DefaultWatermarkTable,
-			Snapshot: SnapshotOptions{Mode: SnapshotInitial, Parallel: 2, ChunkRows: 4}}
-		src, err := New(o, zaptest.NewLogger(t), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: ids, Parallel: 2, ChunkRows: 64,
-			MaxChunkRows: 256, ChunkTime: 20 * time.Millisecond, Log: zaptest.NewLogger(t)})
-		if err := eng.Open(ctx, from); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = eng.Close(context.Background()) })
-		return src, eng
+		return loadEngine(t, m, "gwres", 4, from, "t")
 	}
 	sink := snaptest.NewMemSink()
 	_, first := open(nil)

@@ -248,8 +248,7 @@ func TestInitialLoadStateCoversTheTableWhileWalking(t *testing.T) {
 	m := server(t)
 	c := rootConn(t, m, "")
 	const rows, chunk = 30000, 50
-	mustExec(t, c, "DROP DATABASE IF EXISTS walk", "CREATE DATABASE walk", "CREATE TABLE walk.t (id int PRIMARY KEY, v varchar(20))",
-		fmt.Sprintf("INSERT INTO walk.t SELECT seq, CONCAT('row ', seq) FROM walk.seq_1_to_%d", rows))
+	numberedRows(t, c, "walk", rows)
 	s := testSource(t, m, nil, func(o *Options) { o.Tables = []string{"walk.t"}; o.Snapshot.ChunkRows = chunk; o.Snapshot.Parallel = 2 })
 	w := snaptest.NewLoadWatch(rows, chunk, func(cur []byte) int {
 		if cur == nil {
@@ -283,8 +282,7 @@ func TestInitialLoadReaderFailureStopsTheWalk(t *testing.T) {
 	m := server(t)
 	c := rootConn(t, m, "")
 	const rows, chunk = 60000, 4
-	mustExec(t, c, "DROP DATABASE IF EXISTS walkfail", "CREATE DATABASE walkfail", "CREATE TABLE walkfail.t (id int PRIMARY KEY, v varchar(20))",
-		fmt.Sprintf("INSERT INTO walkfail.t SELECT seq, CONCAT('row ', seq) FROM walkfail.seq_1_to_%d", rows))
+	numberedRows(t, c, "walkfail", rows)
 	s := testSource(t, m, nil, func(o *Options) {
 		o.Tables = []string{"walkfail.t"}
 		o.Snapshot.ChunkRows = chunk
@@ -320,8 +318,7 @@ func TestInitialLoadGivesWayToASchemaChange(t *testing.T) {
 	m := server(t)
 	c := rootConn(t, m, "")
 	const rows = 60000
-	mustExec(t, c, "DROP DATABASE IF EXISTS giveway", "CREATE DATABASE giveway", "CREATE TABLE giveway.t (id int PRIMARY KEY, v varchar(20))",
-		fmt.Sprintf("INSERT INTO giveway.t SELECT seq, CONCAT('row ', seq) FROM giveway.seq_1_to_%d", rows))
+	numberedRows(t, c, "giveway", rows)
 	s := testSource(t, m, nil, func(o *Options) {
 		o.Tables = []string{"giveway.t"}
 		o.Snapshot.ChunkRows = 4
@@ -382,4 +379,12 @@ func readUntilRows(t *testing.T, rctx context.Context, s *Source) {
 			read = read || r.Op == pipeline.OpRead
 		}
 	}
+}
+
+// numberedRows creates db.t (id int key, v varchar) afresh with rows rows
+// numbered from 1.
+func numberedRows(t *testing.T, c *client.Conn, db string, rows int) {
+	t.Helper()
+	mustExec(t, c, "DROP DATABASE IF EXISTS "+db, "CREATE DATABASE "+db, "CREATE TABLE "+db+".t (id int PRIMARY KEY, v varchar(20))",
+		fmt.Sprintf("INSERT INTO %s.t SELECT seq, CONCAT('row ', seq) FROM %s.seq_1_to_%d", db, db, rows))
 }
