@@ -379,23 +379,8 @@ func TestInitialLoadResumesIncrementallyAfterACrash(t *testing.T) {
 	var txns atomic.Int64
 	done := make(chan error, 1)
 	go func() { done <- writeRandomly(ctx, pg.DSN("shop"), 42, &stop, &txns) }()
-	ids := []pipeline.TableID{{Schema: "public", Table: "items"}, {Schema: "public", Table: "pairs"}}
-	open := func(from pipeline.Position) *snapshot.Engine {
-		opts := testOptions(pg, "public.items", "public.pairs")
-		opts.Snapshot = SnapshotOptions{Mode: SnapshotInitial, Parallel: 2, ChunkRows: 500}
-		src, err := New(opts, testLogger(t), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: ids, Parallel: 2, ChunkRows: 64,
-			MaxChunkRows: 256, ChunkTime: 20 * time.Millisecond, Log: testLogger(t)})
-		if err := eng.Open(ctx, from); err != nil {
-			t.Fatal(err)
-		}
-		return eng
-	}
 	sink := newMemSink()
-	first := open(nil)
+	first := openLoad(t, ctx, pg, nil)
 	var loaded int
 	checkpoint := pumpEngine(t, ctx, first, sink, func(b pipeline.Batch) bool {
 		loaded += len(b.Records)
@@ -416,30 +401,62 @@ func TestInitialLoadResumesIncrementallyAfterACrash(t *testing.T) {
 		t.Fatalf("the load's checkpoint %s shows no table left to read", checkpoint)
 	}
 
-	second := open(checkpoint)
-	t.Cleanup(func() { _ = second.Close(context.Background()) })
-	reads := 0
-	pumpEngine(t, ctx, second, sink, func(b pipeline.Batch) bool {
-		for _, r := range b.Records {
-			if r.Op == pipeline.OpRead {
-				reads++
-			}
+	reads := resumeLoad(t, ctx, pg, checkpoint, sink, func() {
+		stop.Store(true)
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
-		return len(second.Snapshotting()) == 0
 	})
-	if bf := second.Backfilling(); len(bf) != 0 {
-		t.Fatalf("backfilling %v after the snapshot", bf)
-	}
-	stop.Store(true)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	catchUp(t, ctx, pg, second, sink)
-	equalRows(t, "items", sink.Table("public.items"), selectRows(t, ctx, pg, "SELECT id, v FROM items"))
-	equalRows(t, "pairs", sink.Table("public.pairs"), selectRows(t, ctx, pg, "SELECT a::bigint, b, n FROM pairs"))
 	t.Logf("first run handed over %d records; the restart read %d rows of %d tables in chunks; %d writer transactions",
 		loaded, reads, pending, txns.Load())
 	if reads == 0 || reads >= 9000 {
 		t.Fatalf("the restart read %d rows: want the rest of the load, not none and not all 9000", reads)
 	}
+}
+
+// openLoad opens an initial load of items and pairs (2 readers, ranges of
+// 500 rows) through the snapshot engine, from a checkpoint when from is
+// set.
+func openLoad(t *testing.T, ctx context.Context, pg *harness.Postgres, from pipeline.Position) *snapshot.Engine {
+	t.Helper()
+	opts := testOptions(pg, "public.items", "public.pairs")
+	opts.Snapshot = SnapshotOptions{Mode: SnapshotInitial, Parallel: 2, ChunkRows: 500}
+	src, err := New(opts, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []pipeline.TableID{{Schema: "public", Table: "items"}, {Schema: "public", Table: "pairs"}}
+	eng := snapshot.New(src, src.ChunkReader(4), snapshot.Options{Tables: ids, Parallel: 2, ChunkRows: 64,
+		MaxChunkRows: 256, ChunkTime: 20 * time.Millisecond, Log: testLogger(t)})
+	if err := eng.Open(ctx, from); err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// resumeLoad resumes the load of items and pairs from checkpoint into
+// sink until nothing is left to snapshot, calls stopWriters, catches up
+// with the stream and checks that sink equals both tables. It returns how
+// many rows the resumed load read.
+func resumeLoad(t *testing.T, ctx context.Context, pg *harness.Postgres, checkpoint pipeline.Position, sink *memSink, stopWriters func()) int {
+	t.Helper()
+	eng := openLoad(t, ctx, pg, checkpoint)
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	reads := 0
+	pumpEngine(t, ctx, eng, sink, func(b pipeline.Batch) bool {
+		for _, r := range b.Records {
+			if r.Op == pipeline.OpRead {
+				reads++
+			}
+		}
+		return len(eng.Snapshotting()) == 0
+	})
+	if bf := eng.Backfilling(); len(bf) != 0 {
+		t.Fatalf("backfilling %v after the snapshot", bf)
+	}
+	stopWriters()
+	catchUp(t, ctx, pg, eng, sink)
+	equalRows(t, "items", sink.Table("public.items"), selectRows(t, ctx, pg, "SELECT id, v FROM items"))
+	equalRows(t, "pairs", sink.Table("public.pairs"), selectRows(t, ctx, pg, "SELECT a::bigint, b, n FROM pairs"))
+	return reads
 }

@@ -224,7 +224,22 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, q.Close)
 	defer stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(conns))
+	errs := make(chan error, len(conns)+1)
+	// The watcher gives way to a statement waiting for the readers' locks
+	// (giveway.go); it stops once the readers are done.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	pids := make([]int32, len(conns))
+	for i, c := range conns {
+		pids[i] = int32(c.PgConn().PID())
+	}
+	go func() {
+		defer close(watched)
+		if err := l.watchWaiters(watchCtx, pids); err != nil {
+			errs <- err
+			cancel()
+		}
+	}()
 	work := func(conn *pgx.Conn) {
 		for {
 			job, ok := q.Pop()
@@ -254,6 +269,8 @@ func (l *snapshotLoad) run(ctx context.Context) {
 		work(conns[0])
 	}()
 	wg.Wait()
+	stopWatch()
+	<-watched
 	l.closeConns() // ends the snapshot transactions
 	close(errs)
 	if err := <-errs; err != nil {
