@@ -78,6 +78,30 @@ func IsFatal(err error) bool {
 	return errors.As(err, &f)
 }
 
+type restartError struct{ err error }
+
+func (e restartError) Error() string { return e.err.Error() }
+func (e restartError) Unwrap() error { return e.err }
+
+// Restart marks a source's err as one that starting the pipeline again
+// from its last checkpoint resolves, at once and by design: an initial
+// load that gave way to a schema change waiting for its locks (the
+// restart reads the rest in chunks). The runtime stops as for any error
+// (nothing undurable is acknowledged); the daemon then starts the
+// pipeline again in the same process instead of exiting.
+func Restart(err error) error {
+	if err == nil {
+		return nil
+	}
+	return restartError{err}
+}
+
+// IsRestart reports whether err was marked with Restart.
+func IsRestart(err error) bool {
+	var r restartError
+	return errors.As(err, &r)
+}
+
 // OpenError is a failure to start a part of the pipeline (preflight,
 // privileges, a lost slot, an unreachable sink): the operator must act
 // before a restart can help.

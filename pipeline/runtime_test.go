@@ -265,6 +265,53 @@ func TestFatalSinkErrorStops(t *testing.T) {
 	}
 }
 
+// givingWay is a source whose Read fails with a Restart-marked error
+// once after n batches, as an initial load that gave way does.
+type givingWay struct {
+	*feedSource
+	n, reads int
+}
+
+func (g *givingWay) Read(ctx context.Context) (Batch, error) {
+	if g.reads++; g.reads == g.n+1 {
+		return Batch{}, fmt.Errorf("source: %w", Restart(errors.New("gave way")))
+	}
+	return g.feedSource.Read(ctx)
+}
+
+// A source error marked Restart stops the run like any error, reported
+// as such through the runtime (the daemon then starts again), with the
+// checkpoint only at durable records; the next run from that checkpoint
+// delivers everything.
+func TestRestartErrorStopsAndTheNextRunResumes(t *testing.T) {
+	src := &feedSource{total: 1000, size: 10, keys: 1000}
+	sink := newMemSink("s", nil)
+	store := &memStore{}
+	rt, _ := New(fastConfig(), &givingWay{feedSource: src, n: 30}, []NamedSink{{Name: "s", Sink: sink}}, store, Options{})
+	err := rt.Run(context.Background())
+	if !IsRestart(err) || IsFatal(err) {
+		t.Fatalf("err = %v, want one marked Restart", err)
+	}
+	at := store.position()
+	if at >= 300 {
+		t.Fatalf("checkpoint at %d, past the 300 records read before the error", at)
+	}
+	for i := 0; i <= at; i++ {
+		if !sink.has(i, 1000) {
+			t.Fatalf("checkpoint at %d but record %d not durable", at, i)
+		}
+	}
+	rt, _ = New(fastConfig(), &feedSource{total: 1000, size: 10, keys: 1000}, []NamedSink{{Name: "s", Sink: sink}}, store, Options{})
+	if err := rt.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 1000; i++ {
+		if !sink.has(i, 1000) {
+			t.Fatalf("record %d missing after the restart", i)
+		}
+	}
+}
+
 // A graceful stop drains what was read, commits a final checkpoint at the
 // last durable position, then closes sinks before the source; a restart
 // resumes right after it.
