@@ -646,8 +646,8 @@ func TestInitialLoadGivesWayAndResumesMariaDB(t *testing.T) {
 	for err == nil {
 		err = read()
 	}
-	if !strings.Contains(err.Error(), "Lock wait timeout") {
-		t.Fatalf("the load failed with %v, want the lock wait", err)
+	if !strings.Contains(err.Error(), "Lock wait timeout") || !pipeline.IsRestart(err) {
+		t.Fatalf("the load failed with %v, want the lock wait, marked for a restart", err)
 	}
 	select {
 	case err := <-altered:

@@ -37,3 +37,26 @@ func TestClassifyTellsADivergedFailoverFromAPurge(t *testing.T) {
 		t.Fatal("a connection error is not a refusal")
 	}
 }
+
+// The two ways a schema change ends the initial load are marked for a
+// restart, which resumes the load in chunks; other server errors are
+// left as they are.
+func TestGaveWayMarksSchemaChangesForARestart(t *testing.T) {
+	for _, c := range []struct {
+		code    uint16
+		restart bool
+		says    string
+	}{
+		{gomysql.ER_LOCK_WAIT_TIMEOUT, true, "waits for the table"},
+		{gomysql.ER_TABLE_DEF_CHANGED, true, "rebuilt the table"},
+		{gomysql.ER_NO_SUCH_TABLE, false, ""},
+	} {
+		err := gaveWay(&gomysql.MyError{Code: c.code, Message: "server says"})
+		if pipeline.IsRestart(err) != c.restart || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "server says") {
+			t.Errorf("code %d: %v (restart %v), want restart %v saying %q", c.code, err, pipeline.IsRestart(err), c.restart, c.says)
+		}
+	}
+	if err := gaveWay(errors.New("connection reset")); pipeline.IsRestart(err) {
+		t.Errorf("%v marked for a restart", err)
+	}
+}

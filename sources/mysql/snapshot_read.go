@@ -106,7 +106,7 @@ func (l *snapshotLoad) boundaries(ctx context.Context, t *loadTable, found func(
 			r, err = l.control.Execute(next, afterArgs(prev)...)
 		}
 		if err != nil {
-			return fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, lockWaited(err))
+			return fmt.Errorf("mysql source: split %s.%s into ranges: %w", t.name.db, t.name.table, gaveWay(err))
 		}
 		if len(r.Values) == 0 {
 			r.Close()
@@ -235,7 +235,7 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 	q += " ORDER BY " + t.keys.list()
 	stmt, err := r.c.Prepare(q)
 	if err != nil {
-		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, lockWaited(err))
+		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, gaveWay(err))
 	}
 	defer stmt.Close()
 	rr := rowReader{conv: converter{zeroNull: l.s.opts.ZeroDates == ZeroDatesNull, charsets: l.s.cs}, descs: t.descs}
@@ -299,17 +299,30 @@ func (l *snapshotLoad) read(ctx context.Context, r *snapReader, job loadJob) err
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, lockWaited(err))
+		return fmt.Errorf("mysql source: snapshot of %s.%s: %w", t.name.db, t.name.table, gaveWay(err))
 	}
 	return flush(true)
 }
 
-// lockWaited explains a lock wait the server gave up (lockWaitSeconds).
-func lockWaited(err error) error {
+// gaveWay explains the two ways a schema change ends the load, and marks
+// them for a restart (pipeline.Restart), which resumes the load from its
+// checkpoint and reads the rest in chunks: a lock wait the server gave
+// up (lockWaitSeconds: a schema change waits for the load's metadata
+// locks and the load for it), and a table rebuilt after the load's
+// snapshot began (ER_TABLE_DEF_CHANGED: an ALTER or TRUNCATE of a table
+// no reader had touched yet).
+func gaveWay(err error) error {
 	var me *gomysql.MyError
-	if errors.As(err, &me) && me.Code == gomysql.ER_LOCK_WAIT_TIMEOUT {
-		return fmt.Errorf("%w (a schema change or LOCK TABLES waits for the table and for the load's transactions, which end with this error; "+
-			"started again, the pipeline resumes the load from its checkpoint and reads the rest in chunks)", err)
+	if !errors.As(err, &me) {
+		return err
+	}
+	switch me.Code {
+	case gomysql.ER_LOCK_WAIT_TIMEOUT:
+		return pipeline.Restart(fmt.Errorf("%w (a schema change or LOCK TABLES waits for the table and for the load's transactions, which end with this error; "+
+			"started again, the pipeline resumes the load from its checkpoint and reads the rest in chunks)", err))
+	case gomysql.ER_TABLE_DEF_CHANGED:
+		return pipeline.Restart(fmt.Errorf("%w (a schema change rebuilt the table after the load's snapshot began; "+
+			"started again, the pipeline resumes the load from its checkpoint and reads the rest in chunks)", err))
 	}
 	return err
 }

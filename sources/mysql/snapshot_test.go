@@ -346,8 +346,8 @@ func TestInitialLoadGivesWayToASchemaChange(t *testing.T) {
 	if rctx.Err() != nil {
 		t.Fatalf("the load neither finished nor failed while an ALTER waited: %v", err)
 	}
-	if !strings.Contains(err.Error(), "Lock wait timeout") || !strings.Contains(err.Error(), "resumes the load") {
-		t.Fatalf("the load failed with %v, want the lock wait and the way on", err)
+	if !strings.Contains(err.Error(), "Lock wait timeout") || !strings.Contains(err.Error(), "resumes the load") || !pipeline.IsRestart(err) {
+		t.Fatalf("the load failed with %v, want the lock wait and the way on, marked for a restart", err)
 	}
 	select {
 	case aerr := <-altered:

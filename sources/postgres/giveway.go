@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
 )
 
 // giveWayAfter is how long another session may wait for a lock the
@@ -49,8 +51,8 @@ func (e *GiveWayError) Error() string {
 }
 
 // watchWaiters polls the sessions blocked by the load's readers (pids)
-// until ctx ends, and returns a *GiveWayError once one has waited
-// giveWayAfter. Nothing else ends the readers' transactions before the
+// until ctx ends, and returns a *GiveWayError (marked pipeline.Restart)
+// once one has waited giveWayAfter. Nothing else ends the readers' transactions before the
 // whole load is read, and an application whose migration waits behind them
 // has the table locked for as long: the load gives way instead, and the
 // restart reads the rest in chunks, each in a short transaction.
@@ -93,7 +95,7 @@ func (l *snapshotLoad) watchWaiters(ctx context.Context, pids []int32) error {
 			}
 			next[w.pid] = w
 			if waited := now.Sub(w.waitingSince); waited >= giveWayAfter {
-				return &GiveWayError{Waited: waited, PID: w.pid, Mode: w.mode, Table: w.table, Query: w.query}
+				return pipeline.Restart(&GiveWayError{Waited: waited, PID: w.pid, Mode: w.mode, Table: w.table, Query: w.query})
 			}
 		}
 		seen = next
