@@ -109,10 +109,51 @@ func RegisterSecrets(cfg *config.Config) {
 }
 
 // Run builds the pipeline from cfg and runs it until ctx is cancelled (a
-// graceful stop) or it fails.
+// graceful stop) or it fails. A failure marked pipeline.Restart (an
+// initial load that gave way to a schema change) starts the pipeline again
+// from its last checkpoint, after restartWait, without leaving the
+// process; --reset-offsets and --from-previous-checkpoint apply to the
+// first start only. With --drop-slot-on-exit the failure ends the run
+// instead: the stop drops the slot the checkpoint needs.
 func Run(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logger) error {
 	RegisterSecrets(cfg)
 	log = log.With(zap.String("pipeline", cfg.Pipeline))
+	// A restart serves where the first start did, also on a port the
+	// system picked (":0").
+	onListen := flags.OnListen
+	flags.OnListen = func(addr string) {
+		flags.HTTPListen = addr
+		if onListen != nil {
+			onListen(addr)
+		}
+	}
+	wait := restartWait
+	for restarts := 1; ; restarts++ {
+		err := runOnce(ctx, cfg, flags, log)
+		if err == nil || !pipeline.IsRestart(err) || flags.DropSlotOnExit || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("starting the pipeline again from its last checkpoint", zap.Error(err),
+			zap.Int("restart", restarts), zap.Duration("after", wait))
+		flags.ResetOffsets, flags.FromPreviousCheckpoint = false, false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxRestartWait)
+	}
+}
+
+// restartWait and maxRestartWait bound the wait before a restart
+// (doubling from one to the next in a run).
+const (
+	restartWait    = time.Second
+	maxRestartWait = time.Minute
+)
+
+// runOnce builds the pipeline from cfg and runs it once.
+func runOnce(ctx context.Context, cfg *config.Config, flags RunFlags, log *zap.Logger) error {
 	setMemoryLimit(MemoryLimit(cfg), log)
 	trimCtx, stopTrim := context.WithCancel(ctx)
 	defer stopTrim()

@@ -153,12 +153,18 @@ func (d *daemonProc) exitCode() int {
 	return d.exit
 }
 
+// logs is the log's tail, for failure messages.
 func (d *daemonProc) logs() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s := d.log.String()
+	s := d.wholeLog()
 	if len(s) > 6000 {
 		s = "…" + s[len(s)-6000:]
 	}
 	return s
+}
+
+// wholeLog is the log so far.
+func (d *daemonProc) wholeLog() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.log.String()
 }

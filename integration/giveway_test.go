@@ -1,0 +1,142 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-cdc/sluice/integration/harness"
+)
+
+// A schema change during the Postgres initial load, with the sink cut off
+// so that the load stands still holding its table locks: after 10 s the
+// load gives way, and the ALTER and a query queued behind it complete
+// while the daemon keeps running. The daemon starts the pipeline again
+// from its checkpoint in the same process (one load, no second), reads
+// the rest of the table in chunks once the sink is back, streams the
+// changes made meanwhile, and sluice verify finds the sink equal to the
+// table.
+func TestPostgresLoadGivesWayAndTheDaemonCarriesOn(t *testing.T) {
+	pg := harness.PostgresT(t)
+	rd := harness.RedisT(t)
+	proxy := harness.ProxyT(t, rd.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := pg.CreateDatabase(ctx, "gw"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Exec(ctx, "gw", "CREATE TABLE gw_items (id int PRIMARY KEY, v text NOT NULL)",
+		"INSERT INTO gw_items SELECT g, 'v' || g FROM generate_series(1, 200000) g", "ANALYZE gw_items"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, fmt.Sprintf(`pipeline: gw
+source:
+  postgres:
+    dsn: %s
+    tables: [public.gw_items]
+    heartbeat_interval: 200ms
+    snapshot: {chunk_rows: 5000}
+sinks:
+  - redis: {name: cache, addr: "%s"}
+offsets: {dir: ./offsets}
+runtime: {checkpoint_interval: 50ms, max_in_flight_records: 4000, batch_max_records: 2000, write_timeout: 2s, retry: {initial: 50ms, max: 500ms}}
+`, pg.DSN("gw"), proxy.Addr()))
+	d := startDaemon(t, cfg)
+	d.waitAddr(t, 2*time.Minute)
+	checkpoint := filepath.Join(dir, "offsets", "checkpoint.json")
+	waitUntil(t, d, 2*time.Minute, "load progress", func() bool {
+		p, ok := loadProgress(checkpoint)
+		return ok && p[0] > 0
+	})
+	// The sink is cut off: the in-flight cap fills, and the load stands
+	// still with its transactions (and their locks) open.
+	proxy.Cut()
+	if p, _ := loadProgress(checkpoint); p[1] == 0 {
+		t.Fatal("the load finished before the sink was cut off; the table is too small to test giving way")
+	}
+
+	const alter = "ALTER TABLE gw_items ADD COLUMN note text"
+	start := time.Now()
+	altered := execAsync(ctx, pg.DSN("gw"), alter)
+	conn, err := pgx.Connect(ctx, pg.DSN("gw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	waitUntil(t, d, time.Minute, "the ALTER waiting for the load", func() bool {
+		var waiting bool
+		err := conn.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_locks WHERE NOT granted AND relation = 'gw_items'::regclass").Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	})
+	queued := execAsync(ctx, pg.DSN("gw"), "SELECT count(*) FROM gw_items")
+	for what, ch := range map[string]<-chan error{"the ALTER": altered, "the SELECT queued behind it": queued} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-d.done:
+			t.Fatalf("the daemon exited (%d) while %s waited:\n%s", d.exitCode(), what, d.logs())
+		case <-ctx.Done():
+			t.Fatalf("%s still waits: the load did not give way:\n%s", what, d.logs())
+		}
+	}
+	t.Logf("the ALTER waited %s", time.Since(start).Round(100*time.Millisecond))
+
+	// The sink is back: the pipeline reads what the load queued before it
+	// gave way, meets its error and starts again, and the restart resumes
+	// the load in chunks and streams the changes made since it began, the
+	// new column's too.
+	proxy.Restore()
+	if err := pg.Exec(ctx, "gw", "UPDATE gw_items SET note = 'n' || id WHERE id % 997 = 0",
+		"DELETE FROM gw_items WHERE id % 1009 = 0", "INSERT INTO gw_items SELECT g, 'late', 'x' FROM generate_series(200001, 200100) g"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, d, 2*time.Minute, "the restart", func() bool {
+		return strings.Contains(d.wholeLog(), "starting the pipeline again from its last checkpoint")
+	})
+	waitUntil(t, d, 3*time.Minute, "the resumed load's end", func() bool {
+		p, ok := loadProgress(checkpoint)
+		return ok && p[1] == 0
+	})
+	mark := commitMarkOn(t, ctx, pg.DSN("gw"), "UPDATE gw_items SET v = 'last' WHERE id = 1")
+	waitSlotConfirmed(t, ctx, pg.DSN("gw"), "sluice_gw", mark, d)
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, d.logs())
+	}
+	logs := d.wholeLog()
+	if n := strings.Count(logs, `"msg":"initial load started"`); n != 1 {
+		t.Fatalf("%d initial loads: want the one the restart resumed, not a second:\n%s", n, d.logs())
+	}
+	if !strings.Contains(logs, "gave way to session") {
+		t.Fatalf("the log does not say the load gave way:\n%s", d.logs())
+	}
+	expectVerifyEqual(t, cfg)
+}
+
+// execAsync runs sql on a connection of its own and reports its outcome.
+func execAsync(ctx context.Context, dsn, sql string) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			out <- err
+			return
+		}
+		defer c.Close(context.Background())
+		_, err = c.Exec(ctx, sql)
+		out <- err
+	}()
+	return out
+}
