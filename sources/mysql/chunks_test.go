@@ -602,6 +602,7 @@ func TestChunkReaderFollowsColumnsBetweenChunks(t *testing.T) {
 // the lock wait, the ALTER completes, and a restart from the last
 // checkpoint reads the rest in chunks; the sink then equals the table.
 func TestInitialLoadGivesWayAndResumesMariaDB(t *testing.T) {
+	watchOnlyTheLoadsOwnWaits(t)
 	m := server(t)
 	c := rootConn(t, m, "")
 	const rows = 40000

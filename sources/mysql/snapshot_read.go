@@ -175,6 +175,17 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	q := rangequeue.New[loadJob]()
 	stop := context.AfterFunc(ctx, q.Close)
 	defer stop()
+	// The watcher gives way to a statement waiting for the readers'
+	// metadata locks (giveway.go); it stops once the readers are done.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if err := l.watchWaiters(watchCtx); err != nil {
+			l.fail(err)
+			cancel()
+		}
+	}()
 	var wg sync.WaitGroup
 	for _, r := range l.readers {
 		wg.Add(1)
@@ -198,6 +209,8 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	}
 	q.Close()
 	wg.Wait()
+	stopWatch()
+	<-watched
 	if l.failed() {
 		// End the readers' transactions now, not when the source closes:
 		// a schema change may be waiting for their metadata locks, and

@@ -314,6 +314,7 @@ func TestInitialLoadReaderFailureStopsTheWalk(t *testing.T) {
 // the load fails naming the lock wait, and its transactions end at once,
 // so the ALTER completes while the source is still open.
 func TestInitialLoadGivesWayToASchemaChange(t *testing.T) {
+	watchOnlyTheLoadsOwnWaits(t)
 	rctx := readCtx(t)
 	m := server(t)
 	c := rootConn(t, m, "")

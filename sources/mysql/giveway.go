@@ -1,0 +1,145 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"go.uber.org/zap"
+
+	"github.com/sluice-cdc/sluice/pipeline"
+)
+
+// giveWayAfter is how long a session may wait for a metadata lock on a
+// table the initial load is reading before the load gives way (a var for
+// tests): as long as the load's own statements wait for one
+// (lockWaitSeconds).
+var giveWayAfter = lockWaitSeconds * time.Second
+
+// waitingForMDL lists the sessions waiting for a metadata lock. Without
+// the PROCESS privilege the server shows only the source user's own.
+const waitingForMDL = "SELECT ID, IFNULL(INFO, '') FROM information_schema.PROCESSLIST " +
+	"WHERE STATE = 'Waiting for table metadata lock' AND ID <> CONNECTION_ID()"
+
+// GiveWayError is the initial load failing so that a statement waiting
+// for its metadata locks goes on.
+type GiveWayError struct {
+	Waited time.Duration
+	ID     uint64
+	Query  string
+}
+
+func (e *GiveWayError) Error() string {
+	return fmt.Sprintf("gave way to connection %d, which waited %s for a metadata lock (%q): the load's transactions hold "+
+		"metadata locks on the tables they read until it ends, and every later statement on the table queues behind the waiting one; "+
+		"started again, the pipeline resumes the load from its checkpoint and reads the rest in chunks",
+		e.ID, e.Waited.Round(time.Second), e.Query)
+}
+
+// watchWaiters polls the sessions waiting for a metadata lock on a table
+// of the load until ctx ends, and returns a *GiveWayError (marked
+// pipeline.Restart) once one has waited giveWayAfter.
+//
+// The load's own statements give way by their lock wait (gaveWay), but a
+// load that stands still (its batches not read: a sink slow or down)
+// issues none, and its readers keep their locks, so an ALTER of a table
+// they read would hold up the table's every statement for as long. A
+// waiting statement is the load's when it names one of the load's tables
+// (the server tells which lock a session waits for only through
+// performance_schema, often off on MariaDB); another one costs a restart
+// that resumes in chunks, never data.
+//
+// A failed poll is logged and retried at the next tick: watching never
+// fails the load on its own account. It returns nil when ctx ends.
+func (l *snapshotLoad) watchWaiters(ctx context.Context) error {
+	c, err := l.s.connect(ctx)
+	if err != nil {
+		l.s.log.Warn("initial load: cannot watch for sessions waiting for the load's locks", zap.Error(err))
+		return nil
+	}
+	defer c.Close()
+	if !seesEverySession(c) {
+		l.s.log.Warn("initial load: without the PROCESS privilege the load sees only its own user's sessions, so a schema change " +
+			"by another user waits for the load's metadata locks while the load stands still (a sink slow or down); " +
+			"GRANT PROCESS ON *.* TO the source's user")
+	}
+	names := make([]*regexp.Regexp, len(l.tables))
+	for i, t := range l.tables {
+		names[i] = regexp.MustCompile(`(?i)(^|[^0-9a-z_$])` + regexp.QuoteMeta(t.name.table) + `($|[^0-9a-z_$])`)
+	}
+	poll := min(time.Second, giveWayAfter/4)
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	seen := map[uint64]time.Time{}
+	warned := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		now := time.Now()
+		r, err := c.Execute(waitingForMDL)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !warned {
+				l.s.log.Warn("initial load: cannot list the sessions waiting for metadata locks; retrying", zap.Error(err))
+				warned = true
+			}
+			continue
+		}
+		next := make(map[uint64]time.Time, len(r.Values))
+		for i := range r.Values {
+			id, _ := r.GetUint(i, 0)
+			query, _ := getString(r, i, 1)
+			if !namesOneOf(query, names) {
+				continue
+			}
+			since, ok := seen[id]
+			if !ok {
+				since = now
+				l.s.log.Info("initial load: a session waits for a metadata lock on a table the load reads", zap.Uint64("id", id),
+					zap.String("query", query), zap.Duration("gives_way_after", giveWayAfter))
+			}
+			next[id] = since
+			if waited := now.Sub(since); waited >= giveWayAfter {
+				r.Close()
+				return pipeline.Restart(&GiveWayError{Waited: waited, ID: id, Query: query})
+			}
+		}
+		r.Close()
+		seen = next
+	}
+}
+
+// seesEverySession reports whether the user holds PROCESS, which shows
+// other users' sessions in the process list.
+func seesEverySession(c *client.Conn) bool {
+	r, err := c.Execute("SHOW GRANTS")
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	for i := range r.Values {
+		g, _ := getString(r, i, 0)
+		g = strings.ToUpper(g)
+		if strings.Contains(g, " ON *.* ") && (strings.Contains(g, "ALL PRIVILEGES") || strings.Contains(g, "PROCESS")) {
+			return true
+		}
+	}
+	return false
+}
+
+func namesOneOf(query string, names []*regexp.Regexp) bool {
+	for _, re := range names {
+		if re.MatchString(query) {
+			return true
+		}
+	}
+	return false
+}
