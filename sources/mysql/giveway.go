@@ -41,7 +41,9 @@ func (e *GiveWayError) Error() string {
 
 // watchWaiters polls the sessions waiting for a metadata lock on a table
 // of the load until ctx ends, and returns a *GiveWayError (marked
-// pipeline.Restart) once one has waited giveWayAfter.
+// pipeline.Restart) once one has waited giveWayAfter. own holds the
+// load's connection ids: they wait for a schema change ahead of them in
+// the queue, and are not what the load gives way to.
 //
 // The load's own statements give way by their lock wait (gaveWay), but a
 // load that stands still (its batches not read: a sink slow or down)
@@ -54,7 +56,7 @@ func (e *GiveWayError) Error() string {
 //
 // A failed poll is logged and retried at the next tick: watching never
 // fails the load on its own account. It returns nil when ctx ends.
-func (l *snapshotLoad) watchWaiters(ctx context.Context) error {
+func (l *snapshotLoad) watchWaiters(ctx context.Context, own map[uint64]bool) error {
 	c, err := l.s.connect(ctx)
 	if err != nil {
 		l.s.log.Warn("initial load: cannot watch for sessions waiting for the load's locks", zap.Error(err))
@@ -97,7 +99,7 @@ func (l *snapshotLoad) watchWaiters(ctx context.Context) error {
 		for i := range r.Values {
 			id, _ := r.GetUint(i, 0)
 			query, _ := getString(r, i, 1)
-			if !namesOneOf(query, names) {
+			if own[id] || !namesOneOf(query, names) {
 				continue
 			}
 			since, ok := seen[id]

@@ -179,9 +179,13 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	// metadata locks (giveway.go); it stops once the readers are done.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
+	own := map[uint64]bool{uint64(l.control.GetConnectionID()): true}
+	for _, r := range l.readers {
+		own[uint64(r.c.GetConnectionID())] = true
+	}
 	go func() {
 		defer close(watched)
-		if err := l.watchWaiters(watchCtx); err != nil {
+		if err := l.watchWaiters(watchCtx, own); err != nil {
 			l.fail(err)
 			cancel()
 		}

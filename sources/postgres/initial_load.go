@@ -63,7 +63,8 @@ var snapshotNamePattern = regexp.MustCompile(`^[0-9A-Fa-f-]{1,64}$`)
 // before its end takes the fresh path again (new slot, new load). After
 // the last row an empty batch positioned at the consistent point starts
 // the stream phase (Invariant 3: the stream starts exactly at the
-// snapshot).
+// snapshot). The readers' locks last until the load ends; a session that
+// waits giveWayAfter for one makes the load give way (giveway.go).
 type snapshotLoad struct {
 	s     *Source
 	cp    pglogrepl.LSN
