@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
 	"github.com/sluice-cdc/sluice/snapshot"
@@ -157,6 +158,8 @@ func fieldValue(fv gomysql.FieldValue) any {
 // them (walk), until none is left.
 func (l *snapshotLoad) run(ctx context.Context) {
 	defer close(l.out)
+	l.s.log.Info("initial load started", zap.Int("tables", len(l.tables)), zap.Int("readers", len(l.readers)),
+		zap.String("gtid", l.start.GTID))
 	barriers := loadItem{barriers: true}
 	for _, t := range l.tables {
 		barriers.b.Records = append(barriers.b.Records, pipeline.Record{Op: pipeline.OpTruncate, Table: t.table, Snapshot: true,
