@@ -100,3 +100,38 @@ func watchOnlyTheLoadsOwnWaits(t *testing.T) {
 	giveWayAfter = time.Hour
 	t.Cleanup(func() { giveWayAfter = d })
 }
+
+// A load whose readers are done ends their transactions at once, before
+// Read takes its last batches: a pipeline standing still then holds no
+// metadata lock, and an ALTER goes on without waiting for the load to
+// give way (the watcher is out of the test).
+func TestReadLoadHoldsNoLockWhileItsLastBatchesWait(t *testing.T) {
+	watchOnlyTheLoadsOwnWaits(t)
+	m := server(t)
+	c := rootConn(t, m, "")
+	numberedRows(t, c, "gwdone", 1000)
+	_, eng := loadEngine(t, m, "gwdone", 5000, nil, "t")
+	rctx := readCtx(t)
+	if _, err := eng.Read(rctx); err != nil { // the barriers; the rows wait
+		t.Fatal(err)
+	}
+	altered, finished := make(chan error, 1), make(chan struct{})
+	w := rootConn(t, m, "")
+	go func() {
+		defer close(finished)
+		_, err := w.Execute("ALTER TABLE gwdone.t COMMENT = 'not held up'")
+		altered <- err
+	}()
+	t.Cleanup(func() {
+		_ = eng.Close(context.Background())
+		<-finished
+	})
+	select {
+	case err := <-altered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-rctx.Done():
+		t.Fatal("the ALTER waits for a load whose rows are all read")
+	}
+}

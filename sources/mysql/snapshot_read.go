@@ -218,12 +218,11 @@ func (l *snapshotLoad) run(ctx context.Context) {
 	wg.Wait()
 	stopWatch()
 	<-watched
-	if l.failed() {
-		// End the readers' transactions now, not when the source closes:
-		// a schema change may be waiting for their metadata locks, and
-		// every statement on its table behind it.
-		l.close()
-	}
+	// End the readers' transactions now, failed or not, not when the
+	// source closes or Read drains the last batches (which a stalled
+	// pipeline may not do for long): a schema change may be waiting for
+	// their metadata locks, and every statement on its table behind it.
+	l.close()
 }
 
 func (l *snapshotLoad) startFile() uint64 {
