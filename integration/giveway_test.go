@@ -44,7 +44,7 @@ func TestPostgresLoadGivesWayAndTheDaemonCarriesOn(t *testing.T) {
 			pg.DSN("gw")),
 		alter: "ALTER TABLE gw_items ADD COLUMN note text",
 		query: "SELECT count(*) FROM gw_items",
-		exec:  func(sql string) <-chan error { return execAsync(ctx, pg.DSN("gw"), sql) },
+		exec:  func(sql string) <-chan error { return async(func() error { return pg.Exec(ctx, "gw", sql) }) },
 		waiting: func() bool {
 			var waiting bool
 			err := conn.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_locks WHERE NOT granted AND relation = 'gw_items'::regclass").Scan(&waiting)
@@ -78,11 +78,7 @@ func TestMariaDBLoadGivesWayAndTheDaemonCarriesOn(t *testing.T) {
 		source: fmt.Sprintf(`mysql: {dsn: "mysql://root@%s", tables: [gwm.items], heartbeat_interval: 1s, snapshot: {chunk_rows: 5000}}`, addr),
 		alter:  "ALTER TABLE gwm.items ADD COLUMN note varchar(20)",
 		query:  "SELECT count(*) FROM gwm.items",
-		exec: func(sql string) <-chan error {
-			out := make(chan error, 1)
-			go func() { out <- m.Exec(ctx, "", sql) }()
-			return out
-		},
+		exec:   func(sql string) <-chan error { return async(func() error { return m.Exec(ctx, "", sql) }) },
 		waiting: func() bool {
 			n, err := m.Query(ctx, "", "SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE 'ALTER%'")
 			if err != nil {
@@ -188,18 +184,9 @@ runtime: {checkpoint_interval: 50ms, max_in_flight_records: 4000, batch_max_reco
 	expectVerifyEqual(t, cfg)
 }
 
-// execAsync runs sql on a connection of its own and reports its outcome.
-func execAsync(ctx context.Context, dsn, sql string) <-chan error {
+// async runs f on a goroutine of its own and reports its outcome.
+func async(f func() error) <-chan error {
 	out := make(chan error, 1)
-	go func() {
-		c, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			out <- err
-			return
-		}
-		defer c.Close(context.Background())
-		_, err = c.Exec(ctx, sql)
-		out <- err
-	}()
+	go func() { out <- f() }()
 	return out
 }

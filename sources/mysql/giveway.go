@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sources/internal/giveway"
 )
 
 // giveWayAfter is how long a session may wait for a metadata lock on a
@@ -39,11 +40,12 @@ func (e *GiveWayError) Error() string {
 		e.ID, e.Waited.Round(time.Second), e.Query)
 }
 
-// watchWaiters polls the sessions waiting for a metadata lock on a table
-// of the load until ctx ends, and returns a *GiveWayError (marked
-// pipeline.Restart) once one has waited giveWayAfter. own holds the
-// load's connection ids: they wait for a schema change ahead of them in
-// the queue, and are not what the load gives way to.
+// watchWaiters watches the sessions waiting for a metadata lock on a
+// table of the load until ctx ends (package giveway), and returns a
+// *GiveWayError (marked pipeline.Restart) once one has waited
+// giveWayAfter; nil when ctx ends. own holds the load's connection ids:
+// they wait for a schema change ahead of them in the queue, and are not
+// what the load gives way to.
 //
 // The load's own statements give way by their lock wait (gaveWay), but a
 // load that stands still (its batches not read: a sink slow or down)
@@ -53,9 +55,6 @@ func (e *GiveWayError) Error() string {
 // (the server tells which lock a session waits for only through
 // performance_schema, often off on MariaDB); another one costs a restart
 // that resumes in chunks, never data.
-//
-// A failed poll is logged and retried at the next tick: watching never
-// fails the load on its own account. It returns nil when ctx ends.
 func (l *snapshotLoad) watchWaiters(ctx context.Context, own map[uint64]bool) error {
 	c, err := l.s.connect(ctx)
 	if err != nil {
@@ -72,51 +71,45 @@ func (l *snapshotLoad) watchWaiters(ctx context.Context, own map[uint64]bool) er
 	for i, t := range l.tables {
 		names[i] = regexp.MustCompile(`(?i)(^|[^0-9a-z_$])` + regexp.QuoteMeta(t.name.table) + `($|[^0-9a-z_$])`)
 	}
-	poll := min(time.Second, giveWayAfter/4)
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
-	seen := map[uint64]time.Time{}
 	warned := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		now := time.Now()
-		r, err := c.Execute(waitingForMDL)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+	w, waited, ok := giveway.Watch(ctx, giveWayAfter,
+		func(context.Context) ([]mdlWaiter, error) {
+			r, err := c.Execute(waitingForMDL)
+			if err != nil {
+				return nil, err
 			}
+			defer r.Close()
+			var out []mdlWaiter
+			for i := range r.Values {
+				id, _ := r.GetUint(i, 0)
+				query, _ := getString(r, i, 1)
+				if !own[id] && namesOneOf(query, names) {
+					out = append(out, mdlWaiter{id: id, query: query})
+				}
+			}
+			return out, nil
+		},
+		func(w mdlWaiter) uint64 { return w.id },
+		func(w mdlWaiter) {
+			l.s.log.Info("initial load: a session waits for a metadata lock on a table the load reads", zap.Uint64("id", w.id),
+				zap.String("query", w.query), zap.Duration("gives_way_after", giveWayAfter))
+		},
+		func(err error) {
 			if !warned {
 				l.s.log.Warn("initial load: cannot list the sessions waiting for metadata locks; retrying", zap.Error(err))
 				warned = true
 			}
-			continue
-		}
-		next := make(map[uint64]time.Time, len(r.Values))
-		for i := range r.Values {
-			id, _ := r.GetUint(i, 0)
-			query, _ := getString(r, i, 1)
-			if own[id] || !namesOneOf(query, names) {
-				continue
-			}
-			since, ok := seen[id]
-			if !ok {
-				since = now
-				l.s.log.Info("initial load: a session waits for a metadata lock on a table the load reads", zap.Uint64("id", id),
-					zap.String("query", query), zap.Duration("gives_way_after", giveWayAfter))
-			}
-			next[id] = since
-			if waited := now.Sub(since); waited >= giveWayAfter {
-				r.Close()
-				return pipeline.Restart(&GiveWayError{Waited: waited, ID: id, Query: query})
-			}
-		}
-		r.Close()
-		seen = next
+		})
+	if !ok {
+		return nil
 	}
+	return pipeline.Restart(&GiveWayError{Waited: waited, ID: w.id, Query: w.query})
+}
+
+// mdlWaiter is a session waiting for a metadata lock.
+type mdlWaiter struct {
+	id    uint64
+	query string
 }
 
 // seesEverySession reports whether the user holds PROCESS, which shows

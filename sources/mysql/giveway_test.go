@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-cdc/sluice/integration/harness"
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/snapshot"
 	"github.com/sluice-cdc/sluice/snapshot/snaptest"
 )
 
@@ -51,19 +53,7 @@ func TestStalledInitialLoadGivesWayMariaDB(t *testing.T) {
 	}
 
 	const alter = "ALTER TABLE gwstall.t COMMENT = 'given way'"
-	altered, finished := make(chan error, 1), make(chan struct{})
-	w := rootConn(t, m, "")
-	go func() {
-		defer close(finished)
-		_, err := w.Execute(alter)
-		altered <- err
-	}()
-	// On failure, the load's end lets the ALTER finish before its
-	// connection closes.
-	t.Cleanup(func() {
-		_ = first.Close(context.Background())
-		<-finished
-	})
+	altered := alterBehind(t, m, first, alter)
 	select {
 	case err := <-altered:
 		if err != nil {
@@ -115,17 +105,7 @@ func TestReadLoadHoldsNoLockWhileItsLastBatchesWait(t *testing.T) {
 	if _, err := eng.Read(rctx); err != nil { // the barriers; the rows wait
 		t.Fatal(err)
 	}
-	altered, finished := make(chan error, 1), make(chan struct{})
-	w := rootConn(t, m, "")
-	go func() {
-		defer close(finished)
-		_, err := w.Execute("ALTER TABLE gwdone.t COMMENT = 'not held up'")
-		altered <- err
-	}()
-	t.Cleanup(func() {
-		_ = eng.Close(context.Background())
-		<-finished
-	})
+	altered := alterBehind(t, m, eng, "ALTER TABLE gwdone.t COMMENT = 'not held up'")
 	select {
 	case err := <-altered:
 		if err != nil {
@@ -134,4 +114,22 @@ func TestReadLoadHoldsNoLockWhileItsLastBatchesWait(t *testing.T) {
 	case <-rctx.Done():
 		t.Fatal("the ALTER waits for a load whose rows are all read")
 	}
+}
+
+// alterBehind runs alter on a connection of its own and reports its
+// outcome. Should the test fail first, the load's end (eng closed) lets
+// the ALTER finish before its connection closes.
+func alterBehind(t *testing.T, m *harness.MariaDB, eng *snapshot.Engine, alter string) <-chan error {
+	altered, finished := make(chan error, 1), make(chan struct{})
+	w := rootConn(t, m, "")
+	go func() {
+		defer close(finished)
+		_, err := w.Execute(alter)
+		altered <- err
+	}()
+	t.Cleanup(func() {
+		_ = eng.Close(context.Background())
+		<-finished
+	})
+	return altered
 }

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-cdc/sluice/pipeline"
+	"github.com/sluice-cdc/sluice/sources/internal/giveway"
 )
 
 // giveWayAfter is how long another session may wait for a lock the
@@ -28,10 +29,9 @@ WHERE NOT w.granted AND w.locktype = 'relation' AND pg_blocking_pids(w.pid) && $
 
 // waiter is a session waiting for one of the load's locks.
 type waiter struct {
-	pid          int32
-	mode, table  string
-	query        string
-	waitingSince time.Time
+	pid         int32
+	mode, table string
+	query       string
 }
 
 // GiveWayError is the initial load failing so that a statement waiting
@@ -50,56 +50,32 @@ func (e *GiveWayError) Error() string {
 		e.PID, e.Waited.Round(time.Second), e.Mode, e.Table, e.Query)
 }
 
-// watchWaiters polls the sessions blocked by the load's readers (pids)
-// until ctx ends, and returns a *GiveWayError (marked pipeline.Restart)
-// once one has waited giveWayAfter. Nothing else ends the readers' transactions before the
-// whole load is read, and an application whose migration waits behind them
-// has the table locked for as long: the load gives way instead, and the
-// restart reads the rest in chunks, each in a short transaction.
-//
-// A failed poll is logged and retried at the next tick: watching never
-// fails the load on its own account. It returns nil when ctx ends.
+// watchWaiters watches the sessions blocked by the load's readers (pids)
+// until ctx ends (package giveway), and returns a *GiveWayError (marked
+// pipeline.Restart) once one has waited giveWayAfter; nil when ctx ends.
+// Nothing else ends the readers' transactions before the whole load is
+// read, and an application whose migration waits behind them has the
+// table locked for as long.
 func (l *snapshotLoad) watchWaiters(ctx context.Context, pids []int32) error {
-	poll := min(time.Second, giveWayAfter/4)
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
-	seen := map[int32]*waiter{}
 	warned := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		now := time.Now()
-		waiting, err := l.waiters(ctx, pids)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+	w, waited, ok := giveway.Watch(ctx, giveWayAfter,
+		func(ctx context.Context) ([]*waiter, error) { return l.waiters(ctx, pids) },
+		func(w *waiter) int32 { return w.pid },
+		func(w *waiter) {
+			l.s.log.Info("initial load: a session waits for the load's locks", zap.Int32("pid", w.pid),
+				zap.String("mode", w.mode), zap.String("table", w.table), zap.String("query", w.query),
+				zap.Duration("gives_way_after", giveWayAfter))
+		},
+		func(err error) {
 			if !warned {
 				l.s.log.Warn("initial load: cannot list the sessions waiting for the load's locks; retrying", zap.Error(err))
 				warned = true
 			}
-			continue
-		}
-		next := make(map[int32]*waiter, len(waiting))
-		for _, w := range waiting {
-			if old, ok := seen[w.pid]; ok {
-				w.waitingSince = old.waitingSince
-			} else {
-				w.waitingSince = now
-				l.s.log.Info("initial load: a session waits for the load's locks", zap.Int32("pid", w.pid),
-					zap.String("mode", w.mode), zap.String("table", w.table), zap.String("query", w.query),
-					zap.Duration("gives_way_after", giveWayAfter))
-			}
-			next[w.pid] = w
-			if waited := now.Sub(w.waitingSince); waited >= giveWayAfter {
-				return pipeline.Restart(&GiveWayError{Waited: waited, PID: w.pid, Mode: w.mode, Table: w.table, Query: w.query})
-			}
-		}
-		seen = next
+		})
+	if !ok {
+		return nil
 	}
+	return pipeline.Restart(&GiveWayError{Waited: waited, PID: w.pid, Mode: w.mode, Table: w.table, Query: w.query})
 }
 
 // waiters runs blockedByLoad, one row per waiting session.
