@@ -637,12 +637,7 @@ func TestInitialLoadGivesWayAndResumesMariaDB(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	altered := make(chan error, 1)
-	w := rootConn(t, m, "")
-	go func() {
-		_, err := w.Execute("ALTER TABLE gwres.t COMMENT = 'given way'")
-		altered <- err
-	}()
+	altered := alterBehind(t, m, first, "ALTER TABLE gwres.t COMMENT = 'given way'")
 	var err error
 	for err == nil {
 		err = read()
@@ -658,7 +653,7 @@ func TestInitialLoadGivesWayAndResumesMariaDB(t *testing.T) {
 	case <-rctx.Done():
 		t.Fatal("the ALTER still waits after the load failed")
 	}
-	_ = first.Close(context.Background()) // the process exits; it is started again
+	_ = first.Close(context.Background()) // the run ends; the daemon starts it again from the checkpoint
 	handed := len(sink.Table("gwres.t"))
 
 	src, second := open(checkpoint)
