@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// clock is the time of a poll (a var for tests).
+var clock = time.Now
+
 // Watch lists the waiting sessions (list) at every poll, min(1s, after/4),
 // until ctx ends, and returns the first one that was in every list for at
 // least after (counted from the poll that first listed it), keyed by key,
@@ -30,7 +33,7 @@ func Watch[W any, K comparable](ctx context.Context, after time.Duration, list f
 			return w, 0, false
 		case <-tick.C:
 		}
-		now := time.Now()
+		now := clock()
 		waiting, err := list(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
