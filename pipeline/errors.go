@@ -86,8 +86,10 @@ func (e restartError) Unwrap() error { return e.err }
 // Restart marks a source's err as one that starting the pipeline again
 // from its last checkpoint resolves, at once and by design: an initial
 // load that gave way to a schema change waiting for its locks (the
-// restart reads the rest in chunks). The runtime stops as for any error
-// (nothing undurable is acknowledged); the daemon then starts the
+// restart reads the rest in chunks). The runtime stops as for any error:
+// the final checkpoint covers only what is durable, so nothing undurable
+// is acknowledged (Invariant 1) and the restart reads it again; the
+// daemon then starts the
 // pipeline again in the same process instead of exiting.
 func Restart(err error) error {
 	if err == nil {

@@ -281,8 +281,8 @@ func (g *givingWay) Read(ctx context.Context) (Batch, error) {
 
 // A source error marked Restart stops the run like any error, reported
 // as such through the runtime (the daemon then starts again), with the
-// checkpoint only at durable records; the next run from that checkpoint
-// delivers everything.
+// checkpoint only at durable records (Invariant 1); the next run from
+// that checkpoint delivers everything.
 func TestRestartErrorStopsAndTheNextRunResumes(t *testing.T) {
 	src := &feedSource{total: 1000, size: 10, keys: 1000}
 	sink := newMemSink("s", nil)
