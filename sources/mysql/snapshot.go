@@ -47,9 +47,11 @@ import (
 // and every statement on the table queues behind it. Should the walk or a
 // reader then need the table (a later range, a table not read yet), it
 // would wait for the schema change, which waits for the readers: the
-// load's connections wait lockWaitSeconds for a metadata lock, and a load
-// that fails closes its connections at once, so the schema change goes on
-// and the restart reads the rest in chunks.
+// load's connections wait lockWaitSeconds for a metadata lock. A load
+// that stands still issues no statement, so a watcher gives way to a
+// session waiting as long (giveway.go). The load closes its connections
+// as soon as its readers are done, failed or not, so the schema change
+// goes on, and the restart reads the rest in chunks.
 type snapshotLoad struct {
 	s       *Source
 	server  string
